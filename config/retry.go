@@ -1,0 +1,112 @@
+package config
+
+import (
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+)
+
+// Retry is the seed's projection retry policy.
+type Retry struct {
+	// MaxAttempts counts every attempt, the first included (PROJECTION_WORKER_MAX_RETRIES).
+	MaxAttempts int
+	// Initial is the delay before attempt 2 (PROJECTION_WORKER_RETRY_INITIAL_MS).
+	Initial time.Duration
+	// Multiplier grows each later delay (PROJECTION_WORKER_RETRY_MULTIPLIER).
+	Multiplier float64
+	// Max caps any one delay (PROJECTION_WORKER_RETRY_MAX_MS).
+	Max time.Duration
+}
+
+// DefaultRetry is the seed's schedule: 5 attempts, 1s, 2x, at most 30s.
+func DefaultRetry() Retry {
+	return Retry{MaxAttempts: 5, Initial: time.Second, Multiplier: 2, Max: 30 * time.Second}
+}
+
+// Validate reports a policy that cannot be scheduled.
+func (r Retry) Validate() error {
+	switch {
+	case r.MaxAttempts < 1:
+		return fmt.Errorf("PROJECTION_WORKER_MAX_RETRIES=%d is invalid: want at least 1", r.MaxAttempts)
+	case r.Initial <= 0:
+		return fmt.Errorf("PROJECTION_WORKER_RETRY_INITIAL_MS=%d is invalid: want a positive number of milliseconds", r.Initial.Milliseconds())
+	case r.Multiplier < 1:
+		return fmt.Errorf("PROJECTION_WORKER_RETRY_MULTIPLIER=%g is invalid: want a number from 1 to 100", r.Multiplier)
+	case r.Max < r.Initial:
+		return fmt.Errorf("PROJECTION_WORKER_RETRY_MAX_MS=%d is invalid: want at least PROJECTION_WORKER_RETRY_INITIAL_MS (%d)", r.Max.Milliseconds(), r.Initial.Milliseconds())
+	}
+	return nil
+}
+
+// Plan is the whole schedule for one failing event, derived in one place so
+// the bridge, the workflow, the logs and the benchmarks agree.
+type Plan struct {
+	// Offsets[k] is when overall attempt k+1 starts, measured from attempt 1.
+	Offsets []time.Duration
+	// Delays[k] is the wait between attempt k+1 and attempt k+2.
+	Delays []time.Duration
+	// FirstWait is how long the workflow waits, after attempt 1 started, before
+	// its first activity attempt: Delays[0] in inline mode, 0 in workflow mode.
+	FirstWait time.Duration
+	// FirstActivityAttempt is the overall number of the activity's first attempt.
+	FirstActivityAttempt int
+	// Policy is the activity's retry policy; nil when no attempt is left to the
+	// workflow (inline mode with MaxAttempts 1).
+	Policy *temporal.RetryPolicy
+}
+
+// NonRetryableErrorTypes are the ApplicationError types the policy never retries.
+var NonRetryableErrorTypes = []string{"invalid_event"}
+
+// Plan turns the four PROJECTION_WORKER_* values into the attempt schedule and
+// the Temporal activity retry policy for the given mode. Both modes yield the
+// same wall-clock schedule: in inline mode attempt 1 already ran in the bridge,
+// so the workflow waits Delays[0] and the policy starts at the second delay.
+func (r Retry) Plan(mode Mode) Plan {
+	p := Plan{Offsets: make([]time.Duration, r.MaxAttempts)}
+	delay := r.Initial
+	for k := 1; k < r.MaxAttempts; k++ {
+		d := min(delay, r.Max)
+		p.Delays = append(p.Delays, d)
+		p.Offsets[k] = p.Offsets[k-1] + d
+		delay = time.Duration(float64(delay) * r.Multiplier)
+		if delay > r.Max || delay <= 0 {
+			delay = r.Max
+		}
+	}
+	switch {
+	case mode == ModeWorkflow:
+		p.FirstActivityAttempt = 1
+		p.Policy = &temporal.RetryPolicy{
+			InitialInterval:        r.Initial,
+			BackoffCoefficient:     r.Multiplier,
+			MaximumInterval:        r.Max,
+			MaximumAttempts:        int32(r.MaxAttempts),
+			NonRetryableErrorTypes: NonRetryableErrorTypes,
+		}
+	case r.MaxAttempts > 1:
+		p.FirstWait = p.Delays[0]
+		p.FirstActivityAttempt = 2
+		second := r.Max
+		if len(p.Delays) > 1 {
+			second = p.Delays[1]
+		}
+		p.Policy = &temporal.RetryPolicy{
+			InitialInterval:        second,
+			BackoffCoefficient:     r.Multiplier,
+			MaximumInterval:        r.Max,
+			MaximumAttempts:        int32(r.MaxAttempts - 1),
+			NonRetryableErrorTypes: NonRetryableErrorTypes,
+		}
+	}
+	return p
+}
+
+// NextDelay is the wait after overall attempt n fails, and false when n was the last.
+func (p Plan) NextDelay(attempt int) (time.Duration, bool) {
+	if attempt < 1 || attempt > len(p.Delays) {
+		return 0, false
+	}
+	return p.Delays[attempt-1], true
+}
