@@ -1,0 +1,198 @@
+// Package activities implements ApplyProjection and PublishDeadLetter.
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/causet/projection-retry/dlq"
+	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/projection"
+	"github.com/causet/projection-retry/workflows"
+)
+
+// Applier applies one event to one projection with the dedupe ledger;
+// *projection.Engine is the production implementation.
+type Applier interface {
+	Apply(ctx context.Context, projectionName string, ev event.Envelope) (projection.Result, error)
+}
+
+// DeadLetterPublisher writes a DLQ record durably; *dlq.Publisher is the
+// production implementation.
+type DeadLetterPublisher interface {
+	Publish(ctx context.Context, key []byte, r dlq.Record) (workflows.DLQCoordinates, error)
+}
+
+// Activities holds what the activities share. Register it with the worker.
+type Activities struct {
+	// Applier applies projections. Required.
+	Applier Applier
+	// Publisher writes dead letters. Required.
+	Publisher DeadLetterPublisher
+	// Logger receives projection_retry, projection_dead_lettered and
+	// projection_replayed lines. Optional, defaults to slog.Default().
+	Logger *slog.Logger
+	// Metrics counts retries, dead letters and replays. Optional.
+	Metrics *Metrics
+}
+
+func (a *Activities) logger() *slog.Logger {
+	if a.Logger == nil {
+		return slog.Default()
+	}
+	return a.Logger
+}
+
+// ApplyProjection makes one attempt at applying the event. On failure it
+// records every attempt so far as heartbeat details, which the next attempt
+// reads back, and returns them all as the error's details, so the workflow
+// (and the UI) sees each attempt's time and error, not only the last.
+func (a *Activities) ApplyProjection(ctx context.Context, in workflows.ApplyInput) (workflows.ApplyOutput, error) {
+	info := activity.GetInfo(ctx)
+	number := in.FirstAttempt + int(info.Attempt) - 1
+	started := info.StartedTime
+	if started.IsZero() {
+		started = time.Now()
+	}
+	var earlier []workflows.Attempt
+	if activity.HasHeartbeatDetails(ctx) {
+		// A decode failure only loses history of earlier attempts, never the event.
+		_ = activity.GetHeartbeatDetails(ctx, &earlier)
+	}
+
+	var res projection.Result
+	err := in.Event.Validate()
+	if err == nil {
+		res, err = a.Applier.Apply(ctx, in.Projection, in.Event)
+		if err == nil && res.Err != nil {
+			err = res.Err
+		}
+	}
+	if err == nil {
+		if in.Run > 0 {
+			a.logLine(ctx, "projection_replayed", in, number, slog.Int("replayCount", in.Run), slog.Int("irVersion", res.IRVersion))
+			a.Metrics.replayed(in.Projection)
+		}
+		return workflows.ApplyOutput{
+			IRVersion: res.IRVersion,
+			Duplicate: res.Status == projection.StatusDuplicate,
+			Attempts:  earlier,
+			Attempt:   number,
+			StartedAt: started,
+		}, nil
+	}
+
+	kind := classify(err)
+	attempts := append(earlier, workflows.Attempt{
+		Number: number, Run: in.Run, StartedAt: started,
+		ErrorKind: string(kind), Error: err.Error(), IRVersion: res.IRVersion,
+	})
+	nonRetryable := kind == projection.KindInvalidEvent
+	if delay, ok := nextDelay(in, number); ok && !nonRetryable {
+		a.logLine(ctx, "projection_retry", in, number, slog.String("error", err.Error()), slog.String("nextRetryIn", delay.String()))
+		a.Metrics.retried(in.Projection, string(kind))
+	} else {
+		a.logLine(ctx, "projection_dead_lettered", in, number, slog.String("error", err.Error()), slog.String("errorKind", string(kind)))
+		a.Metrics.deadLettered(in.Projection, string(kind))
+	}
+	activity.RecordHeartbeat(ctx, attempts)
+	if nonRetryable {
+		return workflows.ApplyOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), string(kind), err, attempts)
+	}
+	return workflows.ApplyOutput{}, temporal.NewApplicationErrorWithCause(err.Error(), string(kind), err, attempts)
+}
+
+func nextDelay(in workflows.ApplyInput, number int) (time.Duration, bool) {
+	if number < 1 || number >= in.MaxAttempts || number > len(in.Delays) {
+		return 0, false
+	}
+	return in.Delays[number-1], true
+}
+
+func classify(err error) projection.ErrorKind {
+	if event.IsInvalid(err) {
+		return projection.KindInvalidEvent
+	}
+	var ae *projection.ApplyError
+	if errors.As(err, &ae) {
+		return ae.Kind
+	}
+	return projection.Classify(err)
+}
+
+// logLine writes one of the seed's structured lines; field names are the contract.
+func (a *Activities) logLine(ctx context.Context, name string, in workflows.ApplyInput, attempt int, extra ...slog.Attr) {
+	attrs := []slog.Attr{
+		slog.String("event", name),
+		slog.String("projectionName", in.Projection),
+		slog.String("eventType", in.Event.EventType),
+		slog.String("entityId", in.Event.EntityID),
+		slog.String("forkId", in.Event.ForkID),
+		slog.String("eventId", in.Event.EventID),
+		slog.Int("retryAttempt", attempt),
+	}
+	level := slog.LevelWarn
+	if name == "projection_dead_lettered" {
+		level = slog.LevelError
+	} else if name == "projection_replayed" {
+		level = slog.LevelInfo
+	}
+	a.logger().LogAttrs(ctx, level, name, append(attrs, extra...)...)
+}
+
+// PublishDeadLetter writes the DLQ record of DESIGN §7 and returns where it
+// landed. Its retry policy never gives up, so a failure here is retried until
+// the topic accepts the record.
+func (a *Activities) PublishDeadLetter(ctx context.Context, in workflows.DeadLetterInput) (workflows.DLQCoordinates, error) {
+	info := activity.GetInfo(ctx)
+	rec := BuildRecord(in, time.Now())
+	rec.Workflow = &dlq.WorkflowRef{
+		Namespace: info.WorkflowNamespace,
+		ID:        info.WorkflowExecution.ID,
+		RunID:     info.WorkflowExecution.RunID,
+	}
+	key := in.Key
+	if len(key) == 0 {
+		key = []byte(in.Event.EntityID)
+	}
+	at, err := a.Publisher.Publish(ctx, key, rec)
+	if err != nil {
+		a.logger().LogAttrs(ctx, slog.LevelWarn, "dead letter publish failed; will retry",
+			slog.String("projectionName", in.Projection), slog.String("eventId", in.Event.EventID), slog.Any("err", err))
+		return at, err
+	}
+	return at, nil
+}
+
+// BuildRecord turns the workflow's view of a failed run into a DLQ record.
+func BuildRecord(in workflows.DeadLetterInput, now time.Time) dlq.Record {
+	rec := dlq.Record{
+		SchemaVersion:  dlq.SchemaVersion,
+		ProjectionName: in.Projection,
+		IRVersion:      in.IRVersion,
+		EventType:      in.Event.EventType,
+		EntityID:       in.Event.EntityID,
+		ForkID:         in.Event.ForkID,
+		RetryCount:     len(in.Attempts),
+		ReplayCount:    in.ReplayCount,
+		Attempts:       in.Attempts,
+		DeadLetteredAt: now.UTC(),
+		Source:         in.Source,
+	}
+	if raw, err := json.Marshal(in.Event); err == nil {
+		msg := json.RawMessage(raw)
+		rec.Event = &msg
+	}
+	if n := len(in.Attempts); n > 0 {
+		rec.Error = in.Attempts[n-1].Error
+		rec.ErrorKind = in.Attempts[n-1].ErrorKind
+		rec.FirstFailedAt = in.Attempts[0].StartedAt.UTC()
+	}
+	return rec
+}

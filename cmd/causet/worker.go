@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kslog"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/contrib/envconfig"
+	"go.temporal.io/sdk/log"
+
+	"github.com/causet/projection-retry/activities"
+	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/dlq"
+	"github.com/causet/projection-retry/projection"
+	"github.com/causet/projection-retry/worker"
+)
+
+type workerCmd struct{}
+
+func (workerCmd) Run(ctx context.Context, logger *slog.Logger) error {
+	cfg, err := config.FromEnv()
+	if err != nil {
+		return err
+	}
+	if err := cfg.RequireDatabaseURL(); err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	pool, err := openPool(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	engine, err := projection.NewEngine(ctx, pool, logger)
+	if err != nil {
+		return err
+	}
+	defer engine.Close()
+
+	producer, err := kgo.NewClient(
+		kgo.SeedBrokers(cfg.KafkaBrokers...),
+		kgo.DefaultProduceTopic(cfg.DLQTopic),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.WithLogger(kslog.New(logger)),
+	)
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	defer producer.Close()
+
+	tc, namespace, closeMetrics, err := dialTemporal(ctx, logger, reg)
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	defer closeMetrics()
+	if err := worker.EnsureSearchAttributes(ctx, tc, namespace); err != nil {
+		return err
+	}
+
+	w, err := worker.New(worker.Options{
+		Client:    tc,
+		TaskQueue: cfg.TaskQueue,
+		Activities: &activities.Activities{
+			Applier:   engine,
+			Publisher: &dlq.Publisher{Client: producer, Topic: cfg.DLQTopic},
+			Logger:    logger,
+			Metrics:   activities.NewMetrics(reg),
+		},
+	})
+	if err != nil {
+		return err
+	}
+	stopMetrics, err := serveMetrics(cfg.MetricsAddr, reg, logger)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
+	logger.Info("worker started", "taskQueue", cfg.TaskQueue, "metrics", cfg.MetricsAddr)
+	// Run returns once ctx is done and running activities have drained.
+	return w.Run(interruptOn(ctx))
+}
+
+// openPool builds the one pgx pool of the process; errors never echo the URL,
+// which may hold a password.
+func openPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, errors.New("DATABASE_URL is not a valid PostgreSQL URL")
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("connect to PostgreSQL at %s:%d: %w", pc.ConnConfig.Host, pc.ConnConfig.Port, err)
+	}
+	return pool, nil
+}
+
+// dialTemporal builds the client from TEMPORAL_* with Temporal's own
+// envconfig and returns it with its namespace.
+func dialTemporal(ctx context.Context, logger *slog.Logger, reg prometheus.Registerer) (client.Client, string, func(), error) {
+	opts, err := envconfig.LoadDefaultClientOptions()
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("temporal client configuration: %w", err)
+	}
+	if opts.HostPort == "" {
+		opts.HostPort = "127.0.0.1:7233"
+	}
+	if opts.Namespace == "" {
+		opts.Namespace = client.DefaultNamespace
+	}
+	opts.Logger = log.NewStructuredLogger(logger)
+	closeMetrics := func() {}
+	if reg != nil {
+		h, closer, err := worker.MetricsHandler(reg, logger)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		opts.MetricsHandler, closeMetrics = h, closer
+	}
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := client.DialContext(dctx, opts)
+	if err != nil {
+		closeMetrics()
+		return nil, "", nil, fmt.Errorf("connect to Temporal at %s: %w", opts.HostPort, err)
+	}
+	return c, opts.Namespace, closeMetrics, nil
+}
+
+func serveMetrics(addr string, reg *prometheus.Registry, logger *slog.Logger) (func(), error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("CAUSET_METRICS_ADDR=%s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("metrics server stopped", "err", err)
+		}
+	}()
+	return func() { _ = srv.Close() }, nil
+}
+
+// interruptOn turns ctx's end into the worker's interrupt channel.
+func interruptOn(ctx context.Context) <-chan interface{} {
+	ch := make(chan interface{})
+	go func() {
+		<-ctx.Done()
+		close(ch)
+	}()
+	return ch
+}

@@ -1,0 +1,128 @@
+// Package dlq holds the dead-letter record of causet.projection-dlq.v1, its
+// publisher and its reader.
+package dlq
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/causet/projection-retry/workflows"
+)
+
+// SchemaVersion is the record layout this package writes and reads.
+const SchemaVersion = 1
+
+// Header names carried on every DLQ record.
+const (
+	HeaderProjection      = "causet-projection"
+	HeaderEventType       = "causet-event-type"
+	HeaderRetryCount      = "causet-retry-count"
+	HeaderErrorKind       = "causet-error-kind"
+	HeaderSourceTopic     = "causet-source-topic"
+	HeaderSourcePartition = "causet-source-partition"
+	HeaderSourceOffset    = "causet-source-offset"
+)
+
+// WorkflowRef names the workflow run that dead-lettered the event.
+type WorkflowRef struct {
+	Namespace string `json:"namespace"`
+	ID        string `json:"id"`
+	RunID     string `json:"runId"`
+}
+
+// Record is the value of a DLQ record (JSON).
+type Record struct {
+	SchemaVersion int `json:"schemaVersion"`
+	// Event is the original envelope; nil when the record value was undecodable.
+	Event *json.RawMessage `json:"event"`
+	// RawValue is the original record value when it was not a valid envelope.
+	RawValue       []byte              `json:"rawValue,omitempty"`
+	ProjectionName string              `json:"projectionName"`
+	IRVersion      int                 `json:"irVersion"`
+	EventType      string              `json:"eventType,omitempty"`
+	EntityID       string              `json:"entityId,omitempty"`
+	ForkID         string              `json:"forkId"`
+	Error          string              `json:"error"`
+	ErrorKind      string              `json:"errorKind"`
+	RetryCount     int                 `json:"retryCount"`
+	ReplayCount    int                 `json:"replayCount"`
+	Attempts       []workflows.Attempt `json:"attempts"`
+	FirstFailedAt  time.Time           `json:"firstFailedAt"`
+	DeadLetteredAt time.Time           `json:"deadLetteredAt"`
+	Source         workflows.Source    `json:"source"`
+	Workflow       *WorkflowRef        `json:"workflow,omitempty"`
+}
+
+// UnsupportedVersionError reports a record written by a newer schema.
+type UnsupportedVersionError struct{ Version int }
+
+func (e *UnsupportedVersionError) Error() string {
+	return fmt.Sprintf("dlq record has schemaVersion %d; this build reads version %d", e.Version, SchemaVersion)
+}
+
+// Decode parses a DLQ record value, refusing versions it does not know.
+func Decode(value []byte) (Record, error) {
+	var probe struct {
+		SchemaVersion int `json:"schemaVersion"`
+	}
+	if err := json.Unmarshal(value, &probe); err != nil {
+		return Record{}, fmt.Errorf("decode dlq record: %w", err)
+	}
+	if probe.SchemaVersion != SchemaVersion {
+		return Record{}, &UnsupportedVersionError{Version: probe.SchemaVersion}
+	}
+	var r Record
+	if err := json.Unmarshal(value, &r); err != nil {
+		return Record{}, fmt.Errorf("decode dlq record: %w", err)
+	}
+	return r, nil
+}
+
+// KafkaRecord builds the Kafka record for r on topic, keyed by the original key.
+func (r Record) KafkaRecord(topic string, key []byte) (*kgo.Record, error) {
+	r.SchemaVersion = SchemaVersion
+	value, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("encode dlq record: %w", err)
+	}
+	return &kgo.Record{
+		Topic: topic,
+		Key:   key,
+		Value: value,
+		Headers: []kgo.RecordHeader{
+			{Key: HeaderProjection, Value: []byte(r.ProjectionName)},
+			{Key: HeaderEventType, Value: []byte(r.EventType)},
+			{Key: HeaderRetryCount, Value: []byte(strconv.Itoa(r.RetryCount))},
+			{Key: HeaderErrorKind, Value: []byte(r.ErrorKind)},
+			{Key: HeaderSourceTopic, Value: []byte(r.Source.Topic)},
+			{Key: HeaderSourcePartition, Value: []byte(strconv.FormatInt(int64(r.Source.Partition), 10))},
+			{Key: HeaderSourceOffset, Value: []byte(strconv.FormatInt(r.Source.Offset, 10))},
+		},
+	}, nil
+}
+
+// Publisher writes dead letters synchronously: a record is durable on the
+// topic (acks=all, idempotent producer) before Publish returns.
+type Publisher struct {
+	Client *kgo.Client
+	Topic  string
+}
+
+// Publish writes r and returns where it landed.
+func (p *Publisher) Publish(ctx context.Context, key []byte, r Record) (workflows.DLQCoordinates, error) {
+	rec, err := r.KafkaRecord(p.Topic, key)
+	if err != nil {
+		return workflows.DLQCoordinates{}, err
+	}
+	res := p.Client.ProduceSync(ctx, rec)
+	got, err := res.First()
+	if err != nil {
+		return workflows.DLQCoordinates{}, fmt.Errorf("publish dead letter to %s: %w", p.Topic, err)
+	}
+	return workflows.DLQCoordinates{Topic: got.Topic, Partition: got.Partition, Offset: got.Offset}, nil
+}

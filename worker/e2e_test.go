@@ -1,0 +1,297 @@
+package worker_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/causet/projection-retry/activities"
+	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/dlq"
+	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/internal/testenv"
+	"github.com/causet/projection-retry/projection"
+	"github.com/causet/projection-retry/worker"
+	"github.com/causet/projection-retry/workflows"
+)
+
+var recordHistories = flag.Bool("record-histories", false, "write the workflow histories of the end-to-end test to ../workflows/testdata")
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// syncBuffer collects log lines written by concurrent activities.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) lines(t *testing.T, name string) []map[string]any {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []map[string]any
+	sc := bufio.NewScanner(bytes.NewReader(b.buf.Bytes()))
+	for sc.Scan() {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &m))
+		if m["event"] == name {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+const brokenIR = `
+name: artist_followers
+source_events: [ARTIST_FOLLOWED, ARTIST_UNFOLLOWED]
+table: artist_followers
+key: [user_id, artist_id]
+on:
+  ARTIST_FOLLOWED:
+    op: upsert
+    columns: {user_id: event.entityId, artist_id: event.payload.artistId, followed_at: event.occurredAt}
+  ARTIST_UNFOLLOWED:
+    op: delete
+    columns: {user_id: event.entityId, artist_id: event.payload.artistId}
+`
+
+// fixedIR no longer writes the column the table lacks.
+var fixedIR = strings.Replace(brokenIR, ", followed_at: event.occurredAt", "", 1)
+
+func deploy(t *testing.T, ctx context.Context, pool *pgxpool.Pool, doc string) {
+	t.Helper()
+	d, err := projection.Parse([]byte(doc))
+	require.NoError(t, err)
+	_, err = projection.Deploy(ctx, pool, d)
+	require.NoError(t, err)
+}
+
+func TestKafkaWorkerEndToEnd(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	pool := testenv.Postgres(t)
+	srv := testenv.Temporal(t)
+	brokers := testenv.Kafka(t)
+	dlqTopic := testenv.Topic(t, "dlq")
+	testenv.CreateTopic(t, brokers, dlqTopic, 1)
+
+	require.NoError(t, projection.EnsureSchema(ctx, pool))
+	// The table lacks followed_at: the seed's schema mismatch.
+	_, err := pool.Exec(ctx, `CREATE TABLE artist_followers (user_id text NOT NULL, artist_id text NOT NULL, PRIMARY KEY (user_id, artist_id))`)
+	require.NoError(t, err)
+	logs := &syncBuffer{}
+	logger := slog.New(slog.NewJSONHandler(logs, nil))
+	engine, err := projection.NewEngine(ctx, pool, logger)
+	require.NoError(t, err)
+	t.Cleanup(engine.Close)
+	deploy(t, ctx, pool, brokenIR)
+
+	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	require.NoError(t, err)
+	t.Cleanup(producer.Close)
+	tq := testenv.TaskQueue(t)
+	w, err := worker.New(worker.Options{
+		Client:    srv.Client,
+		TaskQueue: tq,
+		Activities: &activities.Activities{
+			Applier:   engine,
+			Publisher: &dlq.Publisher{Client: producer, Topic: dlqTopic},
+			Logger:    logger,
+		},
+	})
+	require.NoError(t, err)
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
+
+	ev := event.Envelope{
+		EventID: "ev-" + tq, EventType: "ARTIST_FOLLOWED", EntityID: "user-123", ForkID: "production",
+		OccurredAt: time.Now().UTC().Truncate(time.Second), Payload: []byte(`{"artistId":"artist-9"}`),
+	}
+	// Attempt 1, as the bridge makes it in inline mode.
+	attempt1 := time.Now()
+	res, err := engine.Apply(ctx, "artist_followers", ev)
+	require.NoError(t, err)
+	require.NotNil(t, res.Err)
+	require.Equal(t, projection.KindSQL, res.Err.Kind)
+
+	id := workflows.RetryWorkflowID("artist_followers", ev.ForkID, ev.EventID)
+	in := workflows.RetryInput{
+		Event: ev, Projection: "artist_followers", Key: []byte(ev.EntityID), Mode: config.ModeInline,
+		Source:       workflows.Source{Topic: "causet.events.v1", Partition: 1, Offset: 7},
+		FirstAttempt: &workflows.Attempt{Number: 1, StartedAt: attempt1, ErrorKind: string(res.Err.Kind), Error: res.Err.Error(), IRVersion: res.IRVersion},
+		Retry:        config.DefaultRetry(), ReplayWindow: time.Hour,
+	}
+	run, err := srv.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID: id, TaskQueue: tq,
+		TypedSearchAttributes: temporalAttrs(ev, "artist_followers"),
+	}, workflows.RetryWorkflowName, in)
+	require.NoError(t, err)
+
+	st := waitState(t, ctx, srv.Client, id, workflows.StateDeadLettered, 60*time.Second)
+	require.Len(t, st.Attempts, 5)
+	schedule := config.DefaultRetry().Plan(config.ModeInline).Offsets
+	for k, a := range st.Attempts {
+		require.Equal(t, k+1, a.Number)
+		off := a.StartedAt.Sub(st.Attempts[0].StartedAt)
+		t.Logf("attempt %d at +%.3fs (schedule +%s): %s", a.Number, off.Seconds(), schedule[k], a.Error)
+		require.GreaterOrEqual(t, off, schedule[k]-50*time.Millisecond, "attempt %d too early", k+1)
+		require.LessOrEqual(t, off, schedule[k]+1500*time.Millisecond, "attempt %d too late", k+1)
+		require.Equal(t, "sql", a.ErrorKind)
+		require.Contains(t, a.Error, `column "followed_at"`)
+		require.Contains(t, a.Error, "does not exist")
+	}
+	require.NotNil(t, st.DLQ)
+
+	// The DLQ record, with every field of DESIGN §7.
+	rec, headers := readDLQ(t, ctx, brokers, dlqTopic)
+	require.Equal(t, 1, rec.SchemaVersion)
+	require.NotNil(t, rec.Event)
+	var got event.Envelope
+	require.NoError(t, json.Unmarshal(*rec.Event, &got))
+	require.Equal(t, ev.EventID, got.EventID)
+	require.Equal(t, "artist_followers", rec.ProjectionName)
+	require.Equal(t, 1, rec.IRVersion)
+	require.Equal(t, "production", rec.ForkID)
+	require.Contains(t, rec.Error, `column "followed_at"`)
+	require.Equal(t, "sql", rec.ErrorKind)
+	require.Equal(t, 5, rec.RetryCount)
+	require.Len(t, rec.Attempts, 5)
+	require.WithinDuration(t, attempt1, rec.FirstFailedAt, time.Millisecond)
+	require.False(t, rec.DeadLetteredAt.Before(rec.Attempts[4].StartedAt))
+	require.Equal(t, workflows.Source{Topic: "causet.events.v1", Partition: 1, Offset: 7}, rec.Source)
+	require.Equal(t, &dlq.WorkflowRef{Namespace: srv.Namespace, ID: id, RunID: run.GetRunID()}, rec.Workflow)
+	require.Equal(t, map[string]string{
+		dlq.HeaderProjection: "artist_followers", dlq.HeaderEventType: "ARTIST_FOLLOWED", dlq.HeaderRetryCount: "5",
+		dlq.HeaderErrorKind: "sql", dlq.HeaderSourceTopic: "causet.events.v1", dlq.HeaderSourcePartition: "1", dlq.HeaderSourceOffset: "7",
+	}, headers)
+
+	// The seed's log lines: attempts 2-4 will be retried, attempt 5 dead-letters.
+	retries := logs.lines(t, "projection_retry")
+	require.Len(t, retries, 3)
+	for i, l := range retries {
+		require.Equal(t, "artist_followers", l["projectionName"])
+		require.Equal(t, "ARTIST_FOLLOWED", l["eventType"])
+		require.Equal(t, "user-123", l["entityId"])
+		require.Equal(t, "production", l["forkId"])
+		require.EqualValues(t, i+2, l["retryAttempt"])
+		require.Equal(t, []string{"2s", "4s", "8s"}[i], l["nextRetryIn"])
+		require.Contains(t, l["error"], `column "followed_at"`)
+	}
+	require.Len(t, logs.lines(t, "projection_dead_lettered"), 1)
+
+	// Operators find it with the CLI query from the README.
+	require.Eventually(t, func() bool {
+		out, err := srv.CLI("workflow", "list", "--query",
+			`CausetRetryState="dead_lettered" AND CausetProjection="artist_followers"`, "-o", "json")
+		return err == nil && strings.Contains(out, id)
+	}, 20*time.Second, 500*time.Millisecond)
+	if *recordHistories {
+		writeHistory(t, ctx, srv.Client, id, "dead_lettered.json")
+	}
+
+	// Fix the projection, replay by signal, and the row appears.
+	deploy(t, ctx, pool, fixedIR)
+	_, err = srv.CLI("workflow", "signal", "--workflow-id", id, "--name", workflows.SignalReplay, "--input", `{"reason":"IR v2 drops followed_at"}`)
+	require.NoError(t, err)
+	st = waitState(t, ctx, srv.Client, id, workflows.StateSucceeded, 30*time.Second)
+	require.Equal(t, 1, st.ReplayCount)
+	require.Equal(t, 2, st.IRVersion)
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM artist_followers WHERE user_id = 'user-123' AND artist_id = 'artist-9'`).Scan(&n))
+	require.Equal(t, 1, n)
+	require.Len(t, logs.lines(t, "projection_replayed"), 1)
+	require.Eventually(t, func() bool {
+		out, err := srv.CLI("workflow", "list", "--query", `WorkflowId="`+id+`" AND CausetRetryState="succeeded"`, "-o", "json")
+		return err == nil && strings.Contains(out, id)
+	}, 20*time.Second, 500*time.Millisecond)
+	if *recordHistories {
+		writeHistory(t, ctx, srv.Client, id, "replayed.json")
+	}
+}
+
+func temporalAttrs(ev event.Envelope, projectionName string) temporal.SearchAttributes {
+	return temporal.NewSearchAttributes(
+		workflows.AttrProjection.ValueSet(projectionName),
+		workflows.AttrEventType.ValueSet(ev.EventType),
+		workflows.AttrEntityID.ValueSet(ev.EntityID),
+		workflows.AttrForkID.ValueSet(ev.ForkID),
+		workflows.AttrRetryState.ValueSet(string(workflows.StateRetrying)),
+	)
+}
+
+func waitState(t *testing.T, ctx context.Context, c client.Client, id string, want workflows.State, within time.Duration) workflows.Status {
+	t.Helper()
+	var st workflows.Status
+	require.Eventually(t, func() bool {
+		v, err := c.QueryWorkflow(ctx, id, "", workflows.QueryStatus)
+		if err != nil {
+			return false
+		}
+		if err := v.Get(&st); err != nil {
+			return false
+		}
+		return st.State == want
+	}, within, 200*time.Millisecond, "workflow %s never reached %s (last: %+v)", id, want, st)
+	return st
+}
+
+func readDLQ(t *testing.T, ctx context.Context, brokers []string, topic string) (dlq.Record, map[string]string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	require.NoError(t, err)
+	defer cl.Close()
+	fctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	var recs []*kgo.Record
+	for len(recs) == 0 {
+		fs := cl.PollFetches(fctx)
+		require.NoError(t, fctx.Err(), "no DLQ record on %s", topic)
+		recs = append(recs, fs.Records()...)
+	}
+	require.Len(t, recs, 1)
+	r, err := dlq.Decode(recs[0].Value)
+	require.NoError(t, err)
+	h := map[string]string{}
+	for _, kv := range recs[0].Headers {
+		h[kv.Key] = string(kv.Value)
+	}
+	require.Equal(t, "user-123", string(recs[0].Key))
+	return r, h
+}
+
+func writeHistory(t *testing.T, ctx context.Context, c client.Client, id, name string) {
+	t.Helper()
+	var events []*historypb.HistoryEvent
+	it := c.GetWorkflowHistory(ctx, id, "", false, 0)
+	for it.HasNext() {
+		e, err := it.Next()
+		require.NoError(t, err)
+		events = append(events, e)
+	}
+	b, err := protojson.MarshalOptions{Indent: "  "}.Marshal(&historypb.History{Events: events})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join("..", "workflows", "testdata", name), b, 0o644))
+}

@@ -1,0 +1,148 @@
+// Package worker wires the Temporal worker: registration, client options,
+// search attributes and metrics.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/uber-go/tally/v4"
+	tallyprom "github.com/uber-go/tally/v4/prometheus"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	sdktally "go.temporal.io/sdk/contrib/tally"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/causet/projection-retry/activities"
+	"github.com/causet/projection-retry/workflows"
+)
+
+// Options configure New.
+type Options struct {
+	// Client is the Temporal client. Required.
+	Client client.Client
+	// TaskQueue is CAUSET_TASK_QUEUE. Required.
+	TaskQueue string
+	// Activities implements the activities. Required.
+	Activities *activities.Activities
+	// MaxConcurrentActivities bounds activity executions. Optional, defaults to 200.
+	MaxConcurrentActivities int
+	// MaxConcurrentWorkflowTasks bounds workflow task executions. Optional, defaults to 200.
+	MaxConcurrentWorkflowTasks int
+	// StopTimeout is how long a stop waits for running activities. Optional, defaults to 30s.
+	StopTimeout time.Duration
+}
+
+func (o *Options) validate() error {
+	switch {
+	case o.Client == nil:
+		return errors.New("worker: Client is required")
+	case o.TaskQueue == "":
+		return errors.New("worker: TaskQueue is required")
+	case o.Activities == nil:
+		return errors.New("worker: Activities is required")
+	}
+	return nil
+}
+
+// New builds a worker with the workflows and activities registered. The
+// defaults are sized for many short retry workflows: the SDK's defaults poll
+// too little for thousands of concurrent retries on one process.
+func New(o Options) (sdkworker.Worker, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	if o.MaxConcurrentActivities == 0 {
+		o.MaxConcurrentActivities = 200
+	}
+	if o.MaxConcurrentWorkflowTasks == 0 {
+		o.MaxConcurrentWorkflowTasks = 200
+	}
+	if o.StopTimeout == 0 {
+		o.StopTimeout = 30 * time.Second
+	}
+	w := sdkworker.New(o.Client, o.TaskQueue, sdkworker.Options{
+		MaxConcurrentActivityExecutionSize:     o.MaxConcurrentActivities,
+		MaxConcurrentWorkflowTaskExecutionSize: o.MaxConcurrentWorkflowTasks,
+		MaxConcurrentActivityTaskPollers:       8,
+		MaxConcurrentWorkflowTaskPollers:       8,
+		WorkerStopTimeout:                      o.StopTimeout,
+	})
+	Register(w, o.Activities)
+	return w, nil
+}
+
+// Register adds the workflows and activities under their contract names.
+func Register(r sdkworker.Registry, a *activities.Activities) {
+	r.RegisterWorkflowWithOptions(workflows.ProjectionRetryWorkflow, workflow.RegisterOptions{Name: workflows.RetryWorkflowName})
+	r.RegisterActivityWithOptions(a.ApplyProjection, activity.RegisterOptions{Name: workflows.ApplyProjectionActivity})
+	r.RegisterActivityWithOptions(a.PublishDeadLetter, activity.RegisterOptions{Name: workflows.PublishDeadLetterActivity})
+}
+
+// MissingSearchAttributesError lists the commands that create the search
+// attributes when the worker may not create them itself.
+type MissingSearchAttributesError struct {
+	Namespace string
+	Missing   []string
+	Cause     error
+}
+
+func (e *MissingSearchAttributesError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "search attributes %s are missing in namespace %q and could not be added (%v); create them with:",
+		strings.Join(e.Missing, ", "), e.Namespace, e.Cause)
+	for _, name := range e.Missing {
+		fmt.Fprintf(&b, "\n  temporal operator search-attribute create --namespace %s --name %s --type Keyword", e.Namespace, name)
+	}
+	return b.String()
+}
+
+// EnsureSearchAttributes adds the five Keyword search attributes the
+// workflows use, where the server allows it.
+func EnsureSearchAttributes(ctx context.Context, c client.Client, namespace string) error {
+	resp, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
+	if err != nil {
+		return &MissingSearchAttributesError{Namespace: namespace, Missing: workflows.SearchAttributeNames, Cause: err}
+	}
+	add := map[string]enumspb.IndexedValueType{}
+	var missing []string
+	for _, name := range workflows.SearchAttributeNames {
+		if _, ok := resp.GetCustomAttributes()[name]; !ok {
+			add[name] = enumspb.INDEXED_VALUE_TYPE_KEYWORD
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if _, err := c.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
+		Namespace: namespace, SearchAttributes: add,
+	}); err != nil {
+		return &MissingSearchAttributesError{Namespace: namespace, Missing: missing, Cause: err}
+	}
+	return nil
+}
+
+// MetricsHandler exposes the SDK's metrics on reg with Prometheus naming.
+func MetricsHandler(reg prometheus.Registerer, logger *slog.Logger) (client.MetricsHandler, func(), error) {
+	reporter := tallyprom.NewReporter(tallyprom.Options{
+		Registerer: reg,
+		OnRegisterError: func(err error) {
+			logger.Warn("temporal metric registration failed", "err", err)
+		},
+	})
+	scope, closer := tally.NewRootScope(tally.ScopeOptions{
+		CachedReporter:  reporter,
+		Separator:       tallyprom.DefaultSeparator,
+		SanitizeOptions: &sdktally.PrometheusSanitizeOptions,
+	}, time.Second)
+	return sdktally.NewMetricsHandler(sdktally.NewPrometheusNamingScope(scope)), func() { _ = closer.Close() }, nil
+}

@@ -1,0 +1,256 @@
+package workflows
+
+import (
+	"errors"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/event"
+)
+
+// Activity names as registered by the worker. The workflow refers to them by
+// name so that the activities package can use this package's types.
+const (
+	ApplyProjectionActivity   = "ApplyProjection"
+	PublishDeadLetterActivity = "PublishDeadLetter"
+)
+
+// ApplyInput is the ApplyProjection activity's input.
+type ApplyInput struct {
+	Event      event.Envelope `json:"event"`
+	Projection string         `json:"projection"`
+	// Run is 0 for the original schedule, n for the n-th replay.
+	Run int `json:"run,omitempty"`
+	// FirstAttempt is the overall number of the activity's first attempt (2 in
+	// inline mode, where the bridge made attempt 1).
+	FirstAttempt int `json:"firstAttempt"`
+	// Delays is the plan's waits between attempts, for the nextRetryIn log field.
+	Delays []time.Duration `json:"delays"`
+	// MaxAttempts is the total number of attempts of a run.
+	MaxAttempts int `json:"maxAttempts"`
+}
+
+// ApplyOutput is ApplyProjection's result on success.
+type ApplyOutput struct {
+	IRVersion int  `json:"irVersion"`
+	Duplicate bool `json:"duplicate,omitempty"`
+	// Attempts are the activity's failed attempts before the one that succeeded.
+	Attempts []Attempt `json:"attempts,omitempty"`
+	// Attempt is the overall number of the attempt that succeeded.
+	Attempt   int       `json:"attempt"`
+	StartedAt time.Time `json:"startedAt"`
+}
+
+// DeadLetterInput is the PublishDeadLetter activity's input.
+type DeadLetterInput struct {
+	Event       event.Envelope `json:"event"`
+	Key         []byte         `json:"key,omitempty"`
+	Projection  string         `json:"projection"`
+	IRVersion   int            `json:"irVersion"`
+	Attempts    []Attempt      `json:"attempts"`
+	ReplayCount int            `json:"replayCount"`
+	Source      Source         `json:"source"`
+}
+
+// DefaultReplayWindow applies when the input carries no window.
+const DefaultReplayWindow = 168 * time.Hour
+
+const (
+	applyTimeout   = time.Minute
+	publishTimeout = 30 * time.Second
+)
+
+// deadLetterRetry never gives up: the record must not be lost, so the
+// workflow waits for the topic to come back rather than closing without it.
+var deadLetterRetry = &temporal.RetryPolicy{
+	InitialInterval:    time.Second,
+	BackoffCoefficient: 2,
+	MaximumInterval:    time.Minute,
+	MaximumAttempts:    0,
+}
+
+// ProjectionRetryWorkflow retries one (projection, event) on the configured
+// schedule, dead-letters it when every attempt failed, then waits for a
+// replay or discard signal for the replay window.
+func ProjectionRetryWorkflow(ctx workflow.Context, in RetryInput) (Status, error) {
+	r := &retryRun{in: in, status: Status{State: StateRetrying, Projection: in.Projection, EventID: in.Event.EventID}}
+	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (Status, error) { return r.status, nil }); err != nil {
+		return r.status, err
+	}
+	if err := workflow.UpsertTypedSearchAttributes(ctx,
+		AttrProjection.ValueSet(in.Projection),
+		AttrEventType.ValueSet(in.Event.EventType),
+		AttrEntityID.ValueSet(in.Event.EntityID),
+		AttrForkID.ValueSet(in.Event.ForkID),
+		AttrRetryState.ValueSet(string(StateRetrying)),
+	); err != nil {
+		return r.status, err
+	}
+
+	plan := in.Retry.Plan(in.Mode)
+	var attempt1 time.Time
+	if in.FirstAttempt != nil {
+		a := *in.FirstAttempt
+		r.status.Attempts = append(r.status.Attempts, a)
+		r.status.IRVersion = a.IRVersion
+		attempt1 = a.StartedAt
+	}
+	ok := r.runSchedule(ctx, plan, 0, attempt1)
+
+	replay := workflow.GetSignalChannel(ctx, SignalReplay)
+	discard := workflow.GetSignalChannel(ctx, SignalDiscard)
+	for !ok {
+		if err := r.deadLetter(ctx); err != nil {
+			return r.status, err
+		}
+		if err := r.setState(ctx, StateDeadLettered); err != nil {
+			return r.status, err
+		}
+		next := r.awaitDecision(ctx, replay, discard)
+		switch next {
+		case SignalDiscard:
+			return r.status, r.setState(ctx, StateDiscarded)
+		case "":
+			workflow.GetLogger(ctx).Info("replay window expired", "window", in.ReplayWindow)
+			return r.status, nil
+		}
+		r.status.ReplayCount++
+		if err := r.setState(ctx, StateReplaying); err != nil {
+			return r.status, err
+		}
+		ok = r.runSchedule(ctx, in.Retry.Plan(config.ModeWorkflow), r.status.ReplayCount, time.Time{})
+	}
+	return r.status, r.setState(ctx, StateSucceeded)
+}
+
+type retryRun struct {
+	in     RetryInput
+	status Status
+}
+
+func (r *retryRun) setState(ctx workflow.Context, s State) error {
+	r.status.State = s
+	r.status.NextRetryAt = nil
+	return workflow.UpsertTypedSearchAttributes(ctx, AttrRetryState.ValueSet(string(s)))
+}
+
+// runSchedule runs the activity with the plan's retry policy and reports
+// whether the event was applied. attempt1 is when the bridge's attempt 1
+// started (inline mode); the first activity attempt waits until
+// attempt1+FirstWait so both modes keep the same wall-clock schedule.
+func (r *retryRun) runSchedule(ctx workflow.Context, plan config.Plan, run int, attempt1 time.Time) bool {
+	if plan.Policy == nil {
+		return false
+	}
+	if plan.FirstWait > 0 {
+		due := attempt1.Add(plan.FirstWait)
+		if wait := due.Sub(workflow.Now(ctx)); wait > 0 {
+			r.status.NextRetryAt = &due
+			if err := workflow.Sleep(ctx, wait); err != nil {
+				return false
+			}
+		}
+	}
+	r.status.NextRetryAt = nil
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: applyTimeout,
+		RetryPolicy:         plan.Policy,
+	})
+	in := ApplyInput{
+		Event:        r.in.Event,
+		Projection:   r.in.Projection,
+		Run:          run,
+		FirstAttempt: plan.FirstActivityAttempt,
+		Delays:       plan.Delays,
+		MaxAttempts:  len(plan.Offsets),
+	}
+	var out ApplyOutput
+	err := workflow.ExecuteActivity(actx, ApplyProjectionActivity, in).Get(ctx, &out)
+	if err == nil {
+		r.status.Attempts = append(r.status.Attempts, out.Attempts...)
+		r.status.Attempts = append(r.status.Attempts, Attempt{Number: out.Attempt, Run: run, StartedAt: out.StartedAt, IRVersion: out.IRVersion})
+		r.status.IRVersion = out.IRVersion
+		return true
+	}
+	r.status.Attempts = append(r.status.Attempts, failedAttempts(ctx, err, run)...)
+	if n := len(r.status.Attempts); n > 0 && r.status.Attempts[n-1].IRVersion != 0 {
+		r.status.IRVersion = r.status.Attempts[n-1].IRVersion
+	}
+	return false
+}
+
+// failedAttempts recovers every attempt of a failed activity: the activity
+// carries its earlier attempts forward and returns them all as the details
+// of its last ApplicationError, since history keeps only the last failure.
+func failedAttempts(ctx workflow.Context, err error, run int) []Attempt {
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) && appErr.HasDetails() {
+		var attempts []Attempt
+		if derr := appErr.Details(&attempts); derr == nil && len(attempts) > 0 {
+			return attempts
+		}
+	}
+	// A timeout or a worker crash leaves no details: record what is known.
+	kind := "timeout"
+	if appErr != nil {
+		kind = appErr.Type()
+	}
+	return []Attempt{{Number: 0, Run: run, StartedAt: workflow.Now(ctx), ErrorKind: kind, Error: err.Error()}}
+}
+
+func (r *retryRun) deadLetter(ctx workflow.Context) error {
+	var this []Attempt
+	for _, a := range r.status.Attempts {
+		if a.Run == r.status.ReplayCount {
+			this = append(this, a)
+		}
+	}
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: publishTimeout,
+		RetryPolicy:         deadLetterRetry,
+	})
+	in := DeadLetterInput{
+		Event:       r.in.Event,
+		Key:         r.in.Key,
+		Projection:  r.in.Projection,
+		IRVersion:   r.status.IRVersion,
+		Attempts:    this,
+		ReplayCount: r.status.ReplayCount,
+		Source:      r.in.Source,
+	}
+	var at DLQCoordinates
+	if err := workflow.ExecuteActivity(actx, PublishDeadLetterActivity, in).Get(ctx, &at); err != nil {
+		return err
+	}
+	r.status.DLQ = &at
+	return nil
+}
+
+// awaitDecision waits for replay or discard until the replay window ends; it
+// returns the signal's name, or "" when the window expired.
+func (r *retryRun) awaitDecision(ctx workflow.Context, replay, discard workflow.ReceiveChannel) string {
+	tctx, cancel := workflow.WithCancel(ctx)
+	defer cancel()
+	var got string
+	sel := workflow.NewSelector(ctx)
+	sel.AddReceive(replay, func(c workflow.ReceiveChannel, _ bool) {
+		var s ReplaySignal
+		c.Receive(ctx, &s)
+		r.status.LastReplayReason = s.Reason
+		got = SignalReplay
+	})
+	sel.AddReceive(discard, func(c workflow.ReceiveChannel, _ bool) {
+		c.Receive(ctx, nil)
+		got = SignalDiscard
+	})
+	window := r.in.ReplayWindow
+	if window <= 0 {
+		window = DefaultReplayWindow
+	}
+	sel.AddFuture(workflow.NewTimer(tctx, window), func(workflow.Future) {})
+	sel.Select(ctx)
+	return got
+}

@@ -1,0 +1,342 @@
+package workflows_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/causet/projection-retry/activities"
+	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/dlq"
+	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/projection"
+	"github.com/causet/projection-retry/workflows"
+)
+
+var start = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+
+func testEvent() event.Envelope {
+	return event.Envelope{
+		EventID: "ev-1", EventType: "ARTIST_FOLLOWED", EntityID: "user-123", ForkID: "production",
+		Payload: []byte(`{"artistId":"artist-9"}`),
+	}
+}
+
+// fakeApplier fails the first failures calls with err, then applies.
+type fakeApplier struct {
+	mu       sync.Mutex
+	failures int
+	err      error
+	calls    int
+}
+
+func (f *fakeApplier) Apply(_ context.Context, name string, ev event.Envelope) (projection.Result, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if f.calls <= f.failures {
+		return projection.Result{Projection: name, EventID: ev.EventID, IRVersion: 1, Status: projection.StatusFailed,
+			Err: &projection.ApplyError{Kind: projection.KindSQL, Err: f.err}}, nil
+	}
+	return projection.Result{Projection: name, EventID: ev.EventID, IRVersion: 2, Status: projection.StatusApplied}, nil
+}
+
+// fakePublisher fails the first failures publishes.
+type fakePublisher struct {
+	mu       sync.Mutex
+	failures int
+	calls    int
+	records  []dlq.Record
+}
+
+func (f *fakePublisher) Publish(_ context.Context, _ []byte, r dlq.Record) (workflows.DLQCoordinates, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if f.calls <= f.failures {
+		return workflows.DLQCoordinates{}, errors.New("broker unavailable")
+	}
+	f.records = append(f.records, r)
+	return workflows.DLQCoordinates{Topic: "causet.projection-dlq.v1", Partition: 0, Offset: int64(len(f.records) - 1)}, nil
+}
+
+type harness struct {
+	env       *testsuite.TestWorkflowEnvironment
+	applier   *fakeApplier
+	publisher *fakePublisher
+	starts    []time.Duration // activity start offsets from the workflow start
+	mu        sync.Mutex
+}
+
+func newHarness(t *testing.T, applyFailures, publishFailures int) *harness {
+	t.Helper()
+	var s testsuite.WorkflowTestSuite
+	s.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
+	h := &harness{
+		env:       s.NewTestWorkflowEnvironment(),
+		applier:   &fakeApplier{failures: applyFailures, err: errors.New(`column "followed_at" of relation "artist_followers" does not exist`)},
+		publisher: &fakePublisher{failures: publishFailures},
+	}
+	h.env.SetStartTime(start)
+	h.env.RegisterWorkflowWithOptions(workflows.ProjectionRetryWorkflow, workflow.RegisterOptions{Name: workflows.RetryWorkflowName})
+	a := &activities.Activities{Applier: h.applier, Publisher: h.publisher}
+	h.env.RegisterActivityWithOptions(a.ApplyProjection, activity.RegisterOptions{Name: workflows.ApplyProjectionActivity})
+	h.env.RegisterActivityWithOptions(a.PublishDeadLetter, activity.RegisterOptions{Name: workflows.PublishDeadLetterActivity})
+	h.env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
+		if info.ActivityType.Name == workflows.ApplyProjectionActivity {
+			h.mu.Lock()
+			h.starts = append(h.starts, h.env.Now().Sub(start))
+			h.mu.Unlock()
+		}
+	})
+	return h
+}
+
+func input(mode config.Mode, r config.Retry) workflows.RetryInput {
+	in := workflows.RetryInput{
+		Event: testEvent(), Projection: "artist_followers", Mode: mode, Retry: r,
+		Source:       workflows.Source{Topic: "causet.events.v1", Partition: 2, Offset: 41},
+		ReplayWindow: time.Hour,
+	}
+	if mode == config.ModeInline {
+		in.FirstAttempt = &workflows.Attempt{Number: 1, StartedAt: start, ErrorKind: "sql", Error: "first failure", IRVersion: 1}
+	}
+	return in
+}
+
+func (h *harness) status(t *testing.T) workflows.Status {
+	t.Helper()
+	v, err := h.env.QueryWorkflow(workflows.QueryStatus)
+	require.NoError(t, err)
+	var s workflows.Status
+	require.NoError(t, v.Get(&s))
+	return s
+}
+
+func secs(fs ...float64) []time.Duration {
+	out := make([]time.Duration, len(fs))
+	for i, f := range fs {
+		out[i] = time.Duration(f * float64(time.Second))
+	}
+	return out
+}
+
+func TestScheduleOffsets(t *testing.T) {
+	tests := []struct {
+		name  string
+		mode  config.Mode
+		retry config.Retry
+		want  []time.Duration // activity start offsets from attempt 1
+	}{
+		{"inline defaults", config.ModeInline, config.DefaultRetry(), secs(1, 3, 7, 15)},
+		{"workflow defaults", config.ModeWorkflow, config.DefaultRetry(), secs(0, 1, 3, 7, 15)},
+		{"inline custom", config.ModeInline, config.Retry{MaxAttempts: 5, Initial: 500 * time.Millisecond, Multiplier: 3, Max: 2 * time.Second}, secs(0.5, 2, 4, 6)},
+		{"workflow custom", config.ModeWorkflow, config.Retry{MaxAttempts: 5, Initial: 500 * time.Millisecond, Multiplier: 3, Max: 2 * time.Second}, secs(0, 0.5, 2, 4, 6)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, 100, 0)
+			h.env.RegisterDelayedCallback(func() {
+				s := h.status(t)
+				require.Equal(t, workflows.StateDeadLettered, s.State)
+				require.Len(t, s.Attempts, tc.retry.MaxAttempts)
+				for i, a := range s.Attempts {
+					require.Equal(t, i+1, a.Number)
+					require.Equal(t, "sql", a.ErrorKind)
+				}
+				require.NotNil(t, s.DLQ)
+				h.env.SignalWorkflow(workflows.SignalDiscard, nil)
+			}, 30*time.Minute)
+			h.env.ExecuteWorkflow(workflows.RetryWorkflowName, input(tc.mode, tc.retry))
+			require.True(t, h.env.IsWorkflowCompleted())
+			require.NoError(t, h.env.GetWorkflowError())
+			require.Equal(t, tc.want, h.starts)
+			require.Len(t, h.publisher.records, 1)
+			rec := h.publisher.records[0]
+			require.Equal(t, tc.retry.MaxAttempts, rec.RetryCount)
+			require.Len(t, rec.Attempts, tc.retry.MaxAttempts)
+			require.Equal(t, "sql", rec.ErrorKind)
+		})
+	}
+}
+
+func TestSucceedsOnAttemptThree(t *testing.T) {
+	h := newHarness(t, 1, 0) // attempt 1 failed inline, attempt 2 fails, attempt 3 applies
+	h.env.ExecuteWorkflow(workflows.RetryWorkflowName, input(config.ModeInline, config.DefaultRetry()))
+	require.NoError(t, h.env.GetWorkflowError())
+	var s workflows.Status
+	require.NoError(t, h.env.GetWorkflowResult(&s))
+	require.Equal(t, workflows.StateSucceeded, s.State)
+	require.Empty(t, h.publisher.records)
+	require.Nil(t, s.DLQ)
+	require.Len(t, s.Attempts, 3)
+	require.Equal(t, []int{1, 2, 3}, []int{s.Attempts[0].Number, s.Attempts[1].Number, s.Attempts[2].Number})
+	require.Equal(t, "first failure", s.Attempts[0].Error)
+	require.Contains(t, s.Attempts[1].Error, "followed_at")
+	require.Empty(t, s.Attempts[2].Error)
+	require.Equal(t, secs(1, 3), h.starts)
+}
+
+func TestAllAttemptsFailDeadLettersOnceWithEveryAttempt(t *testing.T) {
+	h := newHarness(t, 100, 0)
+	h.env.ExecuteWorkflow(workflows.RetryWorkflowName, input(config.ModeInline, config.DefaultRetry()))
+	require.NoError(t, h.env.GetWorkflowError())
+	var s workflows.Status
+	require.NoError(t, h.env.GetWorkflowResult(&s))
+	require.Equal(t, workflows.StateDeadLettered, s.State, "closes dead-lettered when the window expires")
+	require.Len(t, h.publisher.records, 1)
+	rec := h.publisher.records[0]
+	require.Len(t, rec.Attempts, 5)
+	require.Equal(t, "artist_followers", rec.ProjectionName)
+	require.Equal(t, "production", rec.ForkID)
+	require.Equal(t, workflows.Source{Topic: "causet.events.v1", Partition: 2, Offset: 41}, rec.Source)
+	require.Equal(t, start, rec.FirstFailedAt)
+	for i, a := range rec.Attempts {
+		require.Equal(t, i+1, a.Number)
+		require.False(t, a.StartedAt.IsZero(), "attempt %d has its start time", i+1)
+		require.Contains(t, []string{"first failure", `column "followed_at" of relation "artist_followers" does not exist`}, a.Error)
+	}
+	require.Contains(t, rec.Error, `column "followed_at"`)
+	require.NotNil(t, rec.Workflow)
+}
+
+func TestDeadLetterPublishRetriesUntilItLands(t *testing.T) {
+	h := newHarness(t, 100, 3)
+	var closedBeforePublish bool
+	h.env.SetOnActivityCompletedListener(func(info *activity.Info, _ converter.EncodedValue, err error) {
+		if info.ActivityType.Name == workflows.PublishDeadLetterActivity && h.env.IsWorkflowCompleted() {
+			closedBeforePublish = true
+		}
+	})
+	h.env.ExecuteWorkflow(workflows.RetryWorkflowName, input(config.ModeInline, config.DefaultRetry()))
+	require.NoError(t, h.env.GetWorkflowError())
+	require.Equal(t, 4, h.publisher.calls, "three failures, then the record lands")
+	require.Len(t, h.publisher.records, 1)
+	require.False(t, closedBeforePublish)
+	var s workflows.Status
+	require.NoError(t, h.env.GetWorkflowResult(&s))
+	require.NotNil(t, s.DLQ)
+}
+
+func TestReplayAfterFix(t *testing.T) {
+	h := newHarness(t, 5, 0) // attempts 2..5 fail (inline attempt 1 is in the input), then the fix lands
+	h.env.RegisterDelayedCallback(func() {
+		require.Equal(t, workflows.StateDeadLettered, h.status(t).State)
+		h.env.SignalWorkflow(workflows.SignalReplay, workflows.ReplaySignal{Reason: "fixed IR v2"})
+	}, time.Minute)
+	h.env.ExecuteWorkflow(workflows.RetryWorkflowName, input(config.ModeInline, config.DefaultRetry()))
+	require.NoError(t, h.env.GetWorkflowError())
+	var s workflows.Status
+	require.NoError(t, h.env.GetWorkflowResult(&s))
+	require.Equal(t, workflows.StateSucceeded, s.State)
+	require.Equal(t, 1, s.ReplayCount)
+	require.Equal(t, "fixed IR v2", s.LastReplayReason)
+	require.Len(t, h.publisher.records, 1)
+	require.Equal(t, 2, s.IRVersion)
+	last := s.Attempts[len(s.Attempts)-1]
+	require.Equal(t, 1, last.Run)
+	require.Empty(t, last.Error)
+}
+
+func TestReplayThatFailsDeadLettersAgain(t *testing.T) {
+	h := newHarness(t, 100, 0)
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(workflows.SignalReplay, nil)
+	}, time.Minute)
+	h.env.RegisterDelayedCallback(func() {
+		s := h.status(t)
+		require.Equal(t, workflows.StateDeadLettered, s.State)
+		require.Equal(t, 1, s.ReplayCount)
+		h.env.SignalWorkflow(workflows.SignalDiscard, nil)
+	}, 10*time.Minute)
+	h.env.ExecuteWorkflow(workflows.RetryWorkflowName, input(config.ModeInline, config.DefaultRetry()))
+	require.NoError(t, h.env.GetWorkflowError())
+	require.Len(t, h.publisher.records, 2)
+	require.Equal(t, 1, h.publisher.records[1].ReplayCount)
+	require.Len(t, h.publisher.records[1].Attempts, 5, "a replay runs the whole schedule")
+	var s workflows.Status
+	require.NoError(t, h.env.GetWorkflowResult(&s))
+	require.Equal(t, workflows.StateDiscarded, s.State)
+}
+
+func TestDiscard(t *testing.T) {
+	h := newHarness(t, 100, 0)
+	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(workflows.SignalDiscard, nil) }, time.Minute)
+	h.env.ExecuteWorkflow(workflows.RetryWorkflowName, input(config.ModeInline, config.DefaultRetry()))
+	require.NoError(t, h.env.GetWorkflowError())
+	var s workflows.Status
+	require.NoError(t, h.env.GetWorkflowResult(&s))
+	require.Equal(t, workflows.StateDiscarded, s.State)
+	require.Less(t, h.env.Now().Sub(start), time.Hour, "closed by the signal, not the window")
+}
+
+func TestWindowExpiry(t *testing.T) {
+	h := newHarness(t, 100, 0)
+	in := input(config.ModeInline, config.DefaultRetry())
+	in.ReplayWindow = 3 * time.Hour
+	h.env.ExecuteWorkflow(workflows.RetryWorkflowName, in)
+	require.NoError(t, h.env.GetWorkflowError())
+	var s workflows.Status
+	require.NoError(t, h.env.GetWorkflowResult(&s))
+	require.Equal(t, workflows.StateDeadLettered, s.State)
+	require.GreaterOrEqual(t, h.env.Now().Sub(start), 3*time.Hour)
+}
+
+func TestInvalidEventDeadLettersAfterOneAttempt(t *testing.T) {
+	h := newHarness(t, 0, 0)
+	in := input(config.ModeWorkflow, config.DefaultRetry())
+	in.Event.Payload = []byte(`[1]`)
+	h.env.ExecuteWorkflow(workflows.RetryWorkflowName, in)
+	require.NoError(t, h.env.GetWorkflowError())
+	require.Equal(t, 0, h.applier.calls)
+	require.Len(t, h.starts, 1)
+	require.Len(t, h.publisher.records, 1)
+	require.Equal(t, "invalid_event", h.publisher.records[0].ErrorKind)
+	require.Equal(t, 1, h.publisher.records[0].RetryCount)
+}
+
+func TestSingleAttemptInlineGoesStraightToDLQ(t *testing.T) {
+	h := newHarness(t, 100, 0)
+	h.env.ExecuteWorkflow(workflows.RetryWorkflowName, input(config.ModeInline, config.Retry{MaxAttempts: 1, Initial: time.Second, Multiplier: 2, Max: time.Second}))
+	require.NoError(t, h.env.GetWorkflowError())
+	require.Empty(t, h.starts)
+	require.Len(t, h.publisher.records, 1)
+	require.Equal(t, "first failure", h.publisher.records[0].Error)
+}
+
+func TestSearchAttributesPerState(t *testing.T) {
+	h := newHarness(t, 4, 0) // dead-letters, then a replay succeeds
+	var states []string
+	first := map[string]string{}
+	h.env.OnUpsertTypedSearchAttributes(mock.Anything).Return(nil).Run(func(args mock.Arguments) {
+		sa := args.Get(0).(temporal.SearchAttributes)
+		for k, v := range sa.GetUntypedValues() {
+			if len(first) < 5 {
+				first[k.GetName()] = v.(string)
+			}
+			if k.GetName() == "CausetRetryState" {
+				states = append(states, v.(string))
+			}
+		}
+	})
+	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(workflows.SignalReplay, nil) }, time.Minute)
+	h.env.ExecuteWorkflow(workflows.RetryWorkflowName, input(config.ModeInline, config.DefaultRetry()))
+	require.NoError(t, h.env.GetWorkflowError())
+	require.Equal(t, []string{"retrying", "dead_lettered", "replaying", "succeeded"}, states)
+	require.Equal(t, map[string]string{
+		"CausetProjection": "artist_followers", "CausetEventType": "ARTIST_FOLLOWED", "CausetEntityId": "user-123",
+		"CausetForkId": "production", "CausetRetryState": "retrying",
+	}, first)
+}
