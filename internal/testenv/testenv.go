@@ -1,0 +1,178 @@
+// Package testenv provides the external services that integration tests need:
+// a throwaway PostgreSQL cluster, a Temporal dev server and Kafka (an in-process
+// kfake cluster, or a real broker when KAFKA_BROKERS is set).
+//
+// Every package that uses testenv should route its TestMain through [Main] so
+// that the services started for the test binary are torn down when it exits:
+//
+//	func TestMain(m *testing.M) { testenv.Main(m) }
+//
+// Services are started lazily, at most once per test binary, on free loopback
+// ports. Each test gets an isolated slice of them: its own database
+// ([Postgres]), its own Temporal client ([Temporal]), its own kfake cluster or
+// unique topic names ([Kafka], [Topic]).
+//
+// Environment:
+//
+//	TEST_DATABASE_URL  use this PostgreSQL instead of starting one (each test
+//	                   still gets a fresh database created on it)
+//	TEMPORAL_ADDRESS   use this Temporal frontend instead of a dev server
+//	TEMPORAL_NAMESPACE namespace on TEMPORAL_ADDRESS (default "default")
+//	KAFKA_BROKERS      use this real Kafka (comma-separated seeds) instead of kfake
+//	CI=true            a service that cannot be had fails the test instead of
+//	                   skipping it, so CI cannot go green by skipping
+//
+// A test that touches Kafka should have "Kafka" in its name: `make test-kafka`
+// re-runs exactly those tests against a real broker.
+//
+// If a test binary dies without running [Main]'s teardown (panic, -timeout,
+// SIGKILL), a small watchdog process notices the test binary is gone and
+// stops the PostgreSQL cluster and Temporal dev server it started.
+package testenv
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Main runs the tests, then stops every service this test binary started
+// (PostgreSQL cluster, Temporal dev server), removes their temp dirs and exits
+// with the tests' exit code. Call it from TestMain.
+func Main(m *testing.M) {
+	code := m.Run()
+	Teardown()
+	os.Exit(code)
+}
+
+var (
+	teardownMu sync.Mutex
+	teardowns  []func()
+)
+
+func onTeardown(fn func()) {
+	teardownMu.Lock()
+	defer teardownMu.Unlock()
+	teardowns = append(teardowns, fn)
+}
+
+// Teardown stops everything started so far, in reverse start order. [Main]
+// calls it; call it yourself only if you cannot use Main. It is idempotent.
+func Teardown() {
+	teardownMu.Lock()
+	fns := teardowns
+	teardowns = nil
+	teardownMu.Unlock()
+	for i := len(fns) - 1; i >= 0; i-- {
+		fns[i]()
+	}
+}
+
+// InCI reports whether CI=true (or 1) is set: then a missing service fails the
+// test instead of skipping it.
+func InCI() bool {
+	v, _ := strconv.ParseBool(os.Getenv("CI"))
+	return v
+}
+
+// unavailable skips the test (fails it under CI=true) because a service
+// cannot be had.
+func unavailable(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if InCI() {
+		t.Fatalf("testenv: %s (CI=true: a missing service is a failure, not a skip)", msg)
+	}
+	t.Skipf("testenv: %s", msg)
+}
+
+// RepoRoot returns the directory holding go.mod, found by walking up from the
+// working directory (go test runs each package in its own directory).
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("go.mod not found above the working directory")
+		}
+		dir = parent
+	}
+}
+
+var uniq atomic.Int64
+
+var nonAlnum = regexp.MustCompile(`[^a-z0-9]+`)
+
+// uniqueName makes a lowercase [a-z0-9_] name from prefix and the test name,
+// unique within this process and very likely across processes, at most max
+// bytes long.
+func uniqueName(t testing.TB, prefix, sep string, max int) string {
+	base := nonAlnum.ReplaceAllString(strings.ToLower(t.Name()), sep)
+	base = strings.Trim(base, sep)
+	suffix := fmt.Sprintf("%s%d%s%x", sep, uniq.Add(1), sep, uint32(time.Now().UnixNano())^uint32(os.Getpid())<<16)
+	room := max - len(prefix) - len(sep) - len(suffix)
+	if room < 0 {
+		room = 0
+	}
+	if len(base) > room {
+		base = base[:room]
+	}
+	return prefix + sep + base + suffix
+}
+
+// watchdog starts a detached shell that waits for this process to exit and
+// then runs script (cleanup for when the test binary dies without teardown).
+// It returns a stop function that kills the watchdog (used by the normal
+// teardown).
+func watchdog(script string) func() {
+	full := fmt.Sprintf("while kill -0 %d 2>/dev/null; do sleep 1; done; %s", os.Getpid(), script)
+	cmd := exec.Command("/bin/sh", "-c", full)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return func() {}
+	}
+	pid := cmd.Process.Pid
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	return func() {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		select {
+		case <-done:
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// shellQuote quotes s for /bin/sh.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// tail returns the last n lines of file (for error messages).
+func tail(file string, n int) string {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
