@@ -83,6 +83,7 @@ func New(o Options) (sdkworker.Worker, error) {
 // Register adds the workflows and activities under their contract names.
 func Register(r sdkworker.Registry, a *activities.Activities) {
 	r.RegisterWorkflowWithOptions(workflows.ProjectionRetryWorkflow, workflow.RegisterOptions{Name: workflows.RetryWorkflowName})
+	r.RegisterWorkflowWithOptions(workflows.ProjectionLaneWorkflow, workflow.RegisterOptions{Name: workflows.LaneWorkflowName})
 	r.RegisterActivityWithOptions(a.ApplyProjection, activity.RegisterOptions{Name: workflows.ApplyProjectionActivity})
 	r.RegisterActivityWithOptions(a.PublishDeadLetter, activity.RegisterOptions{Name: workflows.PublishDeadLetterActivity})
 }

@@ -109,6 +109,7 @@ func ProjectionRetryWorkflow(ctx workflow.Context, in RetryInput) (Status, error
 		if err := r.setState(ctx, StateDeadLettered); err != nil {
 			return r.status, err
 		}
+		r.tellLane(ctx)
 		next := r.awaitDecision(ctx, replay, discard)
 		switch next {
 		case SignalDiscard:
@@ -127,8 +128,9 @@ func ProjectionRetryWorkflow(ctx workflow.Context, in RetryInput) (Status, error
 }
 
 type retryRun struct {
-	in     RetryInput
-	status Status
+	in       RetryInput
+	status   Status
+	toldLane bool
 }
 
 func (r *retryRun) setState(ctx workflow.Context, s State) error {
@@ -227,6 +229,23 @@ func (r *retryRun) deadLetter(ctx workflow.Context) error {
 	}
 	r.status.DLQ = &at
 	return nil
+}
+
+// tellLane lets an ordering lane that started this run move on to the key's
+// next event once this one is dead-lettered; the run itself stays open for
+// replay. Only the first dead letter matters to the lane.
+func (r *retryRun) tellLane(ctx workflow.Context) {
+	parent := workflow.GetInfo(ctx).ParentWorkflowExecution
+	if parent == nil || r.toldLane {
+		return
+	}
+	r.toldLane = true
+	id := workflow.GetInfo(ctx).WorkflowExecution.ID
+	// The lane may have closed already; that is no reason to fail this run.
+	if err := workflow.SignalExternalWorkflow(ctx, parent.ID, "", SignalChildSettled,
+		ChildSettled{WorkflowID: id, State: StateDeadLettered}).Get(ctx, nil); err != nil {
+		workflow.GetLogger(ctx).Info("lane not told of dead letter", "lane", parent.ID, "error", err)
+	}
 }
 
 // awaitDecision waits for replay or discard until the replay window ends; it

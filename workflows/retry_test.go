@@ -82,16 +82,21 @@ type harness struct {
 
 func newHarness(t *testing.T, applyFailures, publishFailures int) *harness {
 	t.Helper()
+	applier := &fakeApplier{failures: applyFailures, err: errors.New(`column "followed_at" of relation "artist_followers" does not exist`)}
+	h := newHarnessWith(t, applier, &fakePublisher{failures: publishFailures})
+	h.applier = applier
+	return h
+}
+
+func newHarnessWith(t *testing.T, applier activities.Applier, publisher *fakePublisher) *harness {
+	t.Helper()
 	var s testsuite.WorkflowTestSuite
 	s.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
-	h := &harness{
-		env:       s.NewTestWorkflowEnvironment(),
-		applier:   &fakeApplier{failures: applyFailures, err: errors.New(`column "followed_at" of relation "artist_followers" does not exist`)},
-		publisher: &fakePublisher{failures: publishFailures},
-	}
+	h := &harness{env: s.NewTestWorkflowEnvironment(), publisher: publisher}
 	h.env.SetStartTime(start)
 	h.env.RegisterWorkflowWithOptions(workflows.ProjectionRetryWorkflow, workflow.RegisterOptions{Name: workflows.RetryWorkflowName})
-	a := &activities.Activities{Applier: h.applier, Publisher: h.publisher}
+	h.env.RegisterWorkflowWithOptions(workflows.ProjectionLaneWorkflow, workflow.RegisterOptions{Name: workflows.LaneWorkflowName})
+	a := &activities.Activities{Applier: applier, Publisher: publisher}
 	h.env.RegisterActivityWithOptions(a.ApplyProjection, activity.RegisterOptions{Name: workflows.ApplyProjectionActivity})
 	h.env.RegisterActivityWithOptions(a.PublishDeadLetter, activity.RegisterOptions{Name: workflows.PublishDeadLetterActivity})
 	h.env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {

@@ -1,0 +1,165 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+)
+
+// Names of the ordering lane's contract.
+const (
+	// UpdateEnqueue adds an event to a lane; its validator refuses once the lane closes.
+	UpdateEnqueue = "enqueue"
+	// SignalChildSettled tells a lane that its current child reached dead_lettered.
+	SignalChildSettled = "child_settled"
+	// QueryLaneStatus answers the lane's status.
+	QueryLaneStatus = "status"
+)
+
+// ErrLaneClosing is the enqueue validator's refusal: the lane has run every
+// event it accepted (or is finishing the last ones) and takes no more. The
+// bridge then waits for the lane to complete, clears the key's block and
+// applies the event inline.
+var ErrLaneClosing = errors.New("lane is closing")
+
+// LaneInput starts (or continues) the lane of one (projection, fork, entity).
+type LaneInput struct {
+	Projection string `json:"projection"`
+	ForkID     string `json:"forkId"`
+	EntityID   string `json:"entityId"`
+	// Queue carries accepted events across continue-as-new.
+	Queue []RetryInput `json:"queue,omitempty"`
+	// Done carries the count of finished events across continue-as-new.
+	Done int `json:"done,omitempty"`
+}
+
+// LaneStatus answers the lane's status query and is its result.
+type LaneStatus struct {
+	Key         string `json:"key"`
+	QueueLength int    `json:"queueLength"`
+	Current     string `json:"current,omitempty"`
+	Done        int    `json:"done"`
+	Closing     bool   `json:"closing"`
+}
+
+// ChildSettled is the payload of SignalChildSettled.
+type ChildSettled struct {
+	WorkflowID string `json:"workflowId"`
+	State      State  `json:"state"`
+}
+
+// ProjectionLaneWorkflow runs the events of one blocked key in order, each as
+// a child ProjectionRetryWorkflow, moving on when the child succeeds or is
+// dead-lettered. Children outlive the lane. When its queue is empty the lane
+// starts closing: from then on the enqueue validator refuses, so an event can
+// never be accepted by a lane that will not run it before a later event is
+// applied inline.
+func ProjectionLaneWorkflow(ctx workflow.Context, in LaneInput) (LaneStatus, error) {
+	queue := in.Queue
+	st := LaneStatus{Key: in.Projection + ":" + in.ForkID + ":" + in.EntityID, Done: in.Done}
+	closing := false
+	if err := workflow.SetQueryHandler(ctx, QueryLaneStatus, func() (LaneStatus, error) {
+		s := st
+		s.QueueLength, s.Closing = len(queue), closing
+		return s, nil
+	}); err != nil {
+		return st, err
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateEnqueue,
+		func(ctx workflow.Context, ev RetryInput) (int, error) {
+			queue = append(queue, ev)
+			return len(queue), nil
+		},
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, ev RetryInput) error {
+			if closing {
+				return ErrLaneClosing
+			}
+			if ev.Projection != in.Projection || ev.Event.ForkID != in.ForkID || ev.Event.EntityID != in.EntityID {
+				return fmt.Errorf("event %s belongs to another lane", ev.Event.EventID)
+			}
+			return nil
+		}},
+	); err != nil {
+		return st, err
+	}
+	settled := workflow.GetSignalChannel(ctx, SignalChildSettled)
+
+	for {
+		for len(queue) > 0 {
+			next := queue[0]
+			queue = queue[1:]
+			st.Current = RetryWorkflowID(next.Projection, next.Event.ForkID, next.Event.EventID)
+			if err := runChild(ctx, next, st.Current, settled); err != nil {
+				return st, err
+			}
+			st.Current = ""
+			st.Done++
+			if workflow.GetInfo(ctx).GetContinueAsNewSuggested() && len(queue) > 0 {
+				if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+					return st, err
+				}
+				return st, workflow.NewContinueAsNewError(ctx, ProjectionLaneWorkflow, LaneInput{
+					Projection: in.Projection, ForkID: in.ForkID, EntityID: in.EntityID, Queue: queue, Done: st.Done,
+				})
+			}
+		}
+		closing = true
+		// Updates accepted before closing was set finish first; any event they
+		// added still runs here, before the lane completes.
+		if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+			return st, err
+		}
+		if len(queue) == 0 {
+			st.Closing = true
+			return st, nil
+		}
+	}
+}
+
+// runChild starts the event's retry workflow and waits until it succeeds,
+// closes, or reports dead_lettered. A child that already exists (the event
+// was handed over before, e.g. by a bridge that crashed) counts as done once
+// it has settled too: its own workflow ID makes it exactly one run.
+func runChild(ctx workflow.Context, in RetryInput, id string, settled workflow.ReceiveChannel) error {
+	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+		WorkflowID:            id,
+		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_ABANDON,
+		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			AttrProjection.ValueSet(in.Projection),
+			AttrEventType.ValueSet(in.Event.EventType),
+			AttrEntityID.ValueSet(in.Event.EntityID),
+			AttrForkID.ValueSet(in.Event.ForkID),
+			AttrRetryState.ValueSet(string(StateRetrying)),
+		),
+	})
+	child := workflow.ExecuteChildWorkflow(cctx, RetryWorkflowName, in)
+	if err := child.GetChildWorkflowExecution().Get(ctx, nil); err != nil {
+		var started *temporal.ChildWorkflowExecutionAlreadyStartedError
+		if errors.As(err, &started) {
+			workflow.GetLogger(ctx).Info("event already handed over; not starting it again", "workflowId", id)
+			return nil
+		}
+		return err
+	}
+	done := false
+	sel := workflow.NewSelector(ctx)
+	sel.AddFuture(child, func(f workflow.Future) {
+		if err := f.Get(ctx, nil); err != nil {
+			workflow.GetLogger(ctx).Warn("retry workflow ended with an error; lane moves on", "workflowId", id, "error", err)
+		}
+		done = true
+	})
+	sel.AddReceive(settled, func(c workflow.ReceiveChannel, _ bool) {
+		var s ChildSettled
+		c.Receive(ctx, &s)
+		done = s.WorkflowID == id
+	})
+	for !done {
+		sel.Select(ctx)
+	}
+	return nil
+}
