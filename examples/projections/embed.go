@@ -1,0 +1,36 @@
+// Package exampleprojections embeds the example projection IR documents
+// (NAME.yaml) and the DDL of their tables (NAME.sql), for `causet dev` and
+// tests.
+package exampleprojections
+
+import (
+	"embed"
+	"io/fs"
+	"sort"
+	"strings"
+)
+
+// FS holds NAME.yaml and NAME.sql for every example.
+//
+//go:embed *.yaml *.sql
+var FS embed.FS
+
+// Names returns the example names (artist_followers, artist_stats), sorted.
+func Names() []string {
+	files, _ := fs.Glob(FS, "*.yaml")
+	names := make([]string, 0, len(files))
+	for _, f := range files {
+		names = append(names, strings.TrimSuffix(f, ".yaml"))
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Document returns the IR document NAME.yaml.
+func Document(name string) ([]byte, error) { return FS.ReadFile(name + ".yaml") }
+
+// DDL returns the table DDL NAME.sql.
+func DDL(name string) (string, error) {
+	b, err := FS.ReadFile(name + ".sql")
+	return string(b), err
+}

@@ -1,0 +1,369 @@
+package projection
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/common/types/ref"
+	"cel.dev/cel-go/common/types/traits"
+	"cel.dev/cel-go/interpreter"
+	"github.com/jackc/pgx/v5"
+)
+
+// ledgerInsertSQL records a round's (projection, fork, event) pairs in the
+// dedupe ledger; the rows it returns are the new ones, to be written. The
+// pairs it does not return were applied before: duplicates.
+const ledgerInsertSQL = `INSERT INTO causet_projection_applied (projection, fork_id, event_id, ir_version)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[])
+ON CONFLICT DO NOTHING
+RETURNING projection, fork_id, event_id`
+
+var celEnv = sync.OnceValues(func() (*cel.Env, error) {
+	return cel.NewEnv(cel.Variable("event", cel.MapType(cel.StringType, cel.DynType)))
+})
+
+// compiled is one IR version ready to apply.
+type compiled struct {
+	doc     *Document
+	version int // deployed version (0 when not deployed)
+	ops     map[string]*compiledOp
+}
+
+type compiledOp struct {
+	kind string
+	cols []column // key columns first (in key order), then set, then increment columns (sorted)
+	sql  string   // the write; parameters are cols in order
+}
+
+type column struct {
+	name string
+	path string // e.g. on.TRACK_PLAYED.columns.plays_per_day
+	prg  cel.Program
+}
+
+// compile validates doc and compiles its expressions and SQL.
+func compile(doc *Document, version int) (*compiled, error) {
+	c := &checker{}
+	checkShape(c, doc)
+	if doc == nil {
+		return nil, c.err()
+	}
+	env, err := celEnv()
+	if err != nil {
+		return nil, fmt.Errorf("cel environment: %w", err)
+	}
+	out := &compiled{doc: doc, version: version, ops: map[string]*compiledOp{}}
+	for _, et := range sortedKeys(doc.On) {
+		op := doc.On[et]
+		base := "on." + et
+		cop := &compiledOp{kind: op.Op}
+		var keyCols, setCols, incCols []column
+		prog := func(section, col, expr string, numeric bool) (column, bool) {
+			path := base + "." + section + "." + col
+			if strings.TrimSpace(expr) == "" {
+				c.add(path, "expression is empty")
+				return column{}, false
+			}
+			ast, iss := env.Compile(expr)
+			if iss != nil && iss.Err() != nil {
+				c.add(path, "CEL: %s", strings.ReplaceAll(iss.Err().Error(), "\n", " "))
+				return column{}, false
+			}
+			if numeric {
+				switch ast.OutputType().String() {
+				case "int", "uint", "double", "dyn":
+				default:
+					c.add(path, "increment expression has type %s, want a number", ast.OutputType())
+					return column{}, false
+				}
+			}
+			prg, err := env.Program(ast, cel.EvalOptions(cel.OptOptimize))
+			if err != nil {
+				c.add(path, "CEL: %v", err)
+				return column{}, false
+			}
+			return column{name: col, path: path, prg: prg}, true
+		}
+		for _, k := range doc.Key {
+			if expr, ok := op.Columns[k]; ok {
+				if col, ok := prog("columns", k, expr, false); ok {
+					keyCols = append(keyCols, col)
+				}
+			}
+		}
+		for _, name := range sortedKeys(op.Columns) {
+			if isKey(doc, name) {
+				continue
+			}
+			if col, ok := prog("columns", name, op.Columns[name], false); ok {
+				setCols = append(setCols, col)
+			}
+		}
+		for _, name := range sortedKeys(op.Increment) {
+			if col, ok := prog("increment", name, op.Increment[name], true); ok {
+				incCols = append(incCols, col)
+			}
+		}
+		if len(c.problems) > 0 {
+			continue
+		}
+		cop.cols = append(append(append(cop.cols, keyCols...), setCols...), incCols...)
+		cop.sql = buildSQL(doc, op.Op, keyCols, setCols, incCols)
+		out.ops[et] = cop
+	}
+	if err := c.err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func isKey(doc *Document, col string) bool {
+	for _, k := range doc.Key {
+		if k == col {
+			return true
+		}
+	}
+	return false
+}
+
+func quote(ident string) string { return pgx.Identifier{ident}.Sanitize() }
+
+func quoteAll(cols []column) []string {
+	out := make([]string, len(cols))
+	for i, c := range cols {
+		out[i] = quote(c.name)
+	}
+	return out
+}
+
+// buildSQL renders the write of one operation; its parameters are the
+// operation's columns in order. The dedupe ledger row is inserted separately,
+// in the same transaction (see ledgerInsertSQL).
+func buildSQL(doc *Document, op string, keyCols, setCols, incCols []column) string {
+	var b strings.Builder
+	table := quote(doc.Table)
+	n := 0
+	next := func() string { n++; return "$" + strconv.Itoa(n) }
+	switch op {
+	case OpDelete:
+		conds := make([]string, len(keyCols))
+		for i, k := range keyCols {
+			conds[i] = quote(k.name) + " = " + next()
+		}
+		fmt.Fprintf(&b, "DELETE FROM %s WHERE %s", table, strings.Join(conds, " AND "))
+	default: // upsert, increment
+		all := append(append(append([]column{}, keyCols...), setCols...), incCols...)
+		params := make([]string, len(all))
+		for i := range all {
+			params[i] = next()
+		}
+		fmt.Fprintf(&b, "INSERT INTO %s AS cur (%s) VALUES (%s) ON CONFLICT (%s) ",
+			table, strings.Join(quoteAll(all), ", "), strings.Join(params, ", "), strings.Join(quoteAll(keyCols), ", "))
+		var sets []string
+		for _, c := range setCols {
+			sets = append(sets, fmt.Sprintf("%s = EXCLUDED.%s", quote(c.name), quote(c.name)))
+		}
+		for _, c := range incCols {
+			q := quote(c.name)
+			sets = append(sets, fmt.Sprintf("%s = COALESCE(cur.%s, 0) + EXCLUDED.%s", q, q, q))
+		}
+		if len(sets) == 0 {
+			b.WriteString("DO NOTHING")
+		} else {
+			fmt.Fprintf(&b, "DO UPDATE SET %s", strings.Join(sets, ", "))
+		}
+	}
+	return b.String()
+}
+
+// EvalError is a CEL runtime error (kind ir_eval), e.g. "division by zero".
+type EvalError struct {
+	Path string // e.g. on.TRACK_PLAYED.columns.plays_per_day
+	Err  error
+}
+
+func (e *EvalError) Error() string { return e.Path + ": " + e.Err.Error() }
+func (e *EvalError) Unwrap() error { return e.Err }
+
+// jsonText marks a value that is already JSON (a CEL map or list).
+type jsonText string
+
+// eval evaluates the operation's columns for one event.
+func (op *compiledOp) eval(activation interpreter.Activation) ([]any, error) {
+	vals := make([]any, len(op.cols))
+	for i, col := range op.cols {
+		out, _, err := col.prg.Eval(activation)
+		if err == nil && types.IsError(out) {
+			if e, ok := out.Value().(error); ok {
+				err = e
+			} else {
+				err = errors.New(fmt.Sprint(out))
+			}
+		}
+		if err != nil {
+			return nil, &EvalError{Path: col.path, Err: err}
+		}
+		v, err := toGo(out)
+		if err != nil {
+			return nil, &EvalError{Path: col.path, Err: err}
+		}
+		vals[i] = v
+	}
+	return vals, nil
+}
+
+// toGo converts a CEL value to a Go value pgx can bind.
+func toGo(v ref.Val) (any, error) {
+	switch t := v.(type) {
+	case types.Null:
+		return nil, nil
+	case types.Int:
+		return int64(t), nil
+	case types.Uint:
+		return uint64(t), nil
+	case types.Double:
+		return float64(t), nil
+	case types.String:
+		return string(t), nil
+	case types.Bool:
+		return bool(t), nil
+	case types.Bytes:
+		return []byte(t), nil
+	case types.Timestamp:
+		return t.Time, nil
+	case types.Duration:
+		return t.Duration, nil
+	}
+	switch v.(type) {
+	case traits.Mapper, traits.Lister:
+		j, err := toJSONValue(v)
+		if err != nil {
+			return nil, err
+		}
+		b, err := json.Marshal(j)
+		if err != nil {
+			return nil, err
+		}
+		return jsonText(b), nil
+	}
+	return nil, fmt.Errorf("unsupported result type %s", v.Type())
+}
+
+func toJSONValue(v ref.Val) (any, error) {
+	switch t := v.(type) {
+	case types.Timestamp:
+		return t.Time.UTC().Format(time.RFC3339Nano), nil
+	case types.Duration:
+		return t.Duration.String(), nil
+	case types.Bytes:
+		return base64.StdEncoding.EncodeToString(t), nil
+	case traits.Mapper:
+		out := map[string]any{}
+		it := t.Iterator()
+		for it.HasNext() == types.True {
+			k := it.Next()
+			ks, ok := k.(types.String)
+			if !ok {
+				return nil, fmt.Errorf("map key %v is not a string", k)
+			}
+			val, err := toJSONValue(t.Get(k))
+			if err != nil {
+				return nil, err
+			}
+			out[string(ks)] = val
+		}
+		return out, nil
+	case traits.Lister:
+		var out []any
+		it := t.Iterator()
+		for it.HasNext() == types.True {
+			val, err := toJSONValue(it.Next())
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, val)
+		}
+		if out == nil {
+			out = []any{}
+		}
+		return out, nil
+	}
+	if types.IsError(v) {
+		return nil, fmt.Errorf("%v", v)
+	}
+	g, err := toGo(v)
+	if err != nil {
+		return nil, err
+	}
+	if u, ok := g.(uint64); ok {
+		return u, nil
+	}
+	return g, nil
+}
+
+// PostgreSQL type OIDs used to adapt values to the parameter types.
+const (
+	oidText    = 25
+	oidVarchar = 1043
+	oidBpchar  = 1042
+	oidName    = 19
+	oidJSON    = 114
+	oidJSONB   = 3802
+)
+
+// adapt converts an evaluated value for a parameter of the given type.
+func adapt(oid uint32, v any) (any, error) {
+	if v == nil {
+		return nil, nil
+	}
+	switch oid {
+	case oidJSON, oidJSONB:
+		if j, ok := v.(jsonText); ok {
+			return string(j), nil
+		}
+		var x any = v
+		switch t := v.(type) {
+		case time.Time:
+			x = t.UTC().Format(time.RFC3339Nano)
+		case time.Duration:
+			x = t.String()
+		}
+		b, err := json.Marshal(x)
+		if err != nil {
+			return nil, err
+		}
+		return string(b), nil
+	case oidText, oidVarchar, oidBpchar, oidName:
+		switch t := v.(type) {
+		case string:
+			return t, nil
+		case jsonText:
+			return string(t), nil
+		case int64:
+			return strconv.FormatInt(t, 10), nil
+		case uint64:
+			return strconv.FormatUint(t, 10), nil
+		case float64:
+			return strconv.FormatFloat(t, 'g', -1, 64), nil
+		case bool:
+			return strconv.FormatBool(t), nil
+		case time.Time:
+			return t.UTC().Format(time.RFC3339Nano), nil
+		case time.Duration:
+			return t.String(), nil
+		}
+		return v, nil
+	}
+	if j, ok := v.(jsonText); ok {
+		return string(j), nil
+	}
+	return v, nil
+}

@@ -1,0 +1,762 @@
+package projection
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"cel.dev/cel-go/interpreter"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/causet/projection-retry/event"
+)
+
+// Status is the outcome of one (projection, event) pair.
+type Status string
+
+const (
+	// StatusApplied: the write and its ledger row were committed.
+	StatusApplied Status = "applied"
+	// StatusDuplicate: the ledger already held (projection, forkId, eventId);
+	// nothing was written.
+	StatusDuplicate Status = "duplicate"
+	// StatusFailed: nothing was written; Result.Err says why.
+	StatusFailed Status = "failed"
+	// StatusSkipped (Apply only): the newest version of the projection does
+	// not list the event type; nothing was written.
+	StatusSkipped Status = "skipped"
+)
+
+// Result is the outcome of one (projection, event) pair.
+type Result struct {
+	Projection string
+	IRVersion  int    // version used; 0 when the projection has none
+	Index      int    // index of the event in the input slice
+	EventID    string // the event's eventId
+	Status     Status
+	Err        *ApplyError // set when Status is StatusFailed
+}
+
+// ApplyOptions tunes Apply and ApplyBatch.
+type ApplyOptions struct {
+	// BeforeCommit, optional, runs in the apply transaction after every pair
+	// has its status and before commit; results are the statuses as they
+	// will be if the commit succeeds. An error rolls the transaction back.
+	BeforeCommit func(ctx context.Context, tx pgx.Tx, results []Result) error
+}
+
+// Engine applies events to projections with the newest deployed IR.
+type Engine struct {
+	pool   *pgxpool.Pool
+	logger *slog.Logger
+
+	mu    sync.RWMutex
+	state *catalogState
+
+	reloadMu sync.Mutex
+	cancel   context.CancelFunc
+	done     chan struct{}
+}
+
+// catalogState is an immutable snapshot of the newest deployed versions.
+type catalogState struct {
+	version int64                // catalog counter this snapshot reflects; -1 before the first load
+	byName  map[string]*compiled // newest version per projection
+	byEvent map[string][]string  // event type → projection names, sorted
+	broken  map[string]error     // projections whose stored document does not compile
+}
+
+// NewEngine creates the schema if needed, loads the deployed projections and
+// starts a LISTEN connection that refreshes the cache on every deploy. Every
+// apply also reads the one-row catalog counter, so a deploy that returned
+// before an apply started is always used by it, even if a notification was
+// missed. Close stops the listener; the pool stays open.
+func NewEngine(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (*Engine, error) {
+	if pool == nil {
+		return nil, errors.New("projection engine: pool is required")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if err := EnsureSchema(ctx, pool); err != nil {
+		return nil, err
+	}
+	e := &Engine{pool: pool, logger: logger, state: &catalogState{version: -1}}
+	if err := e.Refresh(ctx); err != nil {
+		return nil, err
+	}
+	lctx, cancel := context.WithCancel(context.Background())
+	e.cancel = cancel
+	e.done = make(chan struct{})
+	go e.listen(lctx)
+	return e, nil
+}
+
+// Close stops the listener. It does not close the pool.
+func (e *Engine) Close() {
+	if e.cancel != nil {
+		e.cancel()
+		<-e.done
+		e.cancel = nil
+	}
+}
+
+// Refresh reloads the cache if a deploy happened since the last load.
+func (e *Engine) Refresh(ctx context.Context) error {
+	var v int64
+	if err := e.pool.QueryRow(ctx, catalogVersionSQL).Scan(&v); err != nil {
+		return fmt.Errorf("read projection catalog: %w", err)
+	}
+	_, err := e.refresh(ctx, e.pool, v)
+	return err
+}
+
+// Projections returns the names of the cached projections whose newest
+// version lists eventType, sorted. It does not touch the database; the cache
+// is refreshed by deploy notifications, Refresh and every apply.
+func (e *Engine) Projections(eventType string) []string {
+	return slices.Clone(e.snapshot().byEvent[eventType])
+}
+
+// Version returns the cached newest deployed version of a projection (0 if
+// none).
+func (e *Engine) Version(projection string) int {
+	if c := e.snapshot().byName[projection]; c != nil {
+		return c.version
+	}
+	return 0
+}
+
+func (e *Engine) snapshot() *catalogState {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.state
+}
+
+const catalogVersionSQL = "SELECT version FROM causet_projection_catalog"
+
+// refresh returns a snapshot at least as new as catalog counter v, loading the
+// newest documents with q when the cache is older.
+func (e *Engine) refresh(ctx context.Context, q querier, v int64) (*catalogState, error) {
+	if st := e.snapshot(); st.version == v {
+		return st, nil
+	}
+	e.reloadMu.Lock()
+	defer e.reloadMu.Unlock()
+	old := e.snapshot()
+	if old.version >= v && old.version != -1 {
+		return old, nil
+	}
+	deps, err := loadLatest(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("load deployed projections: %w", err)
+	}
+	st := &catalogState{version: v, byName: map[string]*compiled{}, byEvent: map[string][]string{}, broken: map[string]error{}}
+	for _, d := range deps {
+		c := old.byName[d.Name]
+		if c == nil || c.version != d.Version {
+			c, err = compile(d.Document, d.Version)
+			if err != nil {
+				st.broken[d.Name] = fmt.Errorf("projection %s version %d: %w", d.Name, d.Version, err)
+				e.logger.Error("deployed projection does not compile", "projectionName", d.Name, "irVersion", d.Version, "error", err.Error())
+				c = &compiled{doc: d.Document, version: d.Version}
+			}
+		} else if old.broken[d.Name] != nil {
+			st.broken[d.Name] = old.broken[d.Name]
+		}
+		st.byName[d.Name] = c
+		for _, et := range d.Document.SourceEvents {
+			st.byEvent[et] = append(st.byEvent[et], d.Name)
+		}
+	}
+	for _, names := range st.byEvent {
+		sort.Strings(names)
+	}
+	e.mu.Lock()
+	if e.state.version < st.version || e.state.version == -1 {
+		e.state = st
+	}
+	e.mu.Unlock()
+	return st, nil
+}
+
+// listen keeps a LISTEN connection open and refreshes the cache on each
+// notification and after each (re)connect.
+func (e *Engine) listen(ctx context.Context) {
+	defer close(e.done)
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		start := time.Now()
+		err := e.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(start) > 10*time.Second {
+			backoff = 100 * time.Millisecond
+		}
+		e.logger.Warn("projection listener lost its connection; relying on per-apply catalog checks until it reconnects",
+			"error", err.Error(), "retryIn", backoff.String())
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+func (e *Engine) listenOnce(ctx context.Context) error {
+	conn, err := pgx.ConnectConfig(ctx, e.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "LISTEN "+quote(NotifyChannel)); err != nil {
+		return err
+	}
+	if err := e.Refresh(ctx); err != nil {
+		e.logger.Warn("projection cache refresh failed", "error", err.Error())
+	}
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			return err
+		}
+		if err := e.Refresh(ctx); err != nil {
+			e.logger.Warn("projection cache refresh failed", "error", err.Error())
+		}
+	}
+}
+
+// Apply applies one event to one projection in one transaction with the
+// newest deployed version of the projection.
+//
+// A failure of the pair itself (sql, ir_eval, invalid_event) is reported in
+// the result (Status StatusFailed, Err set) with a nil error. A non-nil error
+// (an *ApplyError, usually kind connection) means the attempt as a whole
+// failed and nothing was committed; the result then carries the same error.
+// A projection that is not deployed fails with kind ir_eval (ErrNotDeployed);
+// one whose newest version does not list the event type gives StatusSkipped.
+func (e *Engine) Apply(ctx context.Context, projection string, ev event.Envelope) (Result, error) {
+	return e.ApplyWith(ctx, projection, ev, ApplyOptions{})
+}
+
+// ApplyWith is Apply with options.
+func (e *Engine) ApplyWith(ctx context.Context, projection string, ev event.Envelope, opts ApplyOptions) (Result, error) {
+	if projection == "" {
+		ae := &ApplyError{Kind: KindIREval, Err: fmt.Errorf("%w: empty projection name", ErrNotDeployed)}
+		return Result{EventID: ev.EventID, Status: StatusFailed, Err: ae}, nil
+	}
+	res, err := e.run(ctx, []event.Envelope{ev}, projection, opts)
+	if len(res) == 0 {
+		if err == nil {
+			err = errors.New("projection: no result")
+		}
+		ae := newApplyError(err)
+		return Result{Projection: projection, EventID: ev.EventID, Status: StatusFailed, Err: ae}, ae
+	}
+	return res[0], err
+}
+
+// Deploy deploys doc (see the package-level Deploy) and refreshes the cache.
+func (e *Engine) Deploy(ctx context.Context, doc *Document) (int, error) {
+	v, err := Deploy(ctx, e.pool, doc)
+	if err != nil {
+		return 0, err
+	}
+	if err := e.Refresh(ctx); err != nil {
+		e.logger.Warn("projection cache refresh after deploy failed", "error", err.Error())
+	}
+	return v, nil
+}
+
+// ApplyBatch applies every event to every projection whose newest version
+// lists its type, in one transaction in which each (projection, event) pair is
+// isolated: a failing pair is rolled back alone and the others commit.
+//
+// Results are one per pair, ordered by input index then projection name.
+// Events that no projection lists produce no result. Duplicates within the
+// batch or of earlier batches get StatusDuplicate.
+//
+// A nil error means the transaction committed (or had nothing to do) and the
+// results are final. A non-nil error (an *ApplyError, usually kind
+// connection) means nothing was committed: every result is then StatusFailed
+// with that error, except events that are invalid, which keep their
+// invalid_event error. At most one ApplyOptions may be given.
+func (e *Engine) ApplyBatch(ctx context.Context, evs []event.Envelope, opts ...ApplyOptions) ([]Result, error) {
+	return e.run(ctx, evs, "", firstOpts(opts))
+}
+
+func firstOpts(opts []ApplyOptions) ApplyOptions {
+	if len(opts) > 0 {
+		return opts[0]
+	}
+	return ApplyOptions{}
+}
+
+// pair is one (projection, event) to apply.
+type pair struct {
+	res  Result
+	op   *compiledOp
+	ev   *event.Envelope
+	vals []any // evaluated column values
+	args []any // values adapted to the statement's parameter types
+	sd   *pgconn.StatementDescription
+	ec   *evalCache
+	// prefail is set when the pair cannot be written (CEL error, statement
+	// PostgreSQL rejects); it still goes through the ledger lookup, so that
+	// an event applied by an earlier version stays a duplicate.
+	prefail *ApplyError
+	done    bool // status final
+}
+
+func (e *Engine) run(ctx context.Context, evs []event.Envelope, only string, opts ApplyOptions) ([]Result, error) {
+	var (
+		res   []Result
+		err   error
+		retry bool
+	)
+	for attempt := 0; attempt < 3; attempt++ {
+		res, retry, err = e.attempt(ctx, evs, only, opts)
+		if !retry || ctx.Err() != nil {
+			break
+		}
+	}
+	return res, err
+}
+
+// attempt runs one apply transaction. retry is true when it failed on a
+// connection error before anything was sent in a transaction, so running it
+// again (on another pooled connection) is safe.
+func (e *Engine) attempt(ctx context.Context, evs []event.Envelope, only string, opts ApplyOptions) ([]Result, bool, error) {
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		res, err := failAll(e.pairs(e.snapshot(), evs, only), err)
+		return res, false, err
+	}
+	defer conn.Release()
+
+	var catVersion int64
+	if err := conn.QueryRow(ctx, catalogVersionSQL).Scan(&catVersion); err != nil {
+		res, ferr := failAll(e.pairs(e.snapshot(), evs, only), fmt.Errorf("read projection catalog: %w", err))
+		return res, Classify(err) == KindConnection, ferr
+	}
+	st, err := e.refresh(ctx, conn, catVersion)
+	if err != nil {
+		res, err := failAll(e.pairs(e.snapshot(), evs, only), err)
+		return res, false, err
+	}
+	pairs := e.pairs(st, evs, only)
+	if len(pairs) == 0 {
+		return nil, false, nil
+	}
+
+	// Prepare the statements (a no-op for those already prepared on this
+	// connection) outside the transaction, so that a statement PostgreSQL
+	// rejects (e.g. a missing column) fails only its own pairs.
+	ledgerSD, err := conn.Conn().Prepare(ctx, ledgerInsertSQL, ledgerInsertSQL)
+	if err != nil {
+		res, ferr := failAll(pairs, err)
+		return res, Classify(err) == KindConnection, ferr
+	}
+	stmts := map[string]*pgconn.StatementDescription{}
+	stmtErr := map[string]error{}
+	for _, p := range pairs {
+		if p.done || p.prefail != nil {
+			continue
+		}
+		sql := p.op.sql
+		if stmts[sql] == nil && stmtErr[sql] == nil {
+			sd, err := conn.Conn().Prepare(ctx, sql, sql)
+			if err != nil && Classify(err) == KindConnection {
+				res, ferr := failAll(pairs, err)
+				return res, false, ferr
+			}
+			stmts[sql], stmtErr[sql] = sd, err
+		}
+		if err := stmtErr[sql]; err != nil {
+			p.prefail = &ApplyError{Kind: KindSQL, Err: err}
+		}
+		p.sd = stmts[sql]
+	}
+
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		res, ferr := failAll(pairs, err)
+		return res, false, ferr
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+
+	badStmts, err := e.execPairs(ctx, conn.Conn(), ledgerSD, pairs)
+	if err != nil {
+		res, ferr := failAll(pairs, err)
+		return res, false, ferr
+	}
+
+	res := results(pairs)
+	if opts.BeforeCommit != nil {
+		if err := opts.BeforeCommit(ctx, tx, slices.Clone(res)); err != nil {
+			res, ferr := failAll(pairs, fmt.Errorf("before commit: %w", err))
+			return res, false, ferr
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		res, ferr := failAll(pairs, err)
+		return res, false, ferr
+	}
+	// Drop statements that failed at execution so the next attempt prepares
+	// them against the current schema.
+	for _, sql := range badStmts {
+		_ = conn.Conn().Deallocate(ctx, sql)
+	}
+	return res, false, nil
+}
+
+// pairs builds the (projection, event) pairs in input order. Invalid events
+// and undeployed projections fail here; columns are evaluated later
+// (evaluate), while the database inserts the ledger rows.
+func (e *Engine) pairs(st *catalogState, evs []event.Envelope, only string) []*pair {
+	var out []*pair
+	for i := range evs {
+		ev := &evs[i]
+		var names []string
+		if only != "" {
+			names = []string{only}
+		} else {
+			names = st.byEvent[ev.EventType]
+		}
+		if len(names) == 0 {
+			continue
+		}
+		ec := &evalCache{ev: ev}
+		ec.check()
+		for _, name := range names {
+			p := &pair{ev: ev, ec: ec, res: Result{Projection: name, Index: i, EventID: ev.EventID}}
+			out = append(out, p)
+			c := st.byName[name]
+			if c != nil {
+				p.res.IRVersion = c.version
+			}
+			switch {
+			case ec.err != nil:
+				p.fail(&ApplyError{Kind: Classify(ec.err), Err: ec.err})
+			case c == nil:
+				p.fail(&ApplyError{Kind: KindIREval, Err: fmt.Errorf("%w: %s", ErrNotDeployed, name)})
+			case st.broken[name] != nil:
+				// Not evaluated, but still looked up in the ledger: a
+				// duplicate stays a duplicate.
+				p.prefail = &ApplyError{Kind: KindIREval, Err: st.broken[name]}
+			default:
+				p.op = c.ops[ev.EventType]
+				if p.op == nil {
+					p.res.Status = StatusSkipped
+					p.done = true
+				}
+			}
+		}
+	}
+	return out
+}
+
+// evalCache holds one event's CEL activation, shared by its pairs.
+type evalCache struct {
+	ev         *event.Envelope
+	fields     map[string]any
+	activation interpreter.Activation
+	err        error // the event is invalid
+}
+
+// check validates the envelope, decoding its payload once.
+func (c *evalCache) check() {
+	ev := c.ev
+	for _, s := range []string{ev.EventID, ev.EventType, ev.EntityID, ev.ForkID} {
+		if strings.TrimSpace(s) == "" {
+			c.err = ev.Validate()
+			if c.err == nil {
+				c.err = &event.InvalidError{Reason: "required field missing"}
+			}
+			return
+		}
+	}
+	c.fields, c.err = ev.Fields()
+	if c.err != nil && !event.IsInvalid(c.err) {
+		c.err = &event.InvalidError{Reason: c.err.Error()}
+	}
+}
+
+// evaluate computes the pair's column values and binds them to its
+// statement's parameter types; a failure becomes p.prefail.
+func (p *pair) evaluate() {
+	if p.done || p.prefail != nil {
+		return
+	}
+	if p.ec.activation == nil {
+		act, err := interpreter.NewActivation(map[string]any{"event": p.ec.fields})
+		if err != nil {
+			p.prefail = &ApplyError{Kind: KindIREval, Err: err}
+			return
+		}
+		p.ec.activation = act
+	}
+	vals, err := p.op.eval(p.ec.activation)
+	if err != nil {
+		p.prefail = &ApplyError{Kind: KindIREval, Err: err}
+		return
+	}
+	p.vals = vals
+	if err := p.bind(); err != nil {
+		p.prefail = &ApplyError{Kind: KindSQL, Err: err}
+	}
+}
+
+func (p *pair) fail(ae *ApplyError) {
+	p.res.Status = StatusFailed
+	p.res.Err = ae
+	p.done = true
+}
+
+// bind adapts the values to the statement's parameter types.
+func (p *pair) bind() error {
+	if len(p.sd.ParamOIDs) != len(p.vals) {
+		return fmt.Errorf("statement has %d parameters, want %d", len(p.sd.ParamOIDs), len(p.vals))
+	}
+	args := make([]any, len(p.vals))
+	for i, v := range p.vals {
+		a, err := adapt(p.sd.ParamOIDs[i], v)
+		if err != nil {
+			return fmt.Errorf("column %s: %w", p.op.cols[i].name, err)
+		}
+		args[i] = a
+	}
+	p.args = args
+	return nil
+}
+
+const savepointName = "causet_apply"
+
+// ledgerUndoSQL removes ledger rows this transaction inserted for pairs that
+// then could not be written (CEL or statement failure).
+const ledgerUndoSQL = `DELETE FROM causet_projection_applied l
+USING unnest($1::text[], $2::text[], $3::text[]) AS k(projection, fork_id, event_id)
+WHERE l.projection = k.projection AND l.fork_id = k.fork_id AND l.event_id = k.event_id`
+
+type ledgerKey struct{ projection, fork, event string }
+
+func (p *pair) key() ledgerKey { return ledgerKey{p.res.Projection, p.ev.ForkID, p.ev.EventID} }
+
+// execPairs applies the pairs in rounds of two round trips.
+//
+// Round trip 1 inserts the round's ledger rows in one multi-row INSERT: the
+// rows it returns are new, the others are duplicates. It is sent before the
+// CEL expressions are evaluated, so the database works while the client
+// evaluates. Round trip 2 removes the new ledger rows of pairs that failed to
+// evaluate or prepare, then runs the writes of the new pairs as pipelined
+// prepared statements.
+//
+// When write k fails, the round is rolled back to the savepoint, its pair is
+// marked failed, and the next round resends the others with a window that
+// halves on each failure (but keeps the writes known to be good) and doubles
+// on success, so even a batch in which everything fails costs O(n)
+// statements. It returns the SQL of statements that failed at execution, and
+// an error when the whole transaction is lost.
+func (e *Engine) execPairs(ctx context.Context, conn *pgx.Conn, ledgerSD *pgconn.StatementDescription, pairs []*pair) ([]string, error) {
+	var pending []*pair
+	for _, p := range pairs {
+		if !p.done {
+			pending = append(pending, p)
+		}
+	}
+	var (
+		eqb       pgx.ExtendedQueryBuilder
+		typeMap   = conn.TypeMap()
+		pgConn    = conn.PgConn()
+		control   = []string{"SAVEPOINT " + savepointName}
+		window    = len(pending)
+		badStmts  []string
+		evaluated = false
+	)
+	for len(pending) > 0 {
+		chunk := pending[:min(window, len(pending))]
+
+		// Round trip 1: savepoint bookkeeping and the ledger rows.
+		projs, forks, ids := make([]string, len(chunk)), make([]string, len(chunk)), make([]string, len(chunk))
+		vers := make([]int32, len(chunk))
+		for i, p := range chunk {
+			projs[i], forks[i], ids[i], vers[i] = p.res.Projection, p.ev.ForkID, p.ev.EventID, int32(p.res.IRVersion)
+		}
+		batch := &pgconn.Batch{}
+		for _, sql := range control {
+			batch.ExecParams(sql, nil, nil, nil, nil)
+		}
+		if err := eqb.Build(typeMap, ledgerSD, []any{projs, forks, ids, vers}); err != nil {
+			return nil, err
+		}
+		batch.ExecStatement(ledgerSD, eqb.ParamValues, eqb.ParamFormats, eqb.ResultFormats)
+		mrr := pgConn.ExecBatch(ctx, batch)
+		if !evaluated {
+			// While the database inserts the ledger rows.
+			for _, p := range pending {
+				p.evaluate()
+			}
+			evaluated = true
+		}
+		rs, err := mrr.ReadAll()
+		if err == nil && len(rs) != len(control)+1 {
+			err = fmt.Errorf("ledger insert returned %d results, want %d", len(rs), len(control)+1)
+		}
+		if err != nil {
+			return nil, err
+		}
+		inserted := map[ledgerKey]int{}
+		for _, row := range rs[len(control)].Rows {
+			inserted[ledgerKey{string(row[0]), string(row[1]), string(row[2])}]++
+		}
+		isNew := make([]bool, len(chunk))
+		var writes []*pair
+		var writePos []int // position in chunk of each write
+		var undo [3][]string
+		for i, p := range chunk {
+			k := p.key()
+			if inserted[k] == 0 {
+				continue
+			}
+			inserted[k]--
+			isNew[i] = true
+			if p.prefail != nil {
+				undo[0], undo[1], undo[2] = append(undo[0], k.projection), append(undo[1], k.fork), append(undo[2], k.event)
+				continue
+			}
+			writes = append(writes, p)
+			writePos = append(writePos, i)
+		}
+		// A pair that could not be evaluated or prepared is settled now:
+		// failed, unless the ledger already had it (a duplicate). A repeat,
+		// within this round, of a pair that failed so, failed too.
+		failedNew := map[ledgerKey]bool{}
+		for i, p := range chunk {
+			if p.prefail == nil {
+				continue
+			}
+			switch k := p.key(); {
+			case isNew[i]:
+				failedNew[k] = true
+				p.fail(p.prefail)
+			case failedNew[k]:
+				p.fail(p.prefail)
+			default:
+				p.done = true
+				p.res.Status = StatusDuplicate
+			}
+		}
+
+		// Round trip 2: undo the ledger rows of failed pairs, then the writes.
+		failAt, failErr := -1, error(nil)
+		if len(writes) > 0 || len(undo[0]) > 0 {
+			batch = &pgconn.Batch{}
+			nUndo := 0
+			if len(undo[0]) > 0 {
+				if err := eqb.Build(typeMap, nil, []any{undo[0], undo[1], undo[2]}); err != nil {
+					return nil, err
+				}
+				batch.ExecParams(ledgerUndoSQL, eqb.ParamValues, nil, eqb.ParamFormats, eqb.ResultFormats)
+				nUndo = 1
+			}
+			for k, p := range writes {
+				if err := eqb.Build(typeMap, p.sd, p.args); err != nil {
+					failAt, failErr = k, err // nothing sent; the ledger rows are rolled back below
+					break
+				}
+				batch.ExecStatement(p.sd, eqb.ParamValues, eqb.ParamFormats, eqb.ResultFormats)
+			}
+			if failAt < 0 {
+				n := 0
+				mrr := pgConn.ExecBatch(ctx, batch)
+				for mrr.NextResult() {
+					if _, err := mrr.ResultReader().Close(); err != nil {
+						failErr = err
+						break
+					}
+					n++
+				}
+				if err := mrr.Close(); failErr == nil {
+					failErr = err
+				}
+				if failErr == nil && n != nUndo+len(writes) {
+					failErr = fmt.Errorf("pipeline returned %d results, want %d", n, nUndo+len(writes))
+				}
+				if failErr != nil {
+					var pe *pgconn.PgError
+					if Classify(failErr) == KindConnection || !errors.As(failErr, &pe) || n < nUndo || n-nUndo >= len(writes) {
+						return nil, failErr
+					}
+					failAt = n - nUndo
+				}
+			}
+		}
+
+		if failAt < 0 {
+			for i, p := range chunk {
+				if p.done {
+					continue
+				}
+				p.done = true
+				if isNew[i] {
+					p.res.Status = StatusApplied
+				} else {
+					p.res.Status = StatusDuplicate
+				}
+			}
+			pending = pending[len(chunk):]
+			control = []string{"RELEASE SAVEPOINT " + savepointName, "SAVEPOINT " + savepointName}
+			window = min(window*2, 1<<20)
+			continue
+		}
+
+		bad := writes[failAt]
+		bad.fail(&ApplyError{Kind: KindSQL, Err: failErr})
+		badStmts = append(badStmts, bad.op.sql)
+		e.logger.Debug("projection write failed; isolating it", "projectionName", bad.res.Projection,
+			"eventId", bad.res.EventID, "error", failErr.Error())
+		rest := make([]*pair, 0, len(pending))
+		for _, p := range pending {
+			if !p.done {
+				rest = append(rest, p)
+			}
+		}
+		pending = rest
+		control = []string{"ROLLBACK TO SAVEPOINT " + savepointName}
+		window = max(writePos[failAt], window/2, 1)
+	}
+	return badStmts, nil
+}
+
+func results(pairs []*pair) []Result {
+	out := make([]Result, len(pairs))
+	for i, p := range pairs {
+		out[i] = p.res
+	}
+	return out
+}
+
+// failAll marks every pair failed with err (invalid events keep their own
+// error) and returns the results and err as an *ApplyError.
+func failAll(pairs []*pair, err error) ([]Result, error) {
+	ae := newApplyError(err)
+	out := make([]Result, len(pairs))
+	for i, p := range pairs {
+		r := p.res
+		if !(r.Status == StatusFailed && r.Err != nil && r.Err.Kind == KindInvalidEvent) {
+			r.Status = StatusFailed
+			r.Err = ae
+		}
+		out[i] = r
+	}
+	return out, ae
+}

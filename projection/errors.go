@@ -1,0 +1,110 @@
+package projection
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/causet/projection-retry/event"
+)
+
+// ErrorKind classifies a failed apply (DESIGN §5 errorKind).
+type ErrorKind string
+
+const (
+	// KindSQL is an execution error: schema mismatch, constraint, bad value.
+	KindSQL ErrorKind = "sql"
+	// KindIREval is a CEL evaluation error, or a projection that is not deployed.
+	KindIREval ErrorKind = "ir_eval"
+	// KindConnection means the database could not be reached or the
+	// connection was lost; nothing of the attempt was committed.
+	KindConnection ErrorKind = "connection"
+	// KindInvalidEvent means the event is not a valid envelope; never retried.
+	KindInvalidEvent ErrorKind = "invalid_event"
+)
+
+// ApplyError is a classified apply failure. Error returns Err's message; for
+// a PostgreSQL error, its message alone (e.g. `column "followed_at" of
+// relation "artist_followers" does not exist`), as operators read it in logs
+// and dead letters; the SQLSTATE stays available through Unwrap.
+type ApplyError struct {
+	Kind ErrorKind
+	Err  error
+}
+
+func (e *ApplyError) Error() string {
+	var pgErr *pgconn.PgError
+	if errors.As(e.Err, &pgErr) && pgErr.Message != "" {
+		return pgErr.Message
+	}
+	return e.Err.Error()
+}
+func (e *ApplyError) Unwrap() error { return e.Err }
+
+// Retryable reports whether the failure may succeed on a later attempt
+// (everything but invalid_event).
+func (e *ApplyError) Retryable() bool { return e.Kind != KindInvalidEvent }
+
+func newApplyError(err error) *ApplyError {
+	var ae *ApplyError
+	if errors.As(err, &ae) {
+		return ae
+	}
+	return &ApplyError{Kind: Classify(err), Err: err}
+}
+
+// ErrNotDeployed is returned (kind ir_eval) by Apply for a projection with no
+// deployed version.
+var ErrNotDeployed = errors.New("projection is not deployed")
+
+// Classify returns the kind of err: the Kind of an *ApplyError; invalid_event
+// for *event.InvalidError; ir_eval for *EvalError and ErrNotDeployed;
+// connection for failures to reach or keep the database (connect errors,
+// network errors, io.EOF, timeouts, cancellations, errors pgconn deems safe to
+// retry, SQLSTATE class 08, 57P01-57P03 and 53300); sql for any other error,
+// including every other *pgconn.PgError. Classify(nil) is "".
+func Classify(err error) ErrorKind {
+	if err == nil {
+		return ""
+	}
+	var ae *ApplyError
+	if errors.As(err, &ae) {
+		return ae.Kind
+	}
+	if event.IsInvalid(err) {
+		return KindInvalidEvent
+	}
+	var ee *EvalError
+	if errors.As(err, &ee) || errors.Is(err, ErrNotDeployed) {
+		return KindIREval
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case strings.HasPrefix(pe.Code, "08"),
+			pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03", // admin/crash shutdown, cannot connect now
+			pe.Code == "53300": // too many connections
+			return KindConnection
+		}
+		return KindSQL
+	}
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	var oe *net.OpError
+	switch {
+	case errors.As(err, &ce), errors.As(err, &oe), errors.As(err, &ne),
+		pgconn.SafeToRetry(err), pgconn.Timeout(err),
+		errors.Is(err, pgconn.ErrConnClosed),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		strings.Contains(err.Error(), "closed pool"), strings.Contains(err.Error(), "conn closed"):
+		return KindConnection
+	}
+	return KindSQL
+}
