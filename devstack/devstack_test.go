@@ -1,0 +1,217 @@
+package devstack
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.temporal.io/sdk/client"
+
+	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/internal/testenv"
+	"github.com/causet/projection-retry/projection"
+)
+
+// tempRoot points TMPDIR at a fresh directory (readable by the postgres
+// user) so the test can check that everything started left nothing behind.
+func tempRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "causet-devstack-test-")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(dir, 0o755))
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	t.Setenv("TMPDIR", dir)
+	return dir
+}
+
+func needTools(t *testing.T) {
+	t.Helper()
+	_, errPG := findPGBin("pg_ctl")
+	_, errT := FindTemporalCLI()
+	if err := errors.Join(errPG, errT); err != nil {
+		if testenv.InCI() {
+			t.Fatalf("devstack: %v", err)
+		}
+		t.Skipf("devstack: %v", err)
+	}
+}
+
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// Field 3 is the state; a zombie (Z) has exited.
+	f := strings.Fields(string(b))
+	return len(f) > 2 && f[2] != "Z"
+}
+
+// processesMentioning returns the PIDs of live processes whose command line
+// contains s.
+func processesMentioning(s string) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && strings.Contains(string(b), s) && alive(pid) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func TestStackStartStop(t *testing.T) {
+	needTools(t)
+	root := tempRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	s, err := Start(ctx, Options{
+		Getenv: func(string) string { return "" }, // start everything
+		Topics: []string{"causet.events.v1", "causet.projection-dlq.v1"},
+	})
+	require.NoError(t, err)
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = s.Stop()
+		}
+	})
+	require.NotNil(t, s.Postgres)
+	require.NotNil(t, s.Temporal)
+	require.NotNil(t, s.Kafka)
+	require.True(t, strings.HasPrefix(s.Postgres.Dir, root))
+	require.True(t, strings.HasPrefix(s.Temporal.Dir, root))
+
+	// PostgreSQL answers, and the examples set up (demo schema).
+	pool, err := pgxpool.New(ctx, s.DatabaseURL)
+	require.NoError(t, err)
+	deployed, err := SetupExamples(ctx, pool, true)
+	require.NoError(t, err)
+	require.Len(t, deployed, 2)
+	again, err := SetupExamples(ctx, pool, true)
+	require.NoError(t, err)
+	for _, d := range again {
+		require.False(t, d.New, "same document deployed twice: %+v", d)
+	}
+	var hasFollowedAt bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM information_schema.columns
+		WHERE table_name = 'artist_followers' AND column_name = 'followed_at')`).Scan(&hasFollowedAt))
+	require.False(t, hasFollowedAt, "demo artist_followers must lack followed_at")
+	deps, err := projection.List(ctx, pool)
+	require.NoError(t, err)
+	require.Len(t, deps, 2)
+	pool.Close()
+	b, err := os.ReadFile(filepath.Join(s.Postgres.data, "postmaster.pid"))
+	require.NoError(t, err)
+	pgPID, err := strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
+	require.NoError(t, err)
+
+	// Temporal answers with the UI address set.
+	c, err := client.DialContext(ctx, client.Options{HostPort: s.TemporalAddress, Logger: quietTemporalLogger()})
+	require.NoError(t, err)
+	_, err = c.CheckHealth(ctx, &client.CheckHealthRequest{})
+	require.NoError(t, err)
+	c.Close()
+	require.NotEmpty(t, s.TemporalUI)
+
+	// Kafka has both topics with 3 partitions.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(s.KafkaBrokers...))
+	require.NoError(t, err)
+	td, err := kadm.NewClient(cl).ListTopics(ctx, "causet.events.v1", "causet.projection-dlq.v1")
+	require.NoError(t, err)
+	for _, name := range []string{"causet.events.v1", "causet.projection-dlq.v1"} {
+		require.Len(t, td[name].Partitions, 3, name)
+	}
+	cl.Close()
+
+	tPID := s.Temporal.PID
+	require.True(t, alive(pgPID))
+	require.True(t, alive(tPID))
+	require.NoError(t, s.Stop())
+	stopped = true
+	require.NoError(t, s.Stop(), "Stop is idempotent")
+
+	require.Eventually(t, func() bool { return !alive(pgPID) && !alive(tPID) }, 10*time.Second, 100*time.Millisecond,
+		"postgres %d or temporal %d still running", pgPID, tPID)
+	require.Empty(t, processesMentioning(root), "processes still reference %s", root)
+	left, err := os.ReadDir(root)
+	require.NoError(t, err)
+	require.Empty(t, left, "temp dirs left behind")
+}
+
+func TestStartUsesEnvironment(t *testing.T) {
+	env := map[string]string{
+		"DATABASE_URL":     "postgres://u@db.invalid:5432/x",
+		"TEMPORAL_ADDRESS": "temporal.invalid:7233",
+		"KAFKA_BROKERS":    "k1.invalid:9092, k2.invalid:9092",
+	}
+	// No topics: nothing is contacted, nothing is started.
+	s, err := Start(context.Background(), Options{Getenv: func(k string) string { return env[k] }})
+	require.NoError(t, err)
+	require.Nil(t, s.Postgres)
+	require.Nil(t, s.Temporal)
+	require.Nil(t, s.Kafka)
+	require.Equal(t, env["DATABASE_URL"], s.DatabaseURL)
+	require.Equal(t, []string{"k1.invalid:9092", "k2.invalid:9092"}, s.KafkaBrokers)
+	require.NoError(t, s.Stop())
+}
+
+func TestNoTemporalCLIIsOneLine(t *testing.T) {
+	t.Chdir(t.TempDir())
+	t.Setenv("PATH", t.TempDir())
+	_, err := Start(context.Background(), Options{Getenv: func(k string) string {
+		if k == "DATABASE_URL" {
+			return "postgres://u@db.invalid/x"
+		}
+		return ""
+	}})
+	// The test binary's directory may hold a temporal binary only by accident.
+	if err == nil {
+		t.Skip("a temporal CLI was found next to the test binary")
+	}
+	require.ErrorIs(t, err, ErrNoTemporalCLI)
+	require.NotContains(t, err.Error(), "\n")
+	require.Contains(t, err.Error(), "make tools")
+}
+
+func TestDemoEvents(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	counts := map[string]int{}
+	ids := map[string]bool{}
+	for i := range 100 {
+		ev := DemoEvent("r1", i, now)
+		raw, err := json.Marshal(ev)
+		require.NoError(t, err)
+		dec, err := event.Decode(raw)
+		require.NoError(t, err, "demo event %d must be a valid envelope", i)
+		require.False(t, ids[dec.EventID], "duplicate event ID %s", dec.EventID)
+		ids[dec.EventID] = true
+		var p map[string]any
+		require.NoError(t, json.Unmarshal(ev.Payload, &p))
+		switch {
+		case ev.EventType == "ARTIST_FOLLOWED":
+			counts["followed"]++
+		case ev.EventType == "TRACK_PLAYED" && p["days"] == float64(0):
+			counts["days0"]++
+		default:
+			counts["ok"]++
+		}
+	}
+	require.Equal(t, map[string]int{"followed": 10, "days0": 10, "ok": 80}, counts)
+	require.NotEqual(t, DemoEvent("r1", 0, now).EventID, DemoEvent("r2", 0, now).EventID)
+}

@@ -1,0 +1,90 @@
+// Package devstack starts the embedded defaults of `causet dev`: a throwaway
+// PostgreSQL cluster (initdb + pg_ctl in a temp dir), a Temporal dev server
+// (`temporal server start-dev` with the UI and Causet's five search
+// attributes) and an in-process Kafka cluster (kfake). Each is replaced by
+// its environment variable when set (DATABASE_URL, TEMPORAL_ADDRESS,
+// KAFKA_BROKERS); see [Start].
+//
+// Everything started here is stopped by its Stop method, which also removes
+// its temp dir. Child processes run in their own process group. If this
+// process dies without calling Stop (SIGKILL), a small watchdog shell notices
+// and stops what was started.
+package devstack
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// freePorts returns n distinct free ports on 127.0.0.1 (all held open at once
+// while probing, so they differ).
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find free port: %w", err)
+		}
+		defer l.Close()
+		_, p, _ := net.SplitHostPort(l.Addr().String())
+		port, _ := strconv.Atoi(p)
+		ports = append(ports, port)
+	}
+	return ports, nil
+}
+
+// portFree reports whether 127.0.0.1:port can be bound right now.
+func portFree(port int) bool {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return false
+	}
+	_ = l.Close()
+	return true
+}
+
+// watchdog starts a detached shell that waits for this process to exit and
+// then runs script. It returns a function that stops the watchdog (used by
+// the normal Stop path).
+func watchdog(script string) func() {
+	full := fmt.Sprintf("while kill -0 %d 2>/dev/null; do sleep 1; done; %s", os.Getpid(), script)
+	cmd := exec.Command("/bin/sh", "-c", full)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return func() {}
+	}
+	pid := cmd.Process.Pid
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	return func() {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		select {
+		case <-done:
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// shellQuote quotes s for /bin/sh.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// tail returns the last n lines of file (for error messages).
+func tail(file string, n int) string {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
