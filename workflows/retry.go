@@ -271,5 +271,9 @@ func (r *retryRun) awaitDecision(ctx workflow.Context, replay, discard workflow.
 	}
 	sel.AddFuture(workflow.NewTimer(tctx, window), func(workflow.Future) {})
 	sel.Select(ctx)
+	// Replay signals sent while this one was pending (a CLI signal and a bulk
+	// replay, say) ask for the same thing; one replay answers them all.
+	for replay.ReceiveAsync(nil) {
+	}
 	return got
 }

@@ -1,0 +1,432 @@
+package dlq
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+	"golang.org/x/time/rate"
+
+	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/workflows"
+)
+
+// Temporal is the part of client.Client the DLQ tooling uses; client.Client
+// satisfies it.
+type Temporal interface {
+	DescribeWorkflowExecution(ctx context.Context, workflowID, runID string) (*workflowservice.DescribeWorkflowExecutionResponse, error)
+	SignalWorkflow(ctx context.Context, workflowID, runID, signalName string, arg any) error
+	ExecuteWorkflow(ctx context.Context, options client.StartWorkflowOptions, workflow any, args ...any) (client.WorkflowRun, error)
+}
+
+// WorkflowState is what Temporal says about a record's retry workflow (its
+// latest run).
+type WorkflowState struct {
+	// Found is false when Temporal has no run of the ID (never started, or
+	// its history was removed after the namespace's retention).
+	Found bool
+	RunID string
+	// Open is true while the run is running.
+	Open bool
+	// Status is the run's execution status (running, completed, ...).
+	Status enumspb.WorkflowExecutionStatus
+	// State is the run's CausetRetryState search attribute; empty if unset.
+	State workflows.State
+	// PendingTask is true while the run has a workflow task not yet
+	// processed: a signal (or its timer) arrived and its state is about to
+	// change.
+	PendingTask bool
+}
+
+// String is a short form for tables: "dead_lettered", "succeeded (closed)",
+// "dead_lettered (window expired)", "retrying (terminated)", "not found".
+func (s WorkflowState) String() string {
+	if !s.Found {
+		return "not found"
+	}
+	st := string(s.State)
+	if st == "" {
+		st = "unknown"
+	}
+	if s.Open {
+		return st
+	}
+	switch {
+	case s.Status != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
+		return st + " (" + statusName(s.Status) + ")"
+	case s.State == workflows.StateDeadLettered:
+		return st + " (window expired)"
+	}
+	return st + " (closed)"
+}
+
+func statusName(s enumspb.WorkflowExecutionStatus) string {
+	switch s {
+	case enumspb.WORKFLOW_EXECUTION_STATUS_FAILED:
+		return "failed"
+	case enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED:
+		return "canceled"
+	case enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED:
+		return "terminated"
+	case enumspb.WORKFLOW_EXECUTION_STATUS_TIMED_OUT:
+		return "timed out"
+	case enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW:
+		return "continued as new"
+	}
+	return "closed"
+}
+
+// LookupState describes the latest run of workflowID. Describe reads the
+// run's mutable state, so the search attribute is current (no visibility
+// lag) and closed runs are covered until retention removes them.
+func LookupState(ctx context.Context, c Temporal, workflowID string) (WorkflowState, error) {
+	resp, err := c.DescribeWorkflowExecution(ctx, workflowID, "")
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return WorkflowState{}, nil
+	}
+	if err != nil {
+		return WorkflowState{}, fmt.Errorf("describe workflow %s: %w", workflowID, err)
+	}
+	info := resp.GetWorkflowExecutionInfo()
+	s := WorkflowState{
+		Found:  true,
+		RunID:  info.GetExecution().GetRunId(),
+		Status: info.GetStatus(),
+		Open:   info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING,
+	}
+	s.PendingTask = s.Open && resp.GetPendingWorkflowTask() != nil
+	if p, ok := info.GetSearchAttributes().GetIndexedFields()[workflows.AttrRetryState.GetName()]; ok {
+		var v string
+		if err := converter.GetDefaultDataConverter().FromPayload(p, &v); err == nil {
+			s.State = workflows.State(v)
+		}
+	}
+	return s, nil
+}
+
+// WorkflowID is the retry workflow ID of a DLQ record: the one it names, else
+// the contract's ID from projection, fork and event ID.
+func WorkflowID(r Record) (string, error) {
+	if r.Workflow != nil && r.Workflow.ID != "" {
+		return r.Workflow.ID, nil
+	}
+	env, err := r.Envelope()
+	if err != nil {
+		return "", err
+	}
+	return workflows.RetryWorkflowID(r.ProjectionName, env.ForkID, env.EventID), nil
+}
+
+// ErrNotReplayable is returned for records without a valid envelope
+// (errorKind invalid_event): there is nothing a projection could apply.
+var ErrNotReplayable = errors.New("record has no valid event envelope (invalid_event): nothing to replay")
+
+// Envelope decodes the record's original event.
+func (r Record) Envelope() (event.Envelope, error) {
+	if r.Event == nil {
+		return event.Envelope{}, ErrNotReplayable
+	}
+	var env event.Envelope
+	if err := json.Unmarshal(*r.Event, &env); err != nil {
+		return event.Envelope{}, fmt.Errorf("%w: %v", ErrNotReplayable, err)
+	}
+	if err := env.Validate(); err != nil {
+		return event.Envelope{}, fmt.Errorf("%w: %v", ErrNotReplayable, err)
+	}
+	return env, nil
+}
+
+// Outcome is what the Replayer did (or, dry, would do) with one record.
+type Outcome string
+
+const (
+	// Signalled: the run was open in dead_lettered and got the replay signal.
+	Signalled Outcome = "signalled"
+	// Restarted: the run had closed (window expired, discarded, gone) and a
+	// fresh run of the same workflow ID was started.
+	Restarted Outcome = "restarted"
+	// AlreadyDone: the event already succeeded, or a run is retrying or
+	// replaying it now.
+	AlreadyDone Outcome = "already_succeeded"
+	// Duplicate: an earlier record of this read had the same workflow ID.
+	Duplicate Outcome = "duplicate"
+	// Skipped: the record holds no valid event (invalid_event).
+	Skipped Outcome = "skipped"
+	// Failed: the record could not be read or Temporal refused the action.
+	Failed Outcome = "failed"
+)
+
+// Result is the outcome for one record.
+type Result struct {
+	Item       Item
+	WorkflowID string
+	// Before is the workflow's state before the action.
+	Before  WorkflowState
+	Outcome Outcome
+	// Err explains Failed and Skipped.
+	Err error
+}
+
+// Summary counts outcomes.
+type Summary struct {
+	Signalled, Restarted, AlreadySucceeded, Duplicates, Skipped, Failed int
+}
+
+// Acted is how many records were signalled or restarted.
+func (s Summary) Acted() int { return s.Signalled + s.Restarted }
+
+func (s *Summary) add(o Outcome) {
+	switch o {
+	case Signalled:
+		s.Signalled++
+	case Restarted:
+		s.Restarted++
+	case AlreadyDone:
+		s.AlreadySucceeded++
+	case Duplicate:
+		s.Duplicates++
+	case Skipped:
+		s.Skipped++
+	case Failed:
+		s.Failed++
+	}
+}
+
+// ReplayerOptions configure a Replayer.
+type ReplayerOptions struct {
+	// Client talks to Temporal. Required.
+	Client Temporal
+	// TaskQueue is CAUSET_TASK_QUEUE, for restarted runs. Required.
+	TaskQueue string
+	// Retry is the schedule of restarted runs. Optional, defaults to config.DefaultRetry().
+	Retry config.Retry
+	// ReplayWindow is how long a restarted run that fails again stays open
+	// for replay. Optional, defaults to workflows.DefaultReplayWindow.
+	ReplayWindow time.Duration
+	// Reason goes with the replay signal. Optional.
+	Reason string
+	// DryRun looks up every workflow but signals and starts nothing.
+	DryRun bool
+	// Rate bounds signals and starts per second. Optional, 0 means unbounded.
+	Rate float64
+	// Limit stops after this many records were signalled or restarted.
+	// Optional, 0 means no limit.
+	Limit int
+	// Logger gets one line per action. Optional, defaults to discarding.
+	Logger *slog.Logger
+}
+
+func (o *ReplayerOptions) validate() error {
+	switch {
+	case o.Client == nil:
+		return errors.New("dlq replayer: Client is required")
+	case o.TaskQueue == "":
+		return errors.New("dlq replayer: TaskQueue is required")
+	case o.Rate < 0:
+		return fmt.Errorf("dlq replayer: rate %g is negative", o.Rate)
+	case o.Limit < 0:
+		return fmt.Errorf("dlq replayer: limit %d is negative", o.Limit)
+	}
+	if o.Retry == (config.Retry{}) {
+		o.Retry = config.DefaultRetry()
+	}
+	if err := o.Retry.Validate(); err != nil {
+		return err
+	}
+	if o.ReplayWindow <= 0 {
+		o.ReplayWindow = workflows.DefaultReplayWindow
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Replayer replays dead letters: it signals open dead-lettered runs, starts a
+// fresh run for closed ones and leaves succeeded or in-progress ones alone,
+// so running it twice applies nothing twice and never starts two runs of one
+// event. Not safe for concurrent use.
+type Replayer struct {
+	o       ReplayerOptions
+	limiter *rate.Limiter
+	seen    map[string]bool
+	sum     Summary
+}
+
+// NewReplayer validates o.
+func NewReplayer(o ReplayerOptions) (*Replayer, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	r := &Replayer{o: o, seen: map[string]bool{}}
+	if o.Rate > 0 {
+		r.limiter = rate.NewLimiter(rate.Limit(o.Rate), 1)
+	}
+	return r, nil
+}
+
+// ErrLimit is returned by Replay once Limit records were acted on.
+var ErrLimit = errors.New("replay limit reached")
+
+// Summary returns the counts so far.
+func (r *Replayer) Summary() Summary { return r.sum }
+
+// Replay handles one DLQ item. It returns ErrLimit (with the result of this
+// item) when the limit has been reached after it, and ctx's error if ctx
+// ends; Temporal errors are reported in Result, not returned.
+func (r *Replayer) Replay(ctx context.Context, it Item) (Result, error) {
+	if r.o.Limit > 0 && r.sum.Acted() >= r.o.Limit {
+		return Result{Item: it}, ErrLimit
+	}
+	res := r.replay(ctx, it)
+	if ctx.Err() != nil {
+		return res, ctx.Err()
+	}
+	r.sum.add(res.Outcome)
+	if res.Outcome == Failed || res.Outcome == Skipped {
+		r.o.Logger.Warn("dlq replay", "outcome", res.Outcome, "workflowId", res.WorkflowID,
+			"partition", it.Partition, "offset", it.Offset, "error", res.Err)
+	} else if res.Outcome != Duplicate {
+		r.o.Logger.Info("dlq replay", "outcome", res.Outcome, "workflowId", res.WorkflowID,
+			"state", res.Before.String(), "dryRun", r.o.DryRun)
+	}
+	if r.o.Limit > 0 && r.sum.Acted() >= r.o.Limit {
+		return res, ErrLimit
+	}
+	return res, nil
+}
+
+func (r *Replayer) replay(ctx context.Context, it Item) Result {
+	res := Result{Item: it}
+	if it.Err != nil {
+		res.Outcome, res.Err = Failed, fmt.Errorf("record %s[%d]@%d: %w", it.Topic, it.Partition, it.Offset, it.Err)
+		return res
+	}
+	id, err := WorkflowID(it.Record)
+	if err != nil {
+		res.Outcome, res.Err = Skipped, err
+		return res
+	}
+	res.WorkflowID = id
+	// A replayed event that failed again has a newer record with the same ID.
+	if r.seen[id] {
+		res.Outcome = Duplicate
+		return res
+	}
+	r.seen[id] = true
+
+	// Two tries: a run that closes between the look-up and the signal is
+	// restarted instead.
+	for try := 0; ; try++ {
+		st, err := LookupState(ctx, r.o.Client, id)
+		if err != nil {
+			res.Outcome, res.Err = Failed, err
+			return res
+		}
+		res.Before = st
+		var act Outcome
+		switch {
+		case st.Open && st.State == workflows.StateDeadLettered && !st.PendingTask:
+			act = Signalled
+		case st.Open, st.State == workflows.StateSucceeded:
+			// Retrying or replaying now, or already applied; a dead-lettered
+			// run with a pending workflow task has a signal (likely an
+			// earlier replay's) it has not processed yet: signalling again
+			// would queue a second replay.
+			res.Outcome = AlreadyDone
+			return res
+		default:
+			// Closed after its window expired, discarded, failed,
+			// terminated, or no longer known to Temporal.
+			act = Restarted
+		}
+		if r.o.DryRun {
+			res.Outcome = act
+			return res
+		}
+		if r.limiter != nil {
+			if err := r.limiter.Wait(ctx); err != nil {
+				res.Outcome, res.Err = Failed, err
+				return res
+			}
+		}
+		if act == Signalled {
+			err = r.o.Client.SignalWorkflow(ctx, id, st.RunID, workflows.SignalReplay, workflows.ReplaySignal{Reason: r.o.Reason})
+		} else {
+			err = r.restart(ctx, it)
+		}
+		var nf *serviceerror.NotFound
+		var started *serviceerror.WorkflowExecutionAlreadyStarted
+		switch {
+		case err == nil:
+			res.Outcome = act
+			return res
+		case try == 0 && (errors.As(err, &nf) || errors.As(err, &started)):
+			continue // the run closed, or another run started: look again
+		case errors.As(err, &started):
+			res.Outcome = AlreadyDone
+			return res
+		default:
+			res.Outcome, res.Err = Failed, fmt.Errorf("%s workflow %s: %w", act, id, err)
+			return res
+		}
+	}
+}
+
+// restart starts a fresh run of the record's workflow ID in workflow mode
+// (every attempt in the workflow, full schedule). ALLOW_DUPLICATE permits a
+// new run after a closed one; the FAIL conflict policy refuses a second run
+// while one is open.
+func (r *Replayer) restart(ctx context.Context, it Item) error {
+	env, err := it.Record.Envelope()
+	if err != nil {
+		return err
+	}
+	in := workflows.RetryInput{
+		Event:        env,
+		Projection:   it.Record.ProjectionName,
+		Key:          it.Key,
+		Source:       it.Record.Source,
+		Mode:         config.ModeWorkflow,
+		Retry:        r.o.Retry,
+		ReplayWindow: r.o.ReplayWindow,
+	}
+	id, err := WorkflowID(it.Record)
+	if err != nil {
+		return err
+	}
+	_, err = r.o.Client.ExecuteWorkflow(ctx, RestartOptions(id, r.o.TaskQueue, in), workflows.RetryWorkflowName, in)
+	return err
+}
+
+// RestartOptions are the start options of a replayed run: the same workflow
+// ID, a new run allowed only once the earlier one closed, an error (never a
+// second run, never the open run silently) when one is open, and the five
+// search attributes in state retrying.
+func RestartOptions(id, taskQueue string, in workflows.RetryInput) client.StartWorkflowOptions {
+	return client.StartWorkflowOptions{
+		ID:                                       id,
+		TaskQueue:                                taskQueue,
+		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			workflows.AttrProjection.ValueSet(in.Projection),
+			workflows.AttrEventType.ValueSet(in.Event.EventType),
+			workflows.AttrEntityID.ValueSet(in.Event.EntityID),
+			workflows.AttrForkID.ValueSet(in.Event.ForkID),
+			workflows.AttrRetryState.ValueSet(string(workflows.StateRetrying)),
+		),
+	}
+}

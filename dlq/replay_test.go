@@ -1,0 +1,248 @@
+package dlq_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+
+	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/dlq"
+	"github.com/causet/projection-retry/workflows"
+)
+
+type fakeRun struct {
+	open    bool
+	state   workflows.State
+	runID   string
+	pending bool
+}
+
+// fakeTemporal keeps one run per workflow ID and records the actions.
+type fakeTemporal struct {
+	runs     map[string]*fakeRun
+	signals  []string
+	starts   []client.StartWorkflowOptions
+	inputs   []workflows.RetryInput
+	failNext error // returned by the next signal or start
+	// closeOnSignal closes the run just before the signal arrives (a race).
+	closeOnSignal bool
+}
+
+func (f *fakeTemporal) DescribeWorkflowExecution(_ context.Context, id, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+	r, ok := f.runs[id]
+	if !ok {
+		return nil, serviceerror.NewNotFound("workflow not found")
+	}
+	p, err := converter.GetDefaultDataConverter().ToPayload(string(r.state))
+	if err != nil {
+		return nil, err
+	}
+	status := enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
+	if r.open {
+		status = enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+	}
+	resp := &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{
+		Execution:        &commonpb.WorkflowExecution{WorkflowId: id, RunId: r.runID},
+		Status:           status,
+		SearchAttributes: &commonpb.SearchAttributes{IndexedFields: map[string]*commonpb.Payload{"CausetRetryState": p}},
+	}}
+	if r.pending {
+		resp.PendingWorkflowTask = &workflowpb.PendingWorkflowTaskInfo{}
+	}
+	return resp, nil
+}
+
+func (f *fakeTemporal) SignalWorkflow(_ context.Context, id, runID, name string, arg any) error {
+	if err := f.failNext; err != nil {
+		f.failNext = nil
+		return err
+	}
+	r := f.runs[id]
+	if f.closeOnSignal {
+		f.closeOnSignal = false
+		r.open = false
+	}
+	if r == nil || !r.open || r.runID != runID {
+		return serviceerror.NewNotFound("workflow execution already completed")
+	}
+	f.signals = append(f.signals, id+" "+name+" "+arg.(workflows.ReplaySignal).Reason)
+	r.pending = true // the worker has not processed it yet
+	return nil
+}
+
+func (f *fakeTemporal) ExecuteWorkflow(_ context.Context, o client.StartWorkflowOptions, wf any, args ...any) (client.WorkflowRun, error) {
+	if err := f.failNext; err != nil {
+		f.failNext = nil
+		return nil, err
+	}
+	if r, ok := f.runs[o.ID]; ok && r.open {
+		return nil, serviceerror.NewWorkflowExecutionAlreadyStarted("already started", "", r.runID)
+	}
+	f.starts = append(f.starts, o)
+	f.inputs = append(f.inputs, args[0].(workflows.RetryInput))
+	f.runs[o.ID] = &fakeRun{open: true, state: workflows.StateRetrying, runID: "run-" + o.ID + "-new"}
+	return nil, nil
+}
+
+func item(t *testing.T, eventID string, offset int64) dlq.Item {
+	t.Helper()
+	ev := json.RawMessage(`{"eventId":"` + eventID + `","eventType":"ARTIST_FOLLOWED","entityId":"user-1","forkId":"production","payload":{"artistId":"a"}}`)
+	return dlq.Item{Topic: "dlq", Offset: offset, Key: []byte("user-1"), Record: dlq.Record{
+		SchemaVersion: 1, Event: &ev, ProjectionName: "p", EventType: "ARTIST_FOLLOWED", ForkID: "production", ErrorKind: "sql",
+		Source: workflows.Source{Topic: "events", Partition: 2, Offset: 9},
+	}}
+}
+
+func TestReplayerDecisions(t *testing.T) {
+	id := func(e string) string { return workflows.RetryWorkflowID("p", "production", e) }
+	f := &fakeTemporal{runs: map[string]*fakeRun{
+		id("dead"):      {open: true, state: workflows.StateDeadLettered, runID: "r1"},
+		id("expired"):   {open: false, state: workflows.StateDeadLettered, runID: "r2"},
+		id("discarded"): {open: false, state: workflows.StateDiscarded, runID: "r3"},
+		id("done"):      {open: false, state: workflows.StateSucceeded, runID: "r4"},
+		id("retrying"):  {open: true, state: workflows.StateRetrying, runID: "r5"},
+		id("replaying"): {open: true, state: workflows.StateReplaying, runID: "r6"},
+		id("signalled"): {open: true, state: workflows.StateDeadLettered, runID: "r7", pending: true},
+	}}
+	retry := config.Retry{MaxAttempts: 3, Initial: 1, Multiplier: 2, Max: 10}
+	rp, err := dlq.NewReplayer(dlq.ReplayerOptions{Client: f, TaskQueue: "tq", Retry: retry, Reason: "fixed", ReplayWindow: 42})
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	want := map[string]dlq.Outcome{
+		"dead": dlq.Signalled, "expired": dlq.Restarted, "discarded": dlq.Restarted, "gone": dlq.Restarted,
+		"done": dlq.AlreadyDone, "retrying": dlq.AlreadyDone, "replaying": dlq.AlreadyDone, "signalled": dlq.AlreadyDone,
+	}
+	for _, e := range []string{"dead", "expired", "discarded", "gone", "done", "retrying", "replaying", "signalled"} {
+		res, err := rp.Replay(ctx, item(t, e, 0))
+		require.NoError(t, err)
+		require.Equal(t, want[e], res.Outcome, e)
+		require.Equal(t, id(e), res.WorkflowID)
+	}
+	// The same event again (a later dead letter of it): handled once.
+	res, err := rp.Replay(ctx, item(t, "dead", 5))
+	require.NoError(t, err)
+	require.Equal(t, dlq.Duplicate, res.Outcome)
+
+	// A newer schema and an invalid event.
+	res, err = rp.Replay(ctx, dlq.Item{Err: &dlq.UnsupportedVersionError{Version: 2}})
+	require.NoError(t, err)
+	require.Equal(t, dlq.Failed, res.Outcome)
+	res, err = rp.Replay(ctx, dlq.Item{Record: dlq.Record{SchemaVersion: 1, ProjectionName: "p", ErrorKind: "invalid_event", RawValue: []byte("{")}})
+	require.NoError(t, err)
+	require.Equal(t, dlq.Skipped, res.Outcome)
+	require.ErrorIs(t, res.Err, dlq.ErrNotReplayable)
+
+	require.Equal(t, dlq.Summary{Signalled: 1, Restarted: 3, AlreadySucceeded: 4, Duplicates: 1, Skipped: 1, Failed: 1}, rp.Summary())
+	require.Equal(t, []string{id("dead") + " replay fixed"}, f.signals)
+	require.Len(t, f.starts, 3)
+	o := f.starts[0]
+	require.Equal(t, id("expired"), o.ID)
+	require.Equal(t, "tq", o.TaskQueue)
+	require.Equal(t, enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE, o.WorkflowIDReusePolicy)
+	require.Equal(t, enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL, o.WorkflowIDConflictPolicy)
+	in := f.inputs[0]
+	require.Equal(t, config.ModeWorkflow, in.Mode)
+	require.Nil(t, in.FirstAttempt)
+	require.Equal(t, retry, in.Retry)
+	require.EqualValues(t, 42, in.ReplayWindow)
+	require.Equal(t, "expired", in.Event.EventID)
+	require.Equal(t, "p", in.Projection)
+	require.Equal(t, []byte("user-1"), in.Key)
+	require.Equal(t, workflows.Source{Topic: "events", Partition: 2, Offset: 9}, in.Source)
+
+	// Replaying again: everything is in progress now, nothing more happens.
+	rp2, err := dlq.NewReplayer(dlq.ReplayerOptions{Client: f, TaskQueue: "tq"})
+	require.NoError(t, err)
+	for _, e := range []string{"dead", "expired", "discarded", "gone", "done", "retrying", "replaying"} {
+		res, err := rp2.Replay(ctx, item(t, e, 0))
+		require.NoError(t, err)
+		require.Equal(t, dlq.AlreadyDone, res.Outcome, e)
+	}
+	require.Len(t, f.signals, 1)
+	require.Len(t, f.starts, 3)
+}
+
+func TestReplayerDryRunLimitAndErrors(t *testing.T) {
+	ctx := context.Background()
+	id := func(e string) string { return workflows.RetryWorkflowID("p", "production", e) }
+	runs := func() map[string]*fakeRun {
+		return map[string]*fakeRun{
+			id("a"): {open: true, state: workflows.StateDeadLettered, runID: "ra"},
+			id("b"): {open: false, state: workflows.StateDeadLettered, runID: "rb"},
+			id("c"): {open: true, state: workflows.StateDeadLettered, runID: "rc"},
+		}
+	}
+
+	t.Run("dry run", func(t *testing.T) {
+		f := &fakeTemporal{runs: runs()}
+		rp, err := dlq.NewReplayer(dlq.ReplayerOptions{Client: f, TaskQueue: "tq", DryRun: true})
+		require.NoError(t, err)
+		for _, e := range []string{"a", "b", "c"} {
+			_, err := rp.Replay(ctx, item(t, e, 0))
+			require.NoError(t, err)
+		}
+		require.Equal(t, dlq.Summary{Signalled: 2, Restarted: 1}, rp.Summary())
+		require.Empty(t, f.signals)
+		require.Empty(t, f.starts)
+	})
+
+	t.Run("limit", func(t *testing.T) {
+		f := &fakeTemporal{runs: runs()}
+		rp, err := dlq.NewReplayer(dlq.ReplayerOptions{Client: f, TaskQueue: "tq", Limit: 2, Rate: 1000})
+		require.NoError(t, err)
+		_, err = rp.Replay(ctx, item(t, "a", 0))
+		require.NoError(t, err)
+		_, err = rp.Replay(ctx, item(t, "b", 1))
+		require.ErrorIs(t, err, dlq.ErrLimit)
+		_, err = rp.Replay(ctx, item(t, "c", 2))
+		require.ErrorIs(t, err, dlq.ErrLimit)
+		require.Equal(t, dlq.Summary{Signalled: 1, Restarted: 1}, rp.Summary())
+	})
+
+	t.Run("run closes before the signal: restarted", func(t *testing.T) {
+		f := &fakeTemporal{runs: runs(), closeOnSignal: true}
+		rp, err := dlq.NewReplayer(dlq.ReplayerOptions{Client: f, TaskQueue: "tq"})
+		require.NoError(t, err)
+		res, err := rp.Replay(ctx, item(t, "a", 0))
+		require.NoError(t, err)
+		require.Equal(t, dlq.Restarted, res.Outcome)
+		require.Len(t, f.starts, 1)
+	})
+
+	t.Run("temporal error: failed", func(t *testing.T) {
+		f := &fakeTemporal{runs: runs(), failNext: errors.New("unavailable")}
+		rp, err := dlq.NewReplayer(dlq.ReplayerOptions{Client: f, TaskQueue: "tq"})
+		require.NoError(t, err)
+		res, err := rp.Replay(ctx, item(t, "b", 0))
+		require.NoError(t, err)
+		require.Equal(t, dlq.Failed, res.Outcome)
+		require.ErrorContains(t, res.Err, "unavailable")
+		require.Equal(t, 1, rp.Summary().Failed)
+	})
+
+	t.Run("options", func(t *testing.T) {
+		_, err := dlq.NewReplayer(dlq.ReplayerOptions{TaskQueue: "tq"})
+		require.ErrorContains(t, err, "Client is required")
+		_, err = dlq.NewReplayer(dlq.ReplayerOptions{Client: &fakeTemporal{}})
+		require.ErrorContains(t, err, "TaskQueue is required")
+	})
+}
+
+func TestWorkflowStateString(t *testing.T) {
+	require.Equal(t, "not found", dlq.WorkflowState{}.String())
+	require.Equal(t, "dead_lettered", dlq.WorkflowState{Found: true, Open: true, State: workflows.StateDeadLettered}.String())
+	require.Equal(t, "succeeded (closed)", dlq.WorkflowState{Found: true, Status: enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, State: workflows.StateSucceeded}.String())
+	require.Equal(t, "dead_lettered (window expired)", dlq.WorkflowState{Found: true, Status: enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, State: workflows.StateDeadLettered}.String())
+	require.Equal(t, "retrying (terminated)", dlq.WorkflowState{Found: true, Status: enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, State: workflows.StateRetrying}.String())
+}
