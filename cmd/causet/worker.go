@@ -17,7 +17,6 @@ import (
 	"github.com/twmb/franz-go/plugin/kslog"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/contrib/envconfig"
-	"go.temporal.io/sdk/log"
 
 	"github.com/causet/projection-retry/activities"
 	"github.com/causet/projection-retry/config"
@@ -121,7 +120,7 @@ func dialTemporal(ctx context.Context, logger *slog.Logger, reg prometheus.Regis
 	if opts.Namespace == "" {
 		opts.Namespace = client.DefaultNamespace
 	}
-	opts.Logger = log.NewStructuredLogger(logger)
+	opts.Logger = worker.SDKLogger(logger)
 	closeMetrics := func() {}
 	if reg != nil {
 		h, closer, err := worker.MetricsHandler(reg, logger)
