@@ -153,7 +153,7 @@ func (a *Activities) PublishDeadLetter(ctx context.Context, in workflows.DeadLet
 	info := activity.GetInfo(ctx)
 	rec := BuildRecord(in, time.Now())
 	rec.Workflow = &dlq.WorkflowRef{
-		Namespace: info.WorkflowNamespace,
+		Namespace: info.Namespace,
 		ID:        info.WorkflowExecution.ID,
 		RunID:     info.WorkflowExecution.RunID,
 	}

@@ -13,8 +13,12 @@ import (
 )
 
 type cli struct {
-	Worker      workerCmd      `cmd:"" help:"Run the Temporal worker (ApplyProjection, PublishDeadLetter, ProjectionRetryWorkflow)."`
+	Dev         devCmd         `cmd:"" help:"Run the whole stack locally: throwaway PostgreSQL, Temporal dev server with UI, in-process Kafka, bridge and worker (--demo feeds failing example events)."`
+	Bridge      bridgeCmd      `cmd:"" help:"Run the Kafka bridge: apply events inline, hand failures to Temporal, commit offsets."`
+	Worker      workerCmd      `cmd:"" help:"Run the Temporal worker (ApplyProjection, PublishDeadLetter, the retry and lane workflows)."`
 	Projections projectionsCmd `cmd:"" help:"Validate, deploy and list projection IR documents."`
+	DLQ         dlqCmd         `cmd:"" name:"dlq" help:"Read and replay dead letters."`
+	Produce     produceCmd     `cmd:"" help:"Produce JSON-line event envelopes (FILE or stdin) to CAUSET_EVENTS_TOPIC, keyed by entityId."`
 }
 
 func main() {

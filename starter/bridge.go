@@ -1,0 +1,347 @@
+// Package starter is the Kafka bridge: it consumes the events topic, runs
+// attempt 1 of every matched (projection, event) inline (or hands every one
+// to Temporal in workflow mode), starts a ProjectionRetryWorkflow for each
+// failure and commits a record's offset only once it and every record before
+// it in its partition is applied, skipped, dead-lettered or durably handed to
+// Temporal.
+//
+// Each owned partition has one worker goroutine, so partitions progress
+// concurrently while a partition's records are processed in order. Workflow
+// starts run concurrently (at most Options.MaxInflight); a partition waiting
+// for a slot, or retrying a batch during a database outage, lets its queue
+// fill and its fetching is paused. Offsets are committed from the poll loop
+// between a poll and AllowRebalance (BlockRebalanceOnPoll), and in
+// OnPartitionsRevoked, so the bridge never commits for a partition it no
+// longer owns.
+package starter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/plugin/kslog"
+
+	"github.com/causet/projection-retry/dlq"
+)
+
+type topicPartition struct {
+	topic string
+	id    int32
+}
+
+// Bridge consumes the events topic and hands failures to Temporal. Build it
+// with New and run it once with Run.
+type Bridge struct {
+	opts Options
+	log  *slog.Logger
+	m    *metrics
+	cl   *kgo.Client
+	dlq  *dlq.Publisher
+	sem  chan struct{}
+
+	ctx    context.Context // parent of every partition's context
+	cancel context.CancelFunc
+
+	mu    sync.Mutex
+	parts map[topicPartition]*partition
+
+	pollMu     sync.Mutex
+	pollCancel context.CancelFunc
+
+	ran      atomic.Bool
+	noCommit atomic.Bool // tests: stop like a crash, committing nothing more
+}
+
+// New validates opts, applies defaults and connects the Kafka client (which
+// joins the consumer group right away; records are processed once Run is
+// called).
+func New(opts Options) (*Bridge, error) {
+	opts.setDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	b := &Bridge{
+		opts:  opts,
+		log:   opts.Logger.With("component", "bridge"),
+		m:     newMetrics(opts.Registerer),
+		sem:   make(chan struct{}, opts.MaxInflight),
+		parts: map[topicPartition]*partition{},
+	}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	kopts := []kgo.Opt{
+		kgo.SeedBrokers(opts.Brokers...),
+		kgo.ConsumerGroup(opts.Group),
+		kgo.ConsumeTopics(opts.Topic),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsAssigned(b.assigned),
+		kgo.OnPartitionsRevoked(b.revoked),
+		kgo.OnPartitionsLost(b.lost),
+		kgo.FetchMaxWait(500 * time.Millisecond),
+		kgo.WithLogger(kslog.New(opts.Logger.With("component", "kgo"))),
+	}
+	kopts = append(kopts, opts.KafkaOptions...)
+	cl, err := kgo.NewClient(kopts...)
+	if err != nil {
+		b.cancel()
+		return nil, fmt.Errorf("starter: kafka client: %w", err)
+	}
+	b.cl = cl
+	b.dlq = &dlq.Publisher{Client: cl, Topic: opts.DLQTopic}
+	return b, nil
+}
+
+// Run processes records until ctx is done, then stops the partitions,
+// commits what is finished and closes the Kafka client. It returns nil after
+// a clean stop and an error if the client failed. Run may be called once.
+func (b *Bridge) Run(ctx context.Context) error {
+	if !b.ran.CompareAndSwap(false, true) {
+		return errors.New("starter: Bridge.Run called twice")
+	}
+	b.log.Info("bridge started", "topic", b.opts.Topic, "group", b.opts.Group, "mode", string(b.opts.Mode),
+		"taskQueue", b.opts.TaskQueue, "maxInflight", b.opts.MaxInflight)
+	pollTimeout := min(b.opts.CommitInterval, 200*time.Millisecond)
+	lastCommit := time.Now()
+	var runErr error
+	for {
+		pctx, cancel := context.WithTimeout(ctx, pollTimeout)
+		b.pollMu.Lock()
+		b.pollCancel = cancel
+		b.pollMu.Unlock()
+		fetches := b.cl.PollRecords(pctx, b.opts.MaxPollRecords)
+		b.pollMu.Lock()
+		b.pollCancel = nil
+		b.pollMu.Unlock()
+		cancel()
+		if ctx.Err() != nil {
+			break
+		}
+		if fetches.IsClientClosed() {
+			runErr = errors.New("starter: kafka client closed")
+			break
+		}
+		fetches.EachError(func(topic string, partition int32, err error) {
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+				return
+			}
+			b.log.Warn("fetch error", "topic", topic, "partition", partition, "error", err.Error())
+		})
+		fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
+			if len(fp.Records) == 0 {
+				return
+			}
+			p := b.partitionFor(fp.Topic, fp.Partition)
+			p.enqueue(fp.Records)
+			last := fp.Records[len(fp.Records)-1]
+			if fp.HighWatermark > 0 {
+				b.m.lag.WithLabelValues(fp.Topic, strconv.Itoa(int(fp.Partition))).Set(float64(fp.HighWatermark - last.Offset - 1))
+			}
+		})
+		b.adjustPauses()
+		if time.Since(lastCommit) >= b.opts.CommitInterval {
+			b.commit(ctx, b.owned())
+			lastCommit = time.Now()
+		}
+		b.cl.AllowRebalance()
+	}
+	return errors.Join(runErr, b.shutdown())
+}
+
+// shutdown stops every partition, commits what is finished and closes the client.
+func (b *Bridge) shutdown() error {
+	b.mu.Lock()
+	parts := make([]*partition, 0, len(b.parts))
+	for k, p := range b.parts {
+		parts = append(parts, p)
+		delete(b.parts, k)
+	}
+	b.mu.Unlock()
+	b.cancel()
+	for _, p := range parts {
+		p.wg.Wait()
+	}
+	var err error
+	if !b.noCommit.Load() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err = b.commit(ctx, parts)
+		cancel()
+	}
+	b.cl.CloseAllowingRebalance()
+	b.log.Info("bridge stopped")
+	return err
+}
+
+// wakePoll ends the current poll early so the poll loop re-checks pauses.
+func (b *Bridge) wakePoll() {
+	b.pollMu.Lock()
+	if b.pollCancel != nil {
+		b.pollCancel()
+	}
+	b.pollMu.Unlock()
+}
+
+func (b *Bridge) partitionFor(topic string, id int32) *partition {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k := topicPartition{topic, id}
+	p := b.parts[k]
+	if p == nil {
+		p = newPartition(b, topic, id)
+		b.parts[k] = p
+	}
+	return p
+}
+
+func (b *Bridge) owned() []*partition {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]*partition, 0, len(b.parts))
+	for _, p := range b.parts {
+		out = append(out, p)
+	}
+	return out
+}
+
+// take removes the partitions of m from the owned set and returns them.
+func (b *Bridge) take(m map[string][]int32) []*partition {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []*partition
+	for topic, ids := range m {
+		for _, id := range ids {
+			k := topicPartition{topic, id}
+			if p := b.parts[k]; p != nil {
+				out = append(out, p)
+				delete(b.parts, k)
+			}
+		}
+	}
+	return out
+}
+
+// adjustPauses pauses fetching for partitions whose queue is full (a slow
+// worker: database outage, MaxInflight reached) and resumes them once the
+// queue has drained.
+func (b *Bridge) adjustPauses() {
+	high, low := 4*b.opts.MaxPollRecords, b.opts.MaxPollRecords
+	var pause, resume map[string][]int32
+	for _, p := range b.owned() {
+		n := p.queued()
+		switch {
+		case n >= high && !p.paused.Load():
+			p.paused.Store(true)
+			if pause == nil {
+				pause = map[string][]int32{}
+			}
+			pause[p.topic] = append(pause[p.topic], p.id)
+			p.log.Debug("fetching paused", "queued", n)
+		case n <= low && p.paused.Load():
+			p.paused.Store(false)
+			if resume == nil {
+				resume = map[string][]int32{}
+			}
+			resume[p.topic] = append(resume[p.topic], p.id)
+			p.log.Debug("fetching resumed", "queued", n)
+		}
+	}
+	if pause != nil {
+		b.cl.PauseFetchPartitions(pause)
+	}
+	if resume != nil {
+		b.cl.ResumeFetchPartitions(resume)
+	}
+}
+
+func (b *Bridge) assigned(_ context.Context, cl *kgo.Client, m map[string][]int32) {
+	// A partition paused under an earlier assignment must fetch again.
+	cl.ResumeFetchPartitions(m)
+	for topic, ids := range m {
+		for _, id := range ids {
+			b.partitionFor(topic, id)
+		}
+	}
+	b.log.Info("partitions assigned", "partitions", fmt.Sprint(m))
+}
+
+// revoked stops the revoked partitions and commits what they finished,
+// synchronously, while the partitions are still ours.
+func (b *Bridge) revoked(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
+	parts := b.take(m)
+	for _, p := range parts {
+		p.stop()
+	}
+	if len(parts) > 0 && !b.noCommit.Load() {
+		_ = b.commit(ctx, parts)
+	}
+	cl.ResumeFetchPartitions(m)
+	if len(m) > 0 {
+		b.log.Info("partitions revoked", "partitions", fmt.Sprint(m))
+	}
+}
+
+// lost stops the lost partitions without committing: they may already be
+// someone else's.
+func (b *Bridge) lost(_ context.Context, cl *kgo.Client, m map[string][]int32) {
+	for _, p := range b.take(m) {
+		p.stop()
+	}
+	cl.ResumeFetchPartitions(m)
+	if len(m) > 0 {
+		b.log.Warn("partitions lost: nothing committed for them", "partitions", fmt.Sprint(m))
+	}
+}
+
+// commit commits the finished offsets of parts with a generation-checked
+// synchronous commit. Callers hold ownership: the poll loop between a poll
+// and AllowRebalance, or a revoke callback.
+func (b *Bridge) commit(ctx context.Context, parts []*partition) error {
+	offsets := map[string]map[int32]kgo.EpochOffset{}
+	byTP := map[topicPartition]*partition{}
+	for _, p := range parts {
+		eo, ok := p.committable()
+		if !ok {
+			continue
+		}
+		if offsets[p.topic] == nil {
+			offsets[p.topic] = map[int32]kgo.EpochOffset{}
+		}
+		offsets[p.topic][p.id] = eo
+		byTP[topicPartition{p.topic, p.id}] = p
+	}
+	if len(offsets) == 0 {
+		return nil
+	}
+	var cerr error
+	b.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			cerr = err
+			return
+		}
+		for _, t := range resp.Topics {
+			for _, rp := range t.Partitions {
+				if e := kerr.ErrorForCode(rp.ErrorCode); e != nil {
+					cerr = errors.Join(cerr, fmt.Errorf("%s/%d: %w", t.Topic, rp.Partition, e))
+					continue
+				}
+				if p := byTP[topicPartition{t.Topic, rp.Partition}]; p != nil {
+					p.setCommitted(offsets[t.Topic][rp.Partition].Offset)
+				}
+			}
+		}
+	})
+	if cerr != nil {
+		b.log.Warn("offset commit failed; will retry at the next commit", "error", cerr.Error())
+		return fmt.Errorf("starter: commit offsets: %w", cerr)
+	}
+	b.log.Debug("offsets committed", "offsets", fmt.Sprint(offsets))
+	return nil
+}

@@ -1,0 +1,430 @@
+package starter
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	commonpb "go.temporal.io/api/common/v1"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+
+	"github.com/causet/projection-retry/event"
+	exampleprojections "github.com/causet/projection-retry/examples/projections"
+	"github.com/causet/projection-retry/internal/testenv"
+	"github.com/causet/projection-retry/projection"
+	"github.com/causet/projection-retry/workflows"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// followersNoColumn is artist_followers without followed_at: every
+// ARTIST_FOLLOWED fails with the seed's `column "followed_at" ... does not exist`.
+const followersNoColumn = `CREATE TABLE artist_followers (user_id text NOT NULL, artist_id text NOT NULL, PRIMARY KEY (user_id, artist_id))`
+
+// harness is one test's Kafka topics, database, projection engine and
+// Temporal task queue.
+type harness struct {
+	t         testing.TB
+	ctx       context.Context
+	brokers   []string
+	topic     string
+	dlqTopic  string
+	group     string
+	pool      *pgxpool.Pool
+	engine    *projection.Engine
+	temporal  testenv.TemporalServer
+	taskQueue string
+	producer  *kgo.Client
+	logs      *syncBuffer
+	logger    *slog.Logger
+	// prefix makes this test's event IDs (and so workflow IDs) unique on
+	// the Temporal server shared by every test of the binary.
+	prefix string
+}
+
+type harnessOptions struct {
+	partitions int32
+	// followersDDL replaces artist_followers' DDL (e.g. followersNoColumn).
+	followersDDL string
+	// noTemporal skips the Temporal dev server (tests with a fake starter).
+	noTemporal bool
+}
+
+func newHarness(t testing.TB, o harnessOptions) *harness {
+	t.Helper()
+	if o.partitions == 0 {
+		o.partitions = 3
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	h := &harness{t: t, ctx: ctx, logs: &syncBuffer{}, prefix: fmt.Sprintf("t%x-", time.Now().UnixNano())}
+	h.logger = slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: testLogLevel()}))
+	h.brokers = testenv.Kafka(t)
+	h.topic = testenv.Topic(t, "causet.events.v1")
+	h.dlqTopic = testenv.Topic(t, "causet.dlq")
+	h.group = testenv.Topic(t, "group")
+	testenv.CreateTopic(t, h.brokers, h.topic, o.partitions)
+	testenv.CreateTopic(t, h.brokers, h.dlqTopic, 1)
+
+	h.pool = testenv.Postgres(t)
+	require.NoError(t, projection.EnsureSchema(ctx, h.pool))
+	for _, name := range exampleprojections.Names() {
+		ddl, err := exampleprojections.DDL(name)
+		require.NoError(t, err)
+		if name == "artist_followers" && o.followersDDL != "" {
+			ddl = o.followersDDL
+		}
+		_, err = h.pool.Exec(ctx, ddl)
+		require.NoError(t, err)
+		raw, err := exampleprojections.Document(name)
+		require.NoError(t, err)
+		doc, err := projection.Parse(raw)
+		require.NoError(t, err)
+		_, err = projection.Deploy(ctx, h.pool, doc)
+		require.NoError(t, err)
+	}
+	engine, err := projection.NewEngine(ctx, h.pool, h.logger)
+	require.NoError(t, err)
+	t.Cleanup(engine.Close)
+	h.engine = engine
+
+	if !o.noTemporal {
+		h.temporal = testenv.Temporal(t)
+		h.taskQueue = testenv.TaskQueue(t)
+	}
+	h.producer, err = kgo.NewClient(kgo.SeedBrokers(h.brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.DefaultProduceTopic(h.topic))
+	require.NoError(t, err)
+	t.Cleanup(h.producer.Close)
+	return h
+}
+
+// options are Bridge options for this harness; starter may be nil to use the
+// Temporal client.
+func (h *harness) options(starter WorkflowStarter) Options {
+	if starter == nil {
+		starter = h.temporal.Client
+	}
+	return Options{
+		Brokers:        h.brokers,
+		Topic:          h.topic,
+		Group:          h.group,
+		DLQTopic:       h.dlqTopic,
+		TaskQueue:      h.taskQueue,
+		Engine:         ProjectionEngine(h.engine),
+		Starter:        starter,
+		Logger:         h.logger,
+		Registerer:     prometheus.NewRegistry(),
+		CommitInterval: 100 * time.Millisecond,
+		MaxBackoff:     time.Second,
+		MaxPollRecords: 200,
+	}
+}
+
+// running is a bridge running in a goroutine.
+type running struct {
+	b      *Bridge
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// start runs a bridge until stopped (or until the test ends).
+func (h *harness) start(o Options) *running {
+	h.t.Helper()
+	b, err := New(o)
+	require.NoError(h.t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{b: b, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- b.Run(ctx) }()
+	h.t.Cleanup(func() { r.stop(h.t) })
+	return r
+}
+
+// stop cancels the bridge and waits for Run to return (idempotent).
+func (r *running) stop(t testing.TB) {
+	t.Helper()
+	r.cancel()
+	select {
+	case err, ok := <-r.done:
+		if ok {
+			require.NoError(t, err)
+			close(r.done)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("bridge did not stop within 60s")
+	}
+}
+
+// crash stops the bridge without committing anything more, like a killed
+// process (the group membership is still left cleanly).
+func (r *running) crash(t testing.TB) {
+	r.b.noCommit.Store(true)
+	r.stop(t)
+}
+
+// produce writes events (JSON envelopes, key = entityId) to given partitions.
+func (h *harness) produce(recs ...*kgo.Record) {
+	h.t.Helper()
+	require.NoError(h.t, h.producer.ProduceSync(h.ctx, recs...).FirstErr())
+}
+
+func envRecord(partition int32, ev event.Envelope) *kgo.Record {
+	v, err := json.Marshal(ev)
+	if err != nil {
+		panic(err)
+	}
+	return &kgo.Record{Partition: partition, Key: []byte(ev.EntityID), Value: v}
+}
+
+var occurred = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+
+func followed(id, user, artist string) event.Envelope {
+	return event.Envelope{EventID: id, EventType: "ARTIST_FOLLOWED", EntityID: user, ForkID: "production",
+		OccurredAt: occurred, Payload: json.RawMessage(fmt.Sprintf(`{"artistId":%q}`, artist))}
+}
+
+func played(id, artist string, plays, days int) event.Envelope {
+	return event.Envelope{EventID: id, EventType: "TRACK_PLAYED", EntityID: artist, ForkID: "production",
+		OccurredAt: occurred, Payload: json.RawMessage(fmt.Sprintf(`{"artistId":%q,"plays":%d,"days":%d}`, artist, plays, days))}
+}
+
+func unlisted(id, entity string) event.Envelope {
+	return event.Envelope{EventID: id, EventType: "PLAYLIST_RENAMED", EntityID: entity, ForkID: "production",
+		OccurredAt: occurred, Payload: json.RawMessage(`{"name":"x"}`)}
+}
+
+// count runs a count(*) (or any single int) query.
+func (h *harness) count(sql string, args ...any) int {
+	h.t.Helper()
+	var n int
+	require.NoError(h.t, h.pool.QueryRow(h.ctx, sql, args...).Scan(&n))
+	return n
+}
+
+// committed returns the group's committed offset per partition of the topic.
+func (h *harness) committed() map[int32]int64 {
+	h.t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(h.brokers...))
+	require.NoError(h.t, err)
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	offs, err := adm.FetchOffsets(h.ctx, h.group)
+	if err != nil {
+		return map[int32]int64{}
+	}
+	out := map[int32]int64{}
+	offs.Each(func(o kadm.OffsetResponse) {
+		if o.Topic == h.topic && o.Err == nil {
+			out[o.Partition] = o.At
+		}
+	})
+	return out
+}
+
+// endOffsets returns the topic's end offset per partition.
+func (h *harness) endOffsets() map[int32]int64 {
+	h.t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(h.brokers...))
+	require.NoError(h.t, err)
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(h.ctx, h.topic)
+	require.NoError(h.t, err)
+	out := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
+	return out
+}
+
+// waitCommittedToEnd waits until every partition is committed to its end.
+func (h *harness) waitCommittedToEnd(within time.Duration) {
+	h.t.Helper()
+	ends := h.endOffsets()
+	require.Eventually(h.t, func() bool {
+		c := h.committed()
+		for p, end := range ends {
+			if c[p] != end {
+				return false
+			}
+		}
+		return true
+	}, within, 50*time.Millisecond, "offsets not committed to the end %v", ends)
+}
+
+// workflowsOnQueue lists the executions started on this test's task queue.
+func (h *harness) workflowsOnQueue() []string {
+	h.t.Helper()
+	var ids []string
+	var token []byte
+	for {
+		resp, err := h.temporal.Client.ListWorkflow(h.ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Namespace: h.temporal.Namespace, Query: fmt.Sprintf("TaskQueue = %q", h.taskQueue), NextPageToken: token, PageSize: 1000,
+		})
+		require.NoError(h.t, err)
+		for _, e := range resp.Executions {
+			ids = append(ids, e.Execution.WorkflowId)
+		}
+		if token = resp.NextPageToken; len(token) == 0 {
+			return ids
+		}
+	}
+}
+
+// startedInput returns the input of the workflow's first run and its description.
+func (h *harness) startedInput(id string) (workflows.RetryInput, *workflowservice.DescribeWorkflowExecutionResponse) {
+	h.t.Helper()
+	desc, err := h.describe(id)
+	require.NoError(h.t, err)
+	it := h.temporal.Client.GetWorkflowHistory(h.ctx, id, "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	ev, err := it.Next()
+	require.NoError(h.t, err)
+	attrs := ev.GetWorkflowExecutionStartedEventAttributes()
+	require.NotNil(h.t, attrs)
+	var in workflows.RetryInput
+	require.NoError(h.t, converter.GetDefaultDataConverter().FromPayloads(attrs.Input, &in))
+	return in, desc
+}
+
+// searchAttrs decodes the Keyword search attributes of a description.
+func searchAttrs(t testing.TB, desc *workflowservice.DescribeWorkflowExecutionResponse) map[string]string {
+	out := map[string]string{}
+	for k, p := range desc.WorkflowExecutionInfo.GetSearchAttributes().GetIndexedFields() {
+		var s string
+		if err := converter.GetDefaultDataConverter().FromPayload(p, &s); err == nil {
+			out[k] = s
+		}
+	}
+	return out
+}
+
+// recordingStarter counts start calls per workflow ID and can simulate a
+// Temporal outage.
+type recordingStarter struct {
+	inner WorkflowStarter
+	down  atomic.Bool
+	calls atomic.Int64
+	fails atomic.Int64
+
+	mu      sync.Mutex
+	started map[string]int // successful starts per ID
+}
+
+func newRecordingStarter(inner WorkflowStarter) *recordingStarter {
+	return &recordingStarter{inner: inner, started: map[string]int{}}
+}
+
+func (s *recordingStarter) ExecuteWorkflow(ctx context.Context, o client.StartWorkflowOptions, wf any, args ...any) (client.WorkflowRun, error) {
+	s.calls.Add(1)
+	if s.down.Load() {
+		s.fails.Add(1)
+		return nil, serviceerror.NewUnavailable("temporal is down (test)")
+	}
+	var run client.WorkflowRun
+	if s.inner != nil {
+		var err error
+		run, err = s.inner.ExecuteWorkflow(ctx, o, wf, args...)
+		var already *serviceerror.WorkflowExecutionAlreadyStarted
+		if err != nil && !errors.As(err, &already) {
+			return nil, err
+		}
+	}
+	s.mu.Lock()
+	s.started[o.ID]++
+	s.mu.Unlock()
+	return run, nil
+}
+
+func (s *recordingStarter) ids() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int, len(s.started))
+	for k, v := range s.started {
+		out[k] = v
+	}
+	return out
+}
+
+// syncBuffer is a goroutine-safe log sink.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]byte(nil), b.buf.Bytes()...)
+}
+
+// lines returns the JSON log lines whose msg or event contains s.
+func (b *syncBuffer) lines(s string) []map[string]any {
+	b.mu.Lock()
+	text := b.buf.String()
+	b.mu.Unlock()
+	var out []map[string]any
+	for _, l := range strings.Split(text, "\n") {
+		if !strings.Contains(l, s) {
+			continue
+		}
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) == nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// value reads a counter or gauge (prometheus/testutil would need a go.sum entry).
+func value(m prometheus.Metric) float64 {
+	var d dto.Metric
+	if err := m.Write(&d); err != nil {
+		panic(err)
+	}
+	switch {
+	case d.Counter != nil:
+		return d.Counter.GetValue()
+	case d.Gauge != nil:
+		return d.Gauge.GetValue()
+	}
+	return 0
+}
+
+func testLogLevel() slog.Level {
+	if os.Getenv("BRIDGE_TEST_DEBUG") != "" {
+		return slog.LevelDebug
+	}
+	return slog.LevelInfo
+}
+
+func kgoOffset(o int64) kgo.EpochOffset { return kgo.EpochOffset{Epoch: -1, Offset: o} }
+
+// describe returns the workflow's description through the raw service API.
+func (h *harness) describe(id string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+	return h.temporal.Client.WorkflowService().DescribeWorkflowExecution(h.ctx, &workflowservice.DescribeWorkflowExecutionRequest{
+		Namespace: h.temporal.Namespace,
+		Execution: &commonpb.WorkflowExecution{WorkflowId: id},
+	})
+}

@@ -1,0 +1,53 @@
+package starter
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the bridge's Prometheus series (namespace causet_bridge).
+type metrics struct {
+	consumed     prometheus.Counter
+	applied      *prometheus.CounterVec // label result: applied|duplicate
+	skipped      prometheus.Counter
+	failed       *prometheus.CounterVec // label error_kind
+	handedOff    *prometheus.CounterVec // label mode
+	handoffRetry prometheus.Counter
+	deadLettered prometheus.Counter
+	outages      *prometheus.CounterVec // label dependency: database|temporal|kafka
+	inflight     prometheus.Gauge
+	lag          *prometheus.GaugeVec // label partition
+	committed    *prometheus.GaugeVec // label partition
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	const ns, sub = "causet", "bridge"
+	m := &metrics{
+		consumed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "records_consumed_total", Help: "Records read from the events topic."}),
+		applied: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "applied_total", Help: "(projection, event) pairs applied inline as attempt 1 (result=applied) or found already applied (result=duplicate)."}, []string{"result"}),
+		skipped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "skipped_total", Help: "Events whose type no projection lists."}),
+		failed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "inline_failures_total", Help: "(projection, event) pairs whose inline attempt 1 failed, by error kind."}, []string{"error_kind"}),
+		handedOff: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "handed_off_total", Help: "Retry workflows started (or found existing) for (projection, event) pairs."}, []string{"mode"}),
+		handoffRetry: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "handoff_retries_total", Help: "Workflow start calls that failed and are retried with backoff."}),
+		deadLettered: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "dead_lettered_total", Help: "Poison records written to the DLQ directly by the bridge (invalid_event)."}),
+		outages: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "outage_pauses_total", Help: "Times a partition paused because a dependency was unreachable."}, []string{"dependency"}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "handoffs_inflight", Help: "Workflow starts in flight."}),
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "partition_lag", Help: "High watermark minus the next offset to fetch, per partition, at the last fetch."}, []string{"topic", "partition"}),
+		committed: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "committed_offset", Help: "Last committed offset per partition."}, []string{"topic", "partition"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.consumed, m.applied, m.skipped, m.failed, m.handedOff, m.handoffRetry,
+			m.deadLettered, m.outages, m.inflight, m.lag, m.committed)
+	}
+	return m
+}

@@ -1,0 +1,158 @@
+package starter
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/causet/projection-retry/config"
+)
+
+// Options configure a Bridge.
+type Options struct {
+	// Brokers are the Kafka seed brokers. Required.
+	Brokers []string
+	// Topic is the events topic. Optional, defaults to "causet.events.v1".
+	Topic string
+	// Group is the consumer group. Optional, defaults to "causet-projection-worker".
+	Group string
+	// DLQTopic receives poison records. Optional, defaults to "causet.projection-dlq.v1".
+	DLQTopic string
+	// TaskQueue is where retry workflows are started. Optional, defaults to "causet-projections".
+	TaskQueue string
+	// Mode is where attempt 1 runs. Optional, defaults to config.ModeInline.
+	Mode config.Mode
+	// Retry is the retry schedule carried by every workflow started. Optional,
+	// defaults to config.DefaultRetry().
+	Retry config.Retry
+	// ReplayWindow is how long a dead-lettered workflow waits for replay.
+	// Optional, defaults to 168h.
+	ReplayWindow time.Duration
+	// MaxInflight bounds the workflow starts in flight; at the bound the
+	// partitions that want more wait and their fetching pauses. Optional,
+	// defaults to 256.
+	MaxInflight int
+
+	// Engine applies attempt 1 (inline mode) and lists the projections of an
+	// event type. Required.
+	Engine Engine
+	// Starter starts workflows; a Temporal client.Client. Required.
+	Starter WorkflowStarter
+
+	// Logger receives JSON-friendly structured logs. Optional, defaults to slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the bridge's metrics. Optional, defaults to none
+	// (metrics are counted but not registered).
+	Registerer prometheus.Registerer
+
+	// MaxPollRecords bounds one poll and so one partition batch. Optional,
+	// defaults to 1000.
+	MaxPollRecords int
+	// CommitInterval is how often completed offsets are committed. Optional,
+	// defaults to 1s.
+	CommitInterval time.Duration
+	// MinBackoff and MaxBackoff bound the capped exponential backoff used to
+	// retry a start while Temporal is unavailable, a batch while the database
+	// is unreachable and a dead letter while Kafka refuses it. Optional,
+	// default to 100ms and 10s.
+	MinBackoff, MaxBackoff time.Duration
+	// StartTimeout bounds one workflow start call. Optional, defaults to 10s.
+	StartTimeout time.Duration
+	// KafkaOptions are added to the Kafka client's options (TLS, SASL, kprom
+	// hooks, ...). Optional.
+	KafkaOptions []kgo.Opt
+}
+
+// OptionsFromConfig fills the Kafka/Temporal names and retry settings from
+// the process configuration; the caller adds Engine, Starter, Logger and
+// Registerer.
+func OptionsFromConfig(c config.Config) Options {
+	return Options{
+		Brokers:      c.KafkaBrokers,
+		Topic:        c.EventsTopic,
+		Group:        c.ConsumerGroup,
+		DLQTopic:     c.DLQTopic,
+		TaskQueue:    c.TaskQueue,
+		Mode:         c.BridgeMode,
+		Retry:        c.Retry,
+		ReplayWindow: c.DLQReplayWindow,
+		MaxInflight:  c.BridgeMaxInflight,
+	}
+}
+
+func (o *Options) setDefaults() {
+	if o.Topic == "" {
+		o.Topic = "causet.events.v1"
+	}
+	if o.Group == "" {
+		o.Group = "causet-projection-worker"
+	}
+	if o.DLQTopic == "" {
+		o.DLQTopic = "causet.projection-dlq.v1"
+	}
+	if o.TaskQueue == "" {
+		o.TaskQueue = "causet-projections"
+	}
+	if o.Mode == "" {
+		o.Mode = config.ModeInline
+	}
+	if o.Retry == (config.Retry{}) {
+		o.Retry = config.DefaultRetry()
+	}
+	if o.ReplayWindow == 0 {
+		o.ReplayWindow = 168 * time.Hour
+	}
+	if o.MaxInflight == 0 {
+		o.MaxInflight = 256
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.MaxPollRecords == 0 {
+		o.MaxPollRecords = 1000
+	}
+	if o.CommitInterval == 0 {
+		o.CommitInterval = time.Second
+	}
+	if o.MinBackoff == 0 {
+		o.MinBackoff = 100 * time.Millisecond
+	}
+	if o.MaxBackoff == 0 {
+		o.MaxBackoff = 10 * time.Second
+	}
+	if o.StartTimeout == 0 {
+		o.StartTimeout = 10 * time.Second
+	}
+}
+
+// validate returns one clear error for the first invalid option.
+func (o *Options) validate() error {
+	switch {
+	case len(o.Brokers) == 0:
+		return errors.New("starter: Options.Brokers is required")
+	case o.Engine == nil:
+		return errors.New("starter: Options.Engine is required")
+	case o.Starter == nil:
+		return errors.New("starter: Options.Starter is required (a Temporal client)")
+	case o.Mode != config.ModeInline && o.Mode != config.ModeWorkflow:
+		return fmt.Errorf("starter: Options.Mode %q is invalid: want %q or %q", o.Mode, config.ModeInline, config.ModeWorkflow)
+	case o.Topic == o.DLQTopic:
+		return fmt.Errorf("starter: Options.Topic and DLQTopic are both %q: the bridge would consume its own dead letters", o.Topic)
+	case o.MaxInflight < 1:
+		return fmt.Errorf("starter: Options.MaxInflight %d is invalid: want at least 1", o.MaxInflight)
+	case o.MaxPollRecords < 1:
+		return fmt.Errorf("starter: Options.MaxPollRecords %d is invalid: want at least 1", o.MaxPollRecords)
+	case o.ReplayWindow < 0:
+		return fmt.Errorf("starter: Options.ReplayWindow %s is invalid: want a positive duration", o.ReplayWindow)
+	case o.CommitInterval < 0 || o.MinBackoff < 0 || o.MaxBackoff < o.MinBackoff || o.StartTimeout < 0:
+		return errors.New("starter: Options.CommitInterval, MinBackoff, MaxBackoff and StartTimeout must be positive with MinBackoff <= MaxBackoff")
+	}
+	if err := o.Retry.Validate(); err != nil {
+		return fmt.Errorf("starter: Options.Retry: %w", err)
+	}
+	return nil
+}

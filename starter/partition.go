@@ -1,0 +1,420 @@
+package starter
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/dlq"
+	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/workflows"
+)
+
+// segment is one batch of a partition: it is done, and its offsets may be
+// committed, when its worker finished with it and every hand-off it started
+// has returned. pending counts the worker's own hold plus the hand-offs.
+type segment struct {
+	next    kgo.EpochOffset // offset after the batch's last record
+	pending atomic.Int32
+}
+
+// partition is one owned partition: a queue filled by the poll loop, a
+// worker that processes it in order, and the batches awaiting completion.
+type partition struct {
+	b      *Bridge
+	topic  string
+	id     int32
+	log    *slog.Logger
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the worker and its hand-offs
+
+	wake   chan struct{} // records were queued
+	paused atomic.Bool   // fetching is paused (only the poll loop and callbacks change it)
+
+	mu        sync.Mutex
+	queue     []*kgo.Record
+	segs      []*segment
+	done      kgo.EpochOffset // everything before done.Offset is finished
+	committed int64           // last offset committed by this bridge, -1 if none
+}
+
+func newPartition(b *Bridge, topic string, id int32) *partition {
+	ctx, cancel := context.WithCancel(b.ctx)
+	p := &partition{
+		b: b, topic: topic, id: id,
+		log:    b.log.With("topic", topic, "partition", id),
+		ctx:    ctx,
+		cancel: cancel,
+		wake:   make(chan struct{}, 1),
+		done:   kgo.EpochOffset{Epoch: -1, Offset: -1},
+
+		committed: -1,
+	}
+	p.wg.Add(1)
+	go p.run()
+	return p
+}
+
+// stop cancels the worker and its hand-offs and waits for them. Work not
+// finished stays uncommitted: the next owner of the partition redoes it,
+// which the dedupe ledger and the workflow IDs make harmless.
+func (p *partition) stop() {
+	p.cancel()
+	p.wg.Wait()
+}
+
+// enqueue adds fetched records (in offset order) and returns the queue length.
+func (p *partition) enqueue(recs []*kgo.Record) int {
+	p.mu.Lock()
+	p.queue = append(p.queue, recs...)
+	n := len(p.queue)
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+	return n
+}
+
+func (p *partition) queued() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.queue)
+}
+
+// take waits for queued records and returns at most MaxPollRecords of them,
+// or nil when the partition is stopped.
+func (p *partition) take() []*kgo.Record {
+	for {
+		p.mu.Lock()
+		if n := len(p.queue); n > 0 {
+			n = min(n, p.b.opts.MaxPollRecords)
+			recs := make([]*kgo.Record, n)
+			copy(recs, p.queue)
+			rest := copy(p.queue, p.queue[n:])
+			clear(p.queue[rest:])
+			p.queue = p.queue[:rest]
+			p.mu.Unlock()
+			return recs
+		}
+		p.mu.Unlock()
+		select {
+		case <-p.ctx.Done():
+			return nil
+		case <-p.wake:
+		}
+	}
+}
+
+// committable returns the offset to commit, if it is past the last commit.
+func (p *partition) committable() (kgo.EpochOffset, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i := 0
+	for i < len(p.segs) && p.segs[i].pending.Load() == 0 {
+		p.done = p.segs[i].next
+		i++
+	}
+	if i > 0 {
+		rest := copy(p.segs, p.segs[i:])
+		clear(p.segs[rest:])
+		p.segs = p.segs[:rest]
+	}
+	return p.done, p.done.Offset > p.committed
+}
+
+func (p *partition) setCommitted(offset int64) {
+	p.mu.Lock()
+	if offset > p.committed {
+		p.committed = offset
+	}
+	p.mu.Unlock()
+	p.b.m.committed.WithLabelValues(p.topic, strconv.Itoa(int(p.id))).Set(float64(offset))
+}
+
+func (p *partition) run() {
+	defer p.wg.Done()
+	for {
+		recs := p.take()
+		if recs == nil {
+			return
+		}
+		if !p.process(recs) {
+			return
+		}
+		if p.paused.Load() {
+			p.b.wakePoll()
+		}
+	}
+}
+
+func (p *partition) recordLog(rec *kgo.Record) *slog.Logger {
+	return p.log.With("offset", rec.Offset)
+}
+
+// item is a decoded event that some projection lists.
+type item struct {
+	rec         *kgo.Record
+	env         event.Envelope
+	projections []string
+}
+
+// process handles one batch in offset order. It returns false when the
+// partition was stopped before the batch was finished; the batch then stays
+// uncommitted.
+func (p *partition) process(recs []*kgo.Record) bool {
+	b := p.b
+	last := recs[len(recs)-1]
+	seg := &segment{next: kgo.EpochOffset{Epoch: last.LeaderEpoch, Offset: last.Offset + 1}}
+	seg.pending.Store(1)
+	p.mu.Lock()
+	p.segs = append(p.segs, seg)
+	p.mu.Unlock()
+
+	items := make([]item, 0, len(recs))
+	for _, rec := range recs {
+		b.m.consumed.Inc()
+		env, err := event.Decode(rec.Value)
+		if err != nil {
+			if !p.deadLetterPoison(rec, err) {
+				return false
+			}
+			continue
+		}
+		projs := b.opts.Engine.Projections(env.EventType)
+		if len(projs) == 0 {
+			b.m.skipped.Inc()
+			continue
+		}
+		items = append(items, item{rec: rec, env: env, projections: projs})
+	}
+
+	if len(items) > 0 {
+		switch b.opts.Mode {
+		case config.ModeWorkflow:
+			for _, it := range items {
+				for _, proj := range it.projections {
+					if !p.handOff(seg, it.rec, p.retryInput(it, proj, nil)) {
+						return false
+					}
+				}
+			}
+		default:
+			if !p.applyInline(seg, items, last) {
+				return false
+			}
+		}
+	}
+	seg.pending.Add(-1)
+	return true
+}
+
+// applyInline runs attempt 1 of every matched pair in one transaction and
+// hands each failure to Temporal. A batch that cannot be attempted because
+// the database is unreachable is retried with backoff: nothing is handed
+// off or dead-lettered because of an outage.
+func (p *partition) applyInline(seg *segment, items []item, last *kgo.Record) bool {
+	b := p.b
+	evs := make([]event.Envelope, len(items))
+	for i, it := range items {
+		evs[i] = it.env
+	}
+	bo := newBackoff(b.opts.MinBackoff, b.opts.MaxBackoff)
+	var (
+		outcomes  []Outcome
+		startedAt time.Time
+		outage    time.Time
+	)
+	for {
+		startedAt = time.Now().UTC()
+		var err error
+		outcomes, err = b.opts.Engine.ApplyBatch(p.ctx, evs)
+		if p.ctx.Err() != nil {
+			return false
+		}
+		if !isOutage(outcomes, err) {
+			break
+		}
+		if err == nil {
+			err = firstConnectionError(outcomes)
+		}
+		if outage.IsZero() {
+			outage = time.Now()
+			b.m.outages.WithLabelValues("database").Inc()
+			p.log.Warn("database unreachable: partition paused, retrying the batch with backoff",
+				"event", "bridge_outage", "dependency", "database",
+				"firstOffset", items[0].rec.Offset, "lastOffset", last.Offset, "events", len(evs), "error", errString(err))
+		} else {
+			p.log.Debug("database still unreachable", "dependency", "database", "error", errString(err))
+		}
+		if bo.wait(p.ctx) != nil {
+			return false
+		}
+	}
+	if !outage.IsZero() {
+		p.log.Info("database reachable again: batch applied, partition resumed",
+			"event", "bridge_outage_over", "dependency", "database",
+			"firstOffset", items[0].rec.Offset, "lastOffset", last.Offset, "pausedFor", time.Since(outage).Round(time.Millisecond).String())
+	}
+
+	for _, o := range outcomes {
+		switch o.Status {
+		case StatusApplied, StatusDuplicate:
+			b.m.applied.WithLabelValues(string(o.Status)).Inc()
+		case StatusFailed:
+			b.m.failed.WithLabelValues(o.ErrorKind).Inc()
+			it := items[o.Index]
+			first := &workflows.Attempt{
+				Number:    1,
+				StartedAt: startedAt,
+				ErrorKind: o.ErrorKind,
+				Error:     errString(o.Err),
+				IRVersion: o.IRVersion,
+			}
+			if !p.handOff(seg, it.rec, p.retryInput(it, o.Projection, first)) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func (p *partition) retryInput(it item, projection string, first *workflows.Attempt) workflows.RetryInput {
+	return workflows.RetryInput{
+		Event:        it.env,
+		Projection:   projection,
+		Key:          it.rec.Key,
+		Source:       workflows.Source{Topic: it.rec.Topic, Partition: it.rec.Partition, Offset: it.rec.Offset},
+		Mode:         p.b.opts.Mode,
+		FirstAttempt: first,
+		Retry:        p.b.opts.Retry,
+		ReplayWindow: p.b.opts.ReplayWindow,
+	}
+}
+
+// handOff starts the retry workflow of in without blocking the partition on
+// Temporal: it waits only for a slot of MaxInflight, then the start runs in
+// its own goroutine and is retried with capped backoff until it returns
+// (Temporal unavailable: the segment stays pending, so offsets stop at it).
+// It returns false when the partition was stopped while waiting for a slot.
+func (p *partition) handOff(seg *segment, rec *kgo.Record, in workflows.RetryInput) bool {
+	b := p.b
+	select {
+	case b.sem <- struct{}{}:
+	case <-p.ctx.Done():
+		return false
+	}
+	seg.pending.Add(1)
+	b.m.inflight.Inc()
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer func() {
+			<-b.sem
+			b.m.inflight.Dec()
+		}()
+		log := p.recordLog(rec).With("projectionName", in.Projection, "eventType", in.Event.EventType,
+			"entityId", in.Event.EntityID, "forkId", in.Event.ForkID, "eventId", in.Event.EventID)
+		bo := newBackoff(b.opts.MinBackoff, b.opts.MaxBackoff)
+		var outage time.Time
+		for {
+			ctx, cancel := context.WithTimeout(p.ctx, b.opts.StartTimeout)
+			err := startRetryWorkflow(ctx, b.opts.Starter, b.opts.TaskQueue, in)
+			cancel()
+			if err == nil {
+				break
+			}
+			if p.ctx.Err() != nil {
+				return // stopped: not handed off, not committed
+			}
+			b.m.handoffRetry.Inc()
+			if outage.IsZero() {
+				outage = time.Now()
+				b.m.outages.WithLabelValues("temporal").Inc()
+				log.Warn("cannot start retry workflow: offsets stop here, retrying with backoff",
+					"event", "bridge_outage", "dependency", "temporal", "error", err.Error())
+			} else {
+				log.Debug("still cannot start retry workflow", "dependency", "temporal", "error", err.Error())
+			}
+			if bo.wait(p.ctx) != nil {
+				return
+			}
+		}
+		b.m.handedOff.WithLabelValues(string(in.Mode)).Inc()
+		attrs := []any{"event", "projection_handoff", "workflowId", workflows.RetryWorkflowID(in.Projection, in.Event.ForkID, in.Event.EventID)}
+		if in.FirstAttempt != nil {
+			attrs = append(attrs, "retryAttempt", 1, "errorKind", in.FirstAttempt.ErrorKind, "error", in.FirstAttempt.Error)
+		}
+		if !outage.IsZero() {
+			attrs = append(attrs, "delayedBy", time.Since(outage).Round(time.Millisecond).String())
+		}
+		if in.Mode == config.ModeWorkflow {
+			log.Debug("handed to Temporal", attrs...)
+		} else {
+			log.Info("attempt 1 failed: handed to Temporal", attrs...)
+		}
+		seg.pending.Add(-1)
+	}()
+	return true
+}
+
+// deadLetterPoison writes a record that is not a valid envelope to the DLQ
+// (raw bytes kept, errorKind invalid_event) before its offset can be
+// committed, retrying while Kafka refuses it. False when stopped first.
+func (p *partition) deadLetterPoison(rec *kgo.Record, cause error) bool {
+	b := p.b
+	now := time.Now().UTC()
+	r := dlq.Record{
+		RawValue:       rec.Value,
+		ErrorKind:      "invalid_event",
+		Error:          cause.Error(),
+		RetryCount:     0,
+		Attempts:       []workflows.Attempt{{Number: 1, StartedAt: now, ErrorKind: "invalid_event", Error: cause.Error()}},
+		FirstFailedAt:  now,
+		DeadLetteredAt: now,
+		Source:         workflows.Source{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset},
+	}
+	log := p.recordLog(rec)
+	bo := newBackoff(b.opts.MinBackoff, b.opts.MaxBackoff)
+	for {
+		ctx, cancel := context.WithTimeout(p.ctx, b.opts.StartTimeout)
+		at, err := b.dlq.Publish(ctx, rec.Key, r)
+		cancel()
+		if err == nil {
+			b.m.deadLettered.Inc()
+			log.Warn("poison record dead-lettered", "event", "projection_dead_lettered", "errorKind", "invalid_event",
+				"error", cause.Error(), "dlqTopic", at.Topic, "dlqPartition", at.Partition, "dlqOffset", at.Offset)
+			return true
+		}
+		if p.ctx.Err() != nil {
+			return false
+		}
+		log.Warn("cannot dead-letter poison record, retrying with backoff", "dependency", "kafka", "error", err.Error())
+		if bo.wait(p.ctx) != nil {
+			return false
+		}
+	}
+}
+
+func firstConnectionError(outcomes []Outcome) error {
+	for _, o := range outcomes {
+		if o.Status == StatusFailed && o.ErrorKind == ErrorKindConnection && o.Err != nil {
+			return o.Err
+		}
+	}
+	return errOutage
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

@@ -1,0 +1,166 @@
+package starter
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+
+	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/workflows"
+)
+
+func validOptions() Options {
+	return Options{
+		Brokers: []string{"127.0.0.1:9092"},
+		Engine: EngineFunc{
+			ProjectionsFunc: func(string) []string { return nil },
+			ApplyBatchFunc:  func(context.Context, []event.Envelope) ([]Outcome, error) { return nil, nil },
+		},
+		Starter: newRecordingStarter(nil),
+	}
+}
+
+func TestOptionsDefaultsAndValidate(t *testing.T) {
+	o := validOptions()
+	o.setDefaults()
+	require.NoError(t, o.validate())
+	require.Equal(t, "causet.events.v1", o.Topic)
+	require.Equal(t, "causet-projection-worker", o.Group)
+	require.Equal(t, "causet.projection-dlq.v1", o.DLQTopic)
+	require.Equal(t, "causet-projections", o.TaskQueue)
+	require.Equal(t, config.ModeInline, o.Mode)
+	require.Equal(t, config.DefaultRetry(), o.Retry)
+	require.Equal(t, 168*time.Hour, o.ReplayWindow)
+	require.Equal(t, 256, o.MaxInflight)
+
+	tests := []struct {
+		name   string
+		mutate func(*Options)
+		want   string
+	}{
+		{"no brokers", func(o *Options) { o.Brokers = nil }, "Brokers is required"},
+		{"no engine", func(o *Options) { o.Engine = nil }, "Engine is required"},
+		{"no starter", func(o *Options) { o.Starter = nil }, "Starter is required"},
+		{"bad mode", func(o *Options) { o.Mode = "fast" }, `Mode "fast" is invalid`},
+		{"dlq is source", func(o *Options) { o.DLQTopic = o.Topic }, "consume its own dead letters"},
+		{"bad retry", func(o *Options) {
+			o.Retry = config.Retry{MaxAttempts: 1, Initial: 2 * time.Second, Multiplier: 2, Max: time.Second}
+		}, "PROJECTION_WORKER_RETRY_MAX_MS"},
+		{"negative inflight", func(o *Options) { o.MaxInflight = -1 }, "MaxInflight -1"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := validOptions()
+			o.setDefaults()
+			tc.mutate(&o)
+			err := o.validate()
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tc.want)
+			require.False(t, strings.Contains(err.Error(), "\n"))
+		})
+	}
+	_, err := New(Options{})
+	require.ErrorContains(t, err, "Brokers is required")
+}
+
+func TestOptionsFromConfig(t *testing.T) {
+	c, err := config.Load(func(k string) (string, bool) {
+		v, ok := map[string]string{"CAUSET_BRIDGE_MODE": "workflow", "CAUSET_BRIDGE_MAX_INFLIGHT": "7", "CAUSET_EVENTS_TOPIC": "ev"}[k]
+		return v, ok
+	})
+	require.NoError(t, err)
+	o := OptionsFromConfig(c)
+	require.Equal(t, config.ModeWorkflow, o.Mode)
+	require.Equal(t, 7, o.MaxInflight)
+	require.Equal(t, "ev", o.Topic)
+	require.Equal(t, c.Retry, o.Retry)
+	require.Equal(t, c.DLQReplayWindow, o.ReplayWindow)
+}
+
+func TestStartOptionsContract(t *testing.T) {
+	in := workflows.RetryInput{Projection: "artist_followers", Event: followed("ev-1", "user-123", "artist-9")}
+	o := StartOptions("tq", in)
+	require.Equal(t, "projection-retry:artist_followers:production:ev-1", o.ID)
+	require.Equal(t, "tq", o.TaskQueue)
+	require.Equal(t, enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE, o.WorkflowIDReusePolicy)
+	require.Equal(t, enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING, o.WorkflowIDConflictPolicy)
+	sa := o.TypedSearchAttributes
+	for key, want := range map[string]string{
+		"CausetProjection": "artist_followers", "CausetEventType": "ARTIST_FOLLOWED",
+		"CausetEntityId": "user-123", "CausetForkId": "production", "CausetRetryState": "retrying",
+	} {
+		var got string
+		for k, v := range sa.GetUntypedValues() {
+			if k.GetName() == key {
+				got, _ = v.(string)
+			}
+		}
+		require.Equal(t, want, got, key)
+	}
+}
+
+type errStarter struct{ err error }
+
+func (s errStarter) ExecuteWorkflow(context.Context, client.StartWorkflowOptions, any, ...any) (client.WorkflowRun, error) {
+	return nil, s.err
+}
+
+func TestStartRetryWorkflowAlreadyStartedIsHandedOff(t *testing.T) {
+	in := workflows.RetryInput{Projection: "p", Event: followed("e", "u", "a")}
+	closed := serviceerror.NewWorkflowExecutionAlreadyStarted("closed run", "", "run-1")
+	require.NoError(t, startRetryWorkflow(context.Background(), errStarter{closed}, "tq", in))
+	require.NoError(t, startRetryWorkflow(context.Background(), errStarter{errors.Join(errors.New("wrapped"), closed)}, "tq", in))
+	require.Error(t, startRetryWorkflow(context.Background(), errStarter{serviceerror.NewUnavailable("down")}, "tq", in))
+}
+
+func TestBackoffCapped(t *testing.T) {
+	b := newBackoff(100*time.Millisecond, time.Second)
+	var last time.Duration
+	for range 20 {
+		last = b.next()
+		require.LessOrEqual(t, last, 1200*time.Millisecond)
+		require.GreaterOrEqual(t, last, 80*time.Millisecond)
+	}
+	require.GreaterOrEqual(t, last, 800*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.Error(t, b.wait(ctx))
+}
+
+func TestIsOutage(t *testing.T) {
+	ok := Outcome{Status: StatusApplied}
+	sqlFail := Outcome{Status: StatusFailed, ErrorKind: "sql", Err: errors.New("x")}
+	conn := Outcome{Status: StatusFailed, ErrorKind: ErrorKindConnection, Err: errors.New("refused")}
+	require.False(t, isOutage([]Outcome{ok, sqlFail}, nil))
+	require.True(t, isOutage([]Outcome{ok, conn}, nil))
+	require.True(t, isOutage(nil, errors.New("dial")))
+	require.EqualError(t, firstConnectionError([]Outcome{sqlFail, conn}), "refused")
+}
+
+// TestSegmentsCommitInOrder: a batch whose hand-off is pending holds back
+// the commit of every later batch of its partition.
+func TestSegmentsCommitInOrder(t *testing.T) {
+	p := &partition{done: kgoOffset(-1), committed: -1}
+	s1, s2, s3 := &segment{next: kgoOffset(10)}, &segment{next: kgoOffset(20)}, &segment{next: kgoOffset(30)}
+	s2.pending.Store(1) // a hand-off in flight
+	p.segs = append(p.segs, s1, s2, s3)
+	eo, ok := p.committable()
+	require.True(t, ok)
+	require.EqualValues(t, 10, eo.Offset)
+	p.committed = 10
+	_, ok = p.committable()
+	require.False(t, ok, "nothing new while the hand-off is pending")
+	s2.pending.Store(0)
+	eo, ok = p.committable()
+	require.True(t, ok)
+	require.EqualValues(t, 30, eo.Offset)
+	require.Empty(t, p.segs)
+}
