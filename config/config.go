@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Mode is where a projection's first attempt runs.
@@ -48,6 +50,8 @@ type Config struct {
 	DLQReplayWindow   time.Duration
 	BridgeMaxInflight int
 	MetricsAddr       string
+	// KafkaSecurity is the brokers' TLS and SASL settings (KAFKA_TLS*, KAFKA_SASL_*).
+	KafkaSecurity KafkaSecurity
 }
 
 // Lookup returns an environment value and whether it is set; os.LookupEnv in
@@ -85,7 +89,23 @@ func Load(lookup Lookup) (Config, error) {
 	if err := c.Retry.Validate(); err != nil {
 		return Config{}, err
 	}
+	sec, err := LoadKafkaSecurity(lookup)
+	if err != nil {
+		return Config{}, err
+	}
+	c.KafkaSecurity = sec
 	return c, nil
+}
+
+// KafkaOpts returns the seed brokers and TLS/SASL options every Kafka client
+// of the process starts from, followed by extra.
+func (c Config) KafkaOpts(extra ...kgo.Opt) ([]kgo.Opt, error) {
+	sec, err := c.KafkaSecurity.Opts()
+	if err != nil {
+		return nil, err
+	}
+	opts := append([]kgo.Opt{kgo.SeedBrokers(c.KafkaBrokers...)}, sec...)
+	return append(opts, extra...), nil
 }
 
 // RequireDatabaseURL returns the one-line error for a command that needs a database.

@@ -140,6 +140,8 @@ func TestBadValues(t *testing.T) {
 		{"CAUSET_EVENTS_TOPIC", "", `CAUSET_EVENTS_TOPIC="" is invalid: want a non-empty name`},
 		{"CAUSET_BRIDGE_MAX_INFLIGHT", "0", `CAUSET_BRIDGE_MAX_INFLIGHT="0" is invalid`},
 		{"CAUSET_METRICS_ADDR", "9464", `CAUSET_METRICS_ADDR="9464" is invalid: want host:port`},
+		{"KAFKA_TLS", "yes", `KAFKA_TLS="yes" is invalid: want true or false`},
+		{"KAFKA_SASL_PASSWORD", "hunter2", `KAFKA_SASL_PASSWORD is set but KAFKA_SASL_MECHANISM is not`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.key+"="+tc.value, func(t *testing.T) {

@@ -129,14 +129,19 @@ func TestBridgeKafkaFailuresBecomeWorkflows(t *testing.T) {
 	require.EqualValues(t, 1, value(r.b.m.failed.WithLabelValues("sql")))
 	require.EqualValues(t, 1, value(r.b.m.failed.WithLabelValues("ir_eval")))
 
-	// Every hand-off logged with topic/partition/offset.
-	lines := h.logs.lines("projection_handoff")
+	// Attempt 1's failure is logged as the seed's projection_retry line, with
+	// topic/partition/offset, once its workflow is durable.
+	lines := h.logs.lines("projection_retry")
 	require.Len(t, lines, 2)
 	for _, l := range lines {
 		require.Equal(t, h.topic, l["topic"])
 		require.EqualValues(t, 0, l["partition"])
 		require.Contains(t, l, "offset")
-		require.Contains(t, l, "projectionName")
+		for _, f := range []string{"projectionName", "eventType", "entityId", "forkId", "error"} {
+			require.NotEmpty(t, l[f], f)
+		}
+		require.EqualValues(t, 1, l["retryAttempt"])
+		require.Equal(t, "1s", l["nextRetryIn"])
 	}
 }
 

@@ -348,21 +348,30 @@ func (p *partition) handOff(seg *segment, rec *kgo.Record, in workflows.RetryInp
 			}
 		}
 		b.m.handedOff.WithLabelValues(string(in.Mode)).Inc()
-		attrs := []any{"event", "projection_handoff", "workflowId", workflows.RetryWorkflowID(in.Projection, in.Event.ForkID, in.Event.EventID)}
-		if in.FirstAttempt != nil {
-			attrs = append(attrs, "retryAttempt", 1, "errorKind", in.FirstAttempt.ErrorKind, "error", in.FirstAttempt.Error)
-		}
-		if !outage.IsZero() {
-			attrs = append(attrs, "delayedBy", time.Since(outage).Round(time.Millisecond).String())
-		}
-		if in.Mode == config.ModeWorkflow {
-			log.Debug("handed to Temporal", attrs...)
-		} else {
-			log.Info("attempt 1 failed: handed to Temporal", attrs...)
-		}
+		logHandOff(log, in, outage)
 		seg.pending.Add(-1)
 	}()
 	return true
+}
+
+// logHandOff writes, for a failed inline attempt 1, the contract's
+// projection_retry line (or projection_dead_lettered when the schedule has
+// a single attempt), once the retry workflow that owns the rest is durable.
+func logHandOff(log *slog.Logger, in workflows.RetryInput, outage time.Time) {
+	attrs := []any{"workflowId", workflows.RetryWorkflowID(in.Projection, in.Event.ForkID, in.Event.EventID)}
+	if !outage.IsZero() {
+		attrs = append(attrs, "delayedBy", time.Since(outage).Round(time.Millisecond).String())
+	}
+	if in.FirstAttempt == nil {
+		log.Debug("handed to Temporal", append(attrs, "event", "projection_handoff")...)
+		return
+	}
+	attrs = append(attrs, "retryAttempt", 1, "error", in.FirstAttempt.Error, "errorKind", in.FirstAttempt.ErrorKind)
+	if next, ok := in.Retry.Plan(in.Mode).NextDelay(1); ok {
+		log.Warn("projection_retry", append(attrs, "event", "projection_retry", "nextRetryIn", next.String())...)
+		return
+	}
+	log.Error("projection_dead_lettered", append(attrs, "event", "projection_dead_lettered")...)
 }
 
 // deadLetterPoison writes a record that is not a valid envelope to the DLQ

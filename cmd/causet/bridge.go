@@ -55,7 +55,10 @@ func (bridgeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	opts.Starter = tc
 	opts.Logger = logger
 	opts.Registerer = reg
-	opts.KafkaOptions = []kgo.Opt{kgo.WithHooks(kprom.NewMetrics("causet_bridge_kafka", kprom.Registerer(reg)))}
+	if opts.KafkaOptions, err = cfg.KafkaSecurity.Opts(); err != nil {
+		return err
+	}
+	opts.KafkaOptions = append(opts.KafkaOptions, kgo.WithHooks(kprom.NewMetrics("causet_bridge_kafka", kprom.Registerer(reg))))
 	stopMetrics, err := serveMetrics(cfg.MetricsAddr, reg, logger)
 	if err != nil {
 		return err

@@ -103,8 +103,7 @@ func (c devCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		return err
 	}
 
-	dlqProducer, err := kgo.NewClient(
-		kgo.SeedBrokers(cfg.KafkaBrokers...),
+	dlqProducer, err := newKafkaClient(cfg,
 		kgo.DefaultProduceTopic(cfg.DLQTopic),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.WithLogger(kslog.New(logger)),
@@ -268,8 +267,7 @@ func printDevBanner(out io.Writer, c devCmd, cfg config.Config, stack *devstack.
 // feedDemo produces the demo stream to the events topic at rate events/s
 // until ctx is done.
 func feedDemo(ctx context.Context, cfg config.Config, rate float64, logger *slog.Logger) error {
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(cfg.KafkaBrokers...),
+	cl, err := newKafkaClient(cfg,
 		kgo.DefaultProduceTopic(cfg.EventsTopic),
 		kgo.WithLogger(kslog.New(logger)),
 	)

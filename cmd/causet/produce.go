@@ -51,8 +51,7 @@ func (c produceCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		defer f.Close()
 		in, name = f, c.File
 	}
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(cfg.KafkaBrokers...),
+	cl, err := newKafkaClient(cfg,
 		kgo.DefaultProduceTopic(cfg.EventsTopic),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.WithLogger(kslog.New(logger)),

@@ -49,8 +49,7 @@ func (workerCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	}
 	defer engine.Close()
 
-	producer, err := kgo.NewClient(
-		kgo.SeedBrokers(cfg.KafkaBrokers...),
+	producer, err := newKafkaClient(cfg,
 		kgo.DefaultProduceTopic(cfg.DLQTopic),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.WithLogger(kslog.New(logger)),
@@ -91,6 +90,15 @@ func (workerCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	logger.Info("worker started", "taskQueue", cfg.TaskQueue, "metrics", cfg.MetricsAddr)
 	// Run returns once ctx is done and running activities have drained.
 	return w.Run(interruptOn(ctx))
+}
+
+// newKafkaClient builds a Kafka client with the configured brokers, TLS and SASL.
+func newKafkaClient(cfg config.Config, extra ...kgo.Opt) (*kgo.Client, error) {
+	opts, err := cfg.KafkaOpts(extra...)
+	if err != nil {
+		return nil, err
+	}
+	return kgo.NewClient(opts...)
 }
 
 // openPool builds the one pgx pool of the process; errors never echo the URL,
