@@ -32,11 +32,15 @@ tools:
 		GOBIN=$(CURDIR)/bin $(GO) install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI_VERSION); \
 	fi
 
+# gotestsum closes with "DONE <n> tests, <m> skipped" and lists any skipped
+# test, so a run shows the integration tests ran rather than skipped.
+GOTESTSUM            := $(GO) tool gotestsum --format pkgname --format-hide-empty-pkg --
+
 test: tools
-	$(GO) test $(GOTESTFLAGS) ./...
+	$(GOTESTSUM) $(GOTESTFLAGS) ./...
 
 test-kafka: tools
-	KAFKA_BROKERS=$(KAFKA_BROKERS) $(GO) test $(GOTESTFLAGS) -run '$(KAFKA_TEST_PATTERN)' ./...
+	KAFKA_BROKERS=$(KAFKA_BROKERS) $(GOTESTSUM) $(GOTESTFLAGS) -run '$(KAFKA_TEST_PATTERN)' ./...
 
 lint:
 	@files=$$(gofmt -l $$(find . -name '*.go' -not -path './.cache/*' -not -path './bin/*')); \
