@@ -3,13 +3,18 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
+	"regexp"
+	"strings"
 	"syscall"
 
 	"github.com/alecthomas/kong"
+
+	"github.com/causet/projection-retry/worker"
 )
 
 type cli struct {
@@ -23,7 +28,7 @@ type cli struct {
 
 func main() {
 	if err := run(os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "causet:", err)
+		fmt.Fprintln(os.Stderr, "causet:", oneLine(err))
 		os.Exit(1)
 	}
 }
@@ -47,4 +52,18 @@ func run(args []string) error {
 		return err
 	}
 	return kctx.Run()
+}
+
+var lineBreaks = regexp.MustCompile(`:?\s*\n\s*`)
+
+// oneLine renders err on one line, so a failed start reads the same in a
+// terminal and a log collector (pgx joins the errors of each address it tried
+// with line breaks). Missing search attributes keep their lines: they are
+// commands to copy.
+func oneLine(err error) string {
+	var missing *worker.MissingSearchAttributesError
+	if errors.As(err, &missing) {
+		return err.Error()
+	}
+	return lineBreaks.ReplaceAllString(strings.TrimSpace(err.Error()), "; ")
 }

@@ -80,4 +80,5 @@ func TestWorkerDatabaseDownNamesHostNotPassword(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "127.0.0.1:1")
 	require.NotContains(t, stderr, "hunter2")
+	require.Len(t, strings.Split(strings.TrimSpace(stderr), "\n"), 1, "one line: %q", stderr)
 }
