@@ -77,7 +77,7 @@ var deadLetterRetry = &temporal.RetryPolicy{
 // replay or discard signal for the replay window.
 func ProjectionRetryWorkflow(ctx workflow.Context, in RetryInput) (Status, error) {
 	r := &retryRun{in: in, status: Status{State: StateRetrying, Projection: in.Projection, EventID: in.Event.EventID}}
-	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (Status, error) { return r.status, nil }); err != nil {
+	if err := workflow.SetQueryHandler(ctx, QueryStatus, r.query); err != nil {
 		return r.status, err
 	}
 	if err := workflow.UpsertTypedSearchAttributes(ctx,
@@ -135,8 +135,27 @@ type retryRun struct {
 
 func (r *retryRun) setState(ctx workflow.Context, s State) error {
 	r.status.State = s
-	r.status.NextRetryAt = nil
+	if s != StateRetrying && s != StateReplaying {
+		r.status.Schedule = nil
+	}
 	return workflow.UpsertTypedSearchAttributes(ctx, AttrRetryState.ValueSet(string(s)))
+}
+
+// query answers the status query. The activity's retries are timed by the
+// server, so the next retry time is the first planned start still ahead of
+// the clock. Queries write nothing to history, so reading the wall clock
+// here cannot break replay.
+func (r *retryRun) query() (Status, error) {
+	st := r.status
+	st.Attempts = append([]Attempt(nil), st.Attempts...)
+	now := time.Now() //workflowcheck:ignore
+	for _, at := range st.Schedule {
+		if at.After(now) {
+			st.NextRetryAt = &at
+			break
+		}
+	}
+	return st, nil
 }
 
 // runSchedule runs the activity with the plan's retry policy and reports
@@ -147,16 +166,22 @@ func (r *retryRun) runSchedule(ctx workflow.Context, plan config.Plan, run int, 
 	if plan.Policy == nil {
 		return false
 	}
+	base := attempt1
+	if plan.FirstWait == 0 {
+		base = workflow.Now(ctx)
+	}
+	r.status.Schedule = r.status.Schedule[:0]
+	for _, off := range plan.Offsets[plan.FirstActivityAttempt-1:] {
+		r.status.Schedule = append(r.status.Schedule, base.Add(off))
+	}
 	if plan.FirstWait > 0 {
 		due := attempt1.Add(plan.FirstWait)
 		if wait := due.Sub(workflow.Now(ctx)); wait > 0 {
-			r.status.NextRetryAt = &due
 			if err := workflow.Sleep(ctx, wait); err != nil {
 				return false
 			}
 		}
 	}
-	r.status.NextRetryAt = nil
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: applyTimeout,
 		RetryPolicy:         plan.Policy,

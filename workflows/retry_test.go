@@ -345,3 +345,26 @@ func TestSearchAttributesPerState(t *testing.T) {
 		"CausetForkId": "production", "CausetRetryState": "retrying",
 	}, first)
 }
+
+func TestStatusShowsNextRetryWhileRetrying(t *testing.T) {
+	h := newHarness(t, 100, 0)
+	// Planned times are compared with the wall clock, so run this workflow
+	// in the present.
+	now := time.Now().UTC()
+	h.env.SetStartTime(now)
+	in := input(config.ModeInline, config.DefaultRetry())
+	in.FirstAttempt.StartedAt = now
+	var mid workflows.Status
+	h.env.RegisterDelayedCallback(func() { mid = h.status(t) }, 2*time.Second)
+	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(workflows.SignalDiscard, nil) }, time.Minute)
+	h.env.ExecuteWorkflow(workflows.RetryWorkflowName, in)
+	require.NoError(t, h.env.GetWorkflowError())
+	require.Equal(t, workflows.StateRetrying, mid.State)
+	require.Equal(t, []time.Time{now.Add(time.Second), now.Add(3 * time.Second), now.Add(7 * time.Second), now.Add(15 * time.Second)}, mid.Schedule)
+	require.NotNil(t, mid.NextRetryAt)
+	require.True(t, mid.NextRetryAt.After(now), "the next planned attempt is still ahead")
+	var end workflows.Status
+	require.NoError(t, h.env.GetWorkflowResult(&end))
+	require.Nil(t, end.NextRetryAt)
+	require.Empty(t, end.Schedule)
+}

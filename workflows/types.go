@@ -104,12 +104,15 @@ type DLQCoordinates struct {
 
 // Status answers the status query and is the workflow's result.
 type Status struct {
-	State       State           `json:"state"`
-	Projection  string          `json:"projection"`
-	EventID     string          `json:"eventId"`
-	Attempts    []Attempt       `json:"attempts"`
-	IRVersion   int             `json:"irVersion,omitempty"`
-	NextRetryAt *time.Time      `json:"nextRetryAt,omitempty"`
+	State      State     `json:"state"`
+	Projection string    `json:"projection"`
+	EventID    string    `json:"eventId"`
+	Attempts   []Attempt `json:"attempts"`
+	IRVersion  int       `json:"irVersion,omitempty"`
+	// NextRetryAt is when the next attempt is due while retrying or replaying.
+	NextRetryAt *time.Time `json:"nextRetryAt,omitempty"`
+	// Schedule is the planned start of each remaining attempt of the current run.
+	Schedule    []time.Time     `json:"schedule,omitempty"`
 	ReplayCount int             `json:"replayCount"`
 	DLQ         *DLQCoordinates `json:"dlq,omitempty"`
 	// LastReplayReason is the reason given with the last replay signal.
