@@ -107,9 +107,9 @@ func (e *MissingSearchAttributesError) Error() string {
 }
 
 // EnsureSearchAttributes adds the five Keyword search attributes the
-// workflows use, where the server allows it.
-func EnsureSearchAttributes(ctx context.Context, c client.Client, namespace string) error {
-	resp, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
+// workflows use, where the server allows it; ops is client.OperatorService().
+func EnsureSearchAttributes(ctx context.Context, ops operatorservice.OperatorServiceClient, namespace string) error {
+	resp, err := ops.ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
 	if err != nil {
 		return &MissingSearchAttributesError{Namespace: namespace, Missing: workflows.SearchAttributeNames, Cause: err}
 	}
@@ -124,7 +124,7 @@ func EnsureSearchAttributes(ctx context.Context, c client.Client, namespace stri
 	if len(missing) == 0 {
 		return nil
 	}
-	if _, err := c.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
+	if _, err := ops.AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
 		Namespace: namespace, SearchAttributes: add,
 	}); err != nil {
 		return &MissingSearchAttributesError{Namespace: namespace, Missing: missing, Cause: err}

@@ -46,7 +46,7 @@ func (bridgeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	}
 	defer tc.Close()
 	defer closeMetrics()
-	if err := worker.EnsureSearchAttributes(ctx, tc, namespace); err != nil {
+	if err := worker.EnsureSearchAttributes(ctx, tc.OperatorService(), namespace); err != nil {
 		return err
 	}
 

@@ -99,7 +99,7 @@ func (c devCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		defer closeMetrics()
 	}
 	defer tc.Close()
-	if err := worker.EnsureSearchAttributes(ctx, tc, namespace); err != nil {
+	if err := worker.EnsureSearchAttributes(ctx, tc.OperatorService(), namespace); err != nil {
 		return err
 	}
 

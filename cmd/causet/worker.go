@@ -65,7 +65,7 @@ func (workerCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	}
 	defer tc.Close()
 	defer closeMetrics()
-	if err := worker.EnsureSearchAttributes(ctx, tc, namespace); err != nil {
+	if err := worker.EnsureSearchAttributes(ctx, tc.OperatorService(), namespace); err != nil {
 		return err
 	}
 

@@ -1,0 +1,71 @@
+package worker
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// fakeOperator is an operator service that already has some attributes and
+// may refuse to add more.
+type fakeOperator struct {
+	operatorservice.OperatorServiceClient
+	existing map[string]enumspb.IndexedValueType
+	addErr   error
+	added    map[string]enumspb.IndexedValueType
+}
+
+func (f *fakeOperator) ListSearchAttributes(context.Context, *operatorservice.ListSearchAttributesRequest, ...grpc.CallOption) (*operatorservice.ListSearchAttributesResponse, error) {
+	return &operatorservice.ListSearchAttributesResponse{CustomAttributes: f.existing}, nil
+}
+
+func (f *fakeOperator) AddSearchAttributes(_ context.Context, req *operatorservice.AddSearchAttributesRequest, _ ...grpc.CallOption) (*operatorservice.AddSearchAttributesResponse, error) {
+	if f.addErr != nil {
+		return nil, f.addErr
+	}
+	f.added = req.GetSearchAttributes()
+	return &operatorservice.AddSearchAttributesResponse{}, nil
+}
+
+func TestEnsureSearchAttributesAddsMissing(t *testing.T) {
+	f := &fakeOperator{existing: map[string]enumspb.IndexedValueType{"CausetProjection": enumspb.INDEXED_VALUE_TYPE_KEYWORD}}
+	require.NoError(t, EnsureSearchAttributes(context.Background(), f, "default"))
+	require.Len(t, f.added, 4)
+	for name, typ := range f.added {
+		require.Equal(t, enumspb.INDEXED_VALUE_TYPE_KEYWORD, typ, name)
+	}
+	require.NotContains(t, f.added, "CausetProjection")
+}
+
+func TestEnsureSearchAttributesPrintsCommandsWhenRefused(t *testing.T) {
+	f := &fakeOperator{
+		existing: map[string]enumspb.IndexedValueType{"CausetProjection": enumspb.INDEXED_VALUE_TYPE_KEYWORD},
+		addErr:   status.Error(codes.PermissionDenied, "request unauthorized"),
+	}
+	err := EnsureSearchAttributes(context.Background(), f, "prod")
+	require.Error(t, err)
+	lines := strings.Split(err.Error(), "\n")
+	require.Contains(t, lines[0], "CausetEventType, CausetEntityId, CausetForkId, CausetRetryState are missing in namespace \"prod\"")
+	require.Contains(t, lines[0], "request unauthorized")
+	require.Equal(t, []string{
+		"  temporal operator search-attribute create --namespace prod --name CausetEventType --type Keyword",
+		"  temporal operator search-attribute create --namespace prod --name CausetEntityId --type Keyword",
+		"  temporal operator search-attribute create --namespace prod --name CausetForkId --type Keyword",
+		"  temporal operator search-attribute create --namespace prod --name CausetRetryState --type Keyword",
+	}, lines[1:])
+}
+
+func TestEnsureSearchAttributesNothingToDo(t *testing.T) {
+	f := &fakeOperator{existing: map[string]enumspb.IndexedValueType{}, addErr: status.Error(codes.PermissionDenied, "no")}
+	for _, n := range []string{"CausetProjection", "CausetEventType", "CausetEntityId", "CausetForkId", "CausetRetryState"} {
+		f.existing[n] = enumspb.INDEXED_VALUE_TYPE_KEYWORD
+	}
+	require.NoError(t, EnsureSearchAttributes(context.Background(), f, "default"))
+}
