@@ -2,9 +2,7 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"log/slog"
 	"os"
 	"os/exec"
 	"regexp"
@@ -60,11 +58,10 @@ func liveProcsMentioning(s string) []string {
 	return out
 }
 
-// TestDevKafkaSmoke runs `causet dev --demo` in process with no service
+// TestDevKafkaSmoke runs the causet binary's `dev --demo` with no service
 // environment set (KAFKA_BROKERS is kept under `make test-kafka`), waits
-// until the temporal CLI lists a dead-lettered workflow, then cancels the
-// context as Ctrl-C does and checks that no child process and no temp dir
-// remain.
+// until the temporal CLI lists a dead-lettered workflow, then sends SIGINT as
+// Ctrl-C does and checks that no child process and no temp dir remain.
 func TestDevKafkaSmoke(t *testing.T) {
 	cli, err := devstack.FindTemporalCLI()
 	if err != nil {
@@ -77,40 +74,49 @@ func TestDevKafkaSmoke(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, os.Chmod(root, 0o755)) // initdb runs as postgres when root
 	t.Cleanup(func() { _ = os.RemoveAll(root) })
-	t.Setenv("TMPDIR", root)
-	for _, k := range []string{"DATABASE_URL", "TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE"} {
-		t.Setenv(k, "")
-		require.NoError(t, os.Unsetenv(k))
+
+	env := []string{"TMPDIR=" + root, "CAUSET_TASK_QUEUE=" + testenv.TaskQueue(t)}
+	for _, kv := range os.Environ() {
+		switch k, _, _ := strings.Cut(kv, "="); k {
+		case "DATABASE_URL", "TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TMPDIR", "CAUSET_TASK_QUEUE":
+		case "KAFKA_BROKERS":
+			if testenv.IsRealKafka() {
+				env = append(env, kv)
+			}
+		default:
+			env = append(env, kv)
+		}
 	}
 	if testenv.IsRealKafka() {
-		t.Setenv("CAUSET_EVENTS_TOPIC", testenv.Topic(t, "causet.events.v1"))
-		t.Setenv("CAUSET_DLQ_TOPIC", testenv.Topic(t, "causet.projection-dlq.v1"))
-		t.Setenv("CAUSET_CONSUMER_GROUP", testenv.Topic(t, "causet-projection-worker"))
-	} else {
-		t.Setenv("KAFKA_BROKERS", "")
-		require.NoError(t, os.Unsetenv("KAFKA_BROKERS"))
+		env = append(env,
+			"CAUSET_EVENTS_TOPIC="+testenv.Topic(t, "causet.events.v1"),
+			"CAUSET_DLQ_TOPIC="+testenv.Topic(t, "causet.projection-dlq.v1"),
+			"CAUSET_CONSUMER_GROUP="+testenv.Topic(t, "causet-projection-worker"))
 	}
-	t.Setenv("CAUSET_TASK_QUEUE", testenv.TaskQueue(t))
 
-	out := &lockedBuffer{}
-	old := devOut
-	devOut = out
-	t.Cleanup(func() { devOut = old })
-	logs := &lockedBuffer{}
-	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	out, logs := &lockedBuffer{}, &lockedBuffer{}
+	cmd := exec.Command(binary, "dev", "--demo", "--rate", "10")
+	cmd.Env, cmd.Stdout, cmd.Stderr = env, out, logs
+	// It runs in the package directory and finds ./bin/temporal upwards.
+	require.NoError(t, cmd.Start())
 	done := make(chan error, 1)
-	go func() { done <- devCmd{Demo: true, Rate: 10}.Run(ctx, logger) }()
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+		}
+	})
 
 	// The banner names the Temporal address and the dead-letter UI link.
 	addrRE := regexp.MustCompile(`Temporal +(127\.0\.0\.1:\d+)`)
 	var addr string
+	var exited bool
+	var exitErr error
 	require.Eventually(t, func() bool {
 		select {
-		case err := <-done:
-			t.Fatalf("causet dev returned early: %v\n%s\n%s", err, out, logs)
+		case exitErr = <-done:
+			exited = true
+			return true
 		default:
 		}
 		m := addrRE.FindStringSubmatch(out.String())
@@ -120,6 +126,7 @@ func TestDevKafkaSmoke(t *testing.T) {
 		addr = m[1]
 		return true
 	}, 3*time.Minute, 200*time.Millisecond, "no banner:\n%s", out)
+	require.False(t, exited, "causet dev returned early: %v\n%s\n%s", exitErr, out, logs)
 	banner := out.String()
 	require.Contains(t, banner, "/namespaces/default/workflows?query=CausetRetryState%3D%22dead_lettered%22")
 	require.Contains(t, banner, `workflow signal`)
@@ -143,11 +150,11 @@ func TestDevKafkaSmoke(t *testing.T) {
 	}, 90*time.Second, time.Second, "no dead-lettered workflow listed\n%s", out)
 	require.Contains(t, listed, "projection-retry:")
 
-	// Ctrl-C: signal.NotifyContext cancels the command's context.
-	cancel()
+	// Ctrl-C.
+	require.NoError(t, cmd.Process.Signal(os.Interrupt))
 	select {
 	case err := <-done:
-		require.NoError(t, err)
+		require.NoError(t, err, "causet dev exits 0 on Ctrl-C\n%s", logs)
 	case <-time.After(90 * time.Second):
 		t.Fatal("causet dev did not stop within 90s of Ctrl-C")
 	}
