@@ -138,7 +138,19 @@ func secs(fs ...float64) []time.Duration {
 	return out
 }
 
+// retryFromEnv reads a schedule the way the worker does, from PROJECTION_WORKER_* values.
+func retryFromEnv(t *testing.T, kv map[string]string) config.Retry {
+	t.Helper()
+	c, err := config.Load(func(k string) (string, bool) { v, ok := kv[k]; return v, ok })
+	require.NoError(t, err)
+	return c.Retry
+}
+
 func TestScheduleOffsets(t *testing.T) {
+	fromEnv := retryFromEnv(t, map[string]string{
+		"PROJECTION_WORKER_MAX_RETRIES": "4", "PROJECTION_WORKER_RETRY_INITIAL_MS": "250",
+		"PROJECTION_WORKER_RETRY_MULTIPLIER": "4", "PROJECTION_WORKER_RETRY_MAX_MS": "3000",
+	})
 	tests := []struct {
 		name  string
 		mode  config.Mode
@@ -149,6 +161,8 @@ func TestScheduleOffsets(t *testing.T) {
 		{"workflow defaults", config.ModeWorkflow, config.DefaultRetry(), secs(0, 1, 3, 7, 15)},
 		{"inline custom", config.ModeInline, config.Retry{MaxAttempts: 5, Initial: 500 * time.Millisecond, Multiplier: 3, Max: 2 * time.Second}, secs(0.5, 2, 4, 6)},
 		{"workflow custom", config.ModeWorkflow, config.Retry{MaxAttempts: 5, Initial: 500 * time.Millisecond, Multiplier: 3, Max: 2 * time.Second}, secs(0, 0.5, 2, 4, 6)},
+		{"inline from env", config.ModeInline, fromEnv, secs(0.25, 1.25, 4.25)},
+		{"workflow from env", config.ModeWorkflow, fromEnv, secs(0, 0.25, 1.25, 4.25)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
