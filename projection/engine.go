@@ -33,6 +33,9 @@ const (
 	// StatusSkipped (Apply only): the newest version of the projection does
 	// not list the event type; nothing was written.
 	StatusSkipped Status = "skipped"
+	// StatusHeld (ApplyBatch with ApplyOptions.Hold): the caller asked to
+	// hold the pair back; nothing was written and no ledger row was made.
+	StatusHeld Status = "held"
 )
 
 // Result is the outcome of one (projection, event) pair.
@@ -51,6 +54,11 @@ type ApplyOptions struct {
 	// has its status and before commit; results are the statuses as they
 	// will be if the commit succeeds. An error rolls the transaction back.
 	BeforeCommit func(ctx context.Context, tx pgx.Tx, results []Result) error
+	// Hold, optional, is asked once per (projection, event) pair before
+	// anything is evaluated; a pair for which it returns true is not applied,
+	// gets StatusHeld and no ledger row. ev points into the slice given to
+	// ApplyBatch. The ordering bridge holds the events of blocked entities.
+	Hold func(projection string, ev *event.Envelope) bool
 }
 
 // Engine applies events to projections with the newest deployed IR.
@@ -338,22 +346,22 @@ func (e *Engine) run(ctx context.Context, evs []event.Envelope, only string, opt
 func (e *Engine) attempt(ctx context.Context, evs []event.Envelope, only string, opts ApplyOptions) ([]Result, bool, error) {
 	conn, err := e.pool.Acquire(ctx)
 	if err != nil {
-		res, err := failAll(e.pairs(e.snapshot(), evs, only), err)
+		res, err := failAll(e.pairs(e.snapshot(), evs, only, opts.Hold), err)
 		return res, false, err
 	}
 	defer conn.Release()
 
 	var catVersion int64
 	if err := conn.QueryRow(ctx, catalogVersionSQL).Scan(&catVersion); err != nil {
-		res, ferr := failAll(e.pairs(e.snapshot(), evs, only), fmt.Errorf("read projection catalog: %w", err))
+		res, ferr := failAll(e.pairs(e.snapshot(), evs, only, opts.Hold), fmt.Errorf("read projection catalog: %w", err))
 		return res, Classify(err) == KindConnection, ferr
 	}
 	st, err := e.refresh(ctx, conn, catVersion)
 	if err != nil {
-		res, err := failAll(e.pairs(e.snapshot(), evs, only), err)
+		res, err := failAll(e.pairs(e.snapshot(), evs, only, opts.Hold), err)
 		return res, false, err
 	}
-	pairs := e.pairs(st, evs, only)
+	pairs := e.pairs(st, evs, only, opts.Hold)
 	if len(pairs) == 0 {
 		return nil, false, nil
 	}
@@ -422,7 +430,7 @@ func (e *Engine) attempt(ctx context.Context, evs []event.Envelope, only string,
 // pairs builds the (projection, event) pairs in input order. Invalid events
 // and undeployed projections fail here; columns are evaluated later
 // (evaluate), while the database inserts the ledger rows.
-func (e *Engine) pairs(st *catalogState, evs []event.Envelope, only string) []*pair {
+func (e *Engine) pairs(st *catalogState, evs []event.Envelope, only string, hold func(string, *event.Envelope) bool) []*pair {
 	var out []*pair
 	for i := range evs {
 		ev := &evs[i]
@@ -445,6 +453,9 @@ func (e *Engine) pairs(st *catalogState, evs []event.Envelope, only string) []*p
 				p.res.IRVersion = c.version
 			}
 			switch {
+			case hold != nil && hold(name, ev):
+				p.res.Status = StatusHeld
+				p.done = true
 			case ec.err != nil:
 				p.fail(&ApplyError{Kind: Classify(ec.err), Err: ec.err})
 			case c == nil:
@@ -734,6 +745,13 @@ func (e *Engine) execPairs(ctx context.Context, conn *pgx.Conn, ledgerSD *pgconn
 		control = []string{"ROLLBACK TO SAVEPOINT " + savepointName}
 		window = max(writePos[failAt], window/2, 1)
 	}
+	if strings.HasPrefix(control[0], "ROLLBACK") {
+		// The last round failed and nothing followed to roll it back: do it
+		// now, or the transaction stays aborted and its commit rolls back.
+		if _, err := pgConn.Exec(ctx, control[0]).ReadAll(); err != nil {
+			return nil, err
+		}
+	}
 	return badStmts, nil
 }
 
@@ -746,12 +764,16 @@ func results(pairs []*pair) []Result {
 }
 
 // failAll marks every pair failed with err (invalid events keep their own
-// error) and returns the results and err as an *ApplyError.
+// error, held pairs stay held) and returns the results and err as an *ApplyError.
 func failAll(pairs []*pair, err error) ([]Result, error) {
 	ae := newApplyError(err)
 	out := make([]Result, len(pairs))
 	for i, p := range pairs {
 		r := p.res
+		if r.Status == StatusHeld {
+			out[i] = r
+			continue
+		}
 		if !(r.Status == StatusFailed && r.Err != nil && r.Err.Kind == KindInvalidEvent) {
 			r.Status = StatusFailed
 			r.Err = ae

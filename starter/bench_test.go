@@ -42,11 +42,13 @@ func benchEvents(prefix string, round, n, failEvery int) ([]*kgo.Record, int) {
 	for i := range n {
 		p := int32(i % benchPartitions)
 		days := 1
+		artist := fmt.Sprintf("artist-p%d-%d", p, i%50)
 		if failEvery > 0 && i%failEvery == failEvery-1 {
 			days = 0
 			failing++
+			artist = fmt.Sprintf("artist-f%d-%d", round, i) // blocks a key of its own
 		}
-		recs = append(recs, envRecord(p, played(fmt.Sprintf("%s-r%d-%d", prefix, round, i), fmt.Sprintf("artist-p%d-%d", p, i%50), 1, days)))
+		recs = append(recs, envRecord(p, played(fmt.Sprintf("%s-r%d-%d", prefix, round, i), artist, 1, days)))
 	}
 	return recs, failing
 }
@@ -92,14 +94,25 @@ func committedAll(h *harness, n int) func(*running) bool {
 	}
 }
 
+// BenchmarkBridgeInline compares ordering entity (the default) with none,
+// at 0% and 1% failing, in the same run. A failing event has an entity of
+// its own, so with ordering entity it blocks only its key.
 func BenchmarkBridgeInline(b *testing.B) {
 	for _, tc := range []struct {
 		name      string
+		ordering  config.Ordering
 		failEvery int
-	}{{"fail=0%", 0}, {"fail=1%", 100}} {
+	}{
+		{"ordering=none/fail=0%", config.OrderingNone, 0},
+		{"ordering=entity/fail=0%", config.OrderingEntity, 0},
+		{"ordering=none/fail=1%", config.OrderingNone, 100},
+		{"ordering=entity/fail=1%", config.OrderingEntity, 100},
+	} {
 		b.Run(tc.name, func(b *testing.B) {
 			h := newHarness(b, harnessOptions{partitions: 1})
+			h.startWorker() // lanes need a worker to take their events
 			o := h.options(nil)
+			o.Ordering = tc.ordering
 			o.MaxPollRecords = 1000
 			o.Logger = h.logger
 			var total time.Duration

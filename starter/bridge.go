@@ -76,6 +76,16 @@ func New(opts Options) (*Bridge, error) {
 		sem:   make(chan struct{}, opts.MaxInflight),
 		parts: map[topicPartition]*partition{},
 	}
+	if opts.ordered() {
+		// Before joining the group: a partition loads its blocked keys as
+		// soon as it is assigned.
+		ctx, cancel := context.WithTimeout(context.Background(), opts.StartTimeout)
+		err := opts.Blocks.Ensure(ctx)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	kopts := []kgo.Opt{
 		kgo.SeedBrokers(opts.Brokers...),
@@ -108,7 +118,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 		return errors.New("starter: Bridge.Run called twice")
 	}
 	b.log.Info("bridge started", "topic", b.opts.Topic, "group", b.opts.Group, "mode", string(b.opts.Mode),
-		"taskQueue", b.opts.TaskQueue, "maxInflight", b.opts.MaxInflight)
+		"ordering", string(b.opts.Ordering), "taskQueue", b.opts.TaskQueue, "maxInflight", b.opts.MaxInflight)
 	pollTimeout := min(b.opts.CommitInterval, 200*time.Millisecond)
 	lastCommit := time.Now()
 	var runErr error

@@ -84,7 +84,7 @@ func TestBridgeKafkaFailuresBecomeWorkflows(t *testing.T) {
 	}
 	h.produce(recs...)
 	before := time.Now()
-	r := h.start(h.options(nil))
+	r := h.start(h.plainOptions(nil))
 
 	h.waitCommittedToEnd(60 * time.Second)
 	// Later events of the same partition were applied while the failures
@@ -159,7 +159,7 @@ func TestBridgeKafkaCrashNoDoubleEffects(t *testing.T) {
 		wave1 = append(wave1, envRecord(int32(i%3), played(fmt.Sprintf("p-%d", i), "artist-1", 1, 1)))
 	}
 	h.produce(wave1...)
-	o := h.options(starter)
+	o := h.plainOptions(starter)
 	o.CommitInterval = time.Hour // nothing committed before the crash
 	a := h.start(o)
 	require.Eventually(t, func() bool {
@@ -174,7 +174,7 @@ func TestBridgeKafkaCrashNoDoubleEffects(t *testing.T) {
 		wave2 = append(wave2, envRecord(int32(i%3), played(fmt.Sprintf("q-%d", i), "artist-1", 1, 1)))
 	}
 	h.produce(wave2...)
-	b := h.start(h.options(starter))
+	b := h.start(h.plainOptions(starter))
 	h.waitCommittedToEnd(60 * time.Second)
 
 	require.Equal(t, 81+30, h.count(`SELECT plays::int FROM artist_stats WHERE artist_id = 'artist-1'`), "no effect applied twice")
@@ -245,7 +245,7 @@ func TestBridgeKafkaRebalanceEachEventOnce(t *testing.T) {
 func TestBridgeKafkaTemporalOutage(t *testing.T) {
 	h := newHarness(t, harnessOptions{partitions: 1, followersDDL: followersNoColumn})
 	starter := newRecordingStarter(h.temporal.Client)
-	o := h.options(starter)
+	o := h.plainOptions(starter)
 	o.MaxBackoff = 200 * time.Millisecond
 	r := h.start(o)
 
@@ -361,7 +361,7 @@ func TestBridgeKafkaPoisonRecord(t *testing.T) {
 // TestBridgeKafkaTemporalStopped kills the real dev server mid-stream.
 func TestBridgeKafkaTemporalStopped(t *testing.T) {
 	h := newHarness(t, harnessOptions{partitions: 1, followersDDL: followersNoColumn})
-	o := h.options(nil)
+	o := h.plainOptions(nil)
 	o.StartTimeout = 2 * time.Second
 	o.MaxBackoff = 500 * time.Millisecond
 	r := h.start(o)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/causet/projection-retry/event"
 	"github.com/causet/projection-retry/projection"
 )
@@ -19,6 +21,8 @@ const (
 	StatusDuplicate Status = "duplicate"
 	// StatusFailed means the attempt failed; see Outcome.ErrorKind.
 	StatusFailed Status = "failed"
+	// StatusHeld means BatchOptions.Hold held the pair back: nothing written.
+	StatusHeld Status = "held"
 )
 
 // ErrorKindConnection is the error class of an unreachable database (DESIGN §5).
@@ -54,10 +58,57 @@ type Engine interface {
 	ApplyBatch(ctx context.Context, evs []event.Envelope) ([]Outcome, error)
 }
 
-// EngineFunc adapts two functions to Engine (tests, benchmarks).
+// BatchOptions tune ApplyBatchWith.
+type BatchOptions struct {
+	// Hold, optional: pairs for which it returns true are not applied and
+	// get StatusHeld. ev points into the slice given to ApplyBatchWith.
+	Hold func(projection string, ev *event.Envelope) bool
+	// BeforeCommit, optional, runs in the batch's transaction with the
+	// outcomes as they will be if the commit succeeds; an error rolls the
+	// transaction back and is returned (wrapped) by ApplyBatchWith. tx is
+	// nil for engines without a database transaction (test fakes).
+	BeforeCommit func(ctx context.Context, tx pgx.Tx, outcomes []Outcome) error
+}
+
+// HoldingEngine is an Engine that can hold pairs back and run code in the
+// batch's transaction; CAUSET_ORDERING=entity needs it.
+type HoldingEngine interface {
+	Engine
+	ApplyBatchWith(ctx context.Context, evs []event.Envelope, opts BatchOptions) ([]Outcome, error)
+}
+
+// EngineFunc adapts functions to Engine (tests, benchmarks).
 type EngineFunc struct {
 	ProjectionsFunc func(eventType string) []string
 	ApplyBatchFunc  func(ctx context.Context, evs []event.Envelope) ([]Outcome, error)
+	// ApplyBatchWithFunc, optional, implements ApplyBatchWith; without it
+	// ApplyBatchWith calls ApplyBatchFunc, then marks the held pairs held and
+	// runs BeforeCommit with a nil tx (a fake has no transaction to undo).
+	ApplyBatchWithFunc func(ctx context.Context, evs []event.Envelope, opts BatchOptions) ([]Outcome, error)
+}
+
+// ApplyBatchWith calls ApplyBatchWithFunc, or emulates it with ApplyBatchFunc.
+func (f EngineFunc) ApplyBatchWith(ctx context.Context, evs []event.Envelope, opts BatchOptions) ([]Outcome, error) {
+	if f.ApplyBatchWithFunc != nil {
+		return f.ApplyBatchWithFunc(ctx, evs, opts)
+	}
+	out, err := f.ApplyBatchFunc(ctx, evs)
+	if err != nil {
+		return out, err
+	}
+	if opts.Hold != nil {
+		for i := range out {
+			if opts.Hold(out[i].Projection, &evs[out[i].Index]) {
+				out[i].Status, out[i].ErrorKind, out[i].Err = StatusHeld, "", nil
+			}
+		}
+	}
+	if opts.BeforeCommit != nil {
+		if err := opts.BeforeCommit(ctx, nil, out); err != nil {
+			return out, fmt.Errorf("before commit: %w", err)
+		}
+	}
+	return out, nil
 }
 
 // Projections calls ProjectionsFunc.
@@ -97,6 +148,21 @@ func (p projectionEngine) Projections(eventType string) []string { return p.e.Pr
 
 func (p projectionEngine) ApplyBatch(ctx context.Context, evs []event.Envelope) ([]Outcome, error) {
 	res, err := p.e.ApplyBatch(ctx, evs)
+	return outcomes(res), err
+}
+
+func (p projectionEngine) ApplyBatchWith(ctx context.Context, evs []event.Envelope, opts BatchOptions) ([]Outcome, error) {
+	po := projection.ApplyOptions{Hold: opts.Hold}
+	if opts.BeforeCommit != nil {
+		po.BeforeCommit = func(ctx context.Context, tx pgx.Tx, res []projection.Result) error {
+			return opts.BeforeCommit(ctx, tx, outcomes(res))
+		}
+	}
+	res, err := p.e.ApplyBatch(ctx, evs, po)
+	return outcomes(res), err
+}
+
+func outcomes(res []projection.Result) []Outcome {
 	out := make([]Outcome, len(res))
 	for i, r := range res {
 		o := Outcome{Projection: r.Projection, IRVersion: r.IRVersion, Index: r.Index}
@@ -105,6 +171,8 @@ func (p projectionEngine) ApplyBatch(ctx context.Context, evs []event.Envelope) 
 			o.Status = StatusApplied
 		case projection.StatusDuplicate:
 			o.Status = StatusDuplicate
+		case projection.StatusHeld:
+			o.Status = StatusHeld
 		default:
 			o.Status = StatusFailed
 			if r.Err != nil {
@@ -115,8 +183,5 @@ func (p projectionEngine) ApplyBatch(ctx context.Context, evs []event.Envelope) 
 		}
 		out[i] = o
 	}
-	if err != nil {
-		return out, err
-	}
-	return out, nil
+	return out
 }

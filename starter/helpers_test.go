@@ -27,6 +27,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/event"
 	exampleprojections "github.com/causet/projection-retry/examples/projections"
 	"github.com/causet/projection-retry/internal/testenv"
@@ -132,12 +133,21 @@ func (h *harness) options(starter WorkflowStarter) Options {
 		TaskQueue:      h.taskQueue,
 		Engine:         ProjectionEngine(h.engine),
 		Starter:        starter,
+		Blocks:         NewPostgresBlockStore(h.pool),
 		Logger:         h.logger,
 		Registerer:     prometheus.NewRegistry(),
 		CommitInterval: 100 * time.Millisecond,
 		MaxBackoff:     time.Second,
 		MaxPollRecords: 200,
 	}
+}
+
+// plainOptions are options with CAUSET_ORDERING=none: failures are plain
+// concurrent hand-offs (tests of that behaviour).
+func (h *harness) plainOptions(starter WorkflowStarter) Options {
+	o := h.options(starter)
+	o.Ordering = config.OrderingNone
+	return o
 }
 
 // running is a bridge running in a goroutine.
@@ -349,6 +359,29 @@ func (s *recordingStarter) ExecuteWorkflow(ctx context.Context, o client.StartWo
 	s.started[o.ID]++
 	s.mu.Unlock()
 	return run, nil
+}
+
+// The LaneClient methods pass through to inner when it is one (a recording
+// starter without a Temporal client has no lanes).
+func (s *recordingStarter) NewWithStartWorkflowOperation(o client.StartWorkflowOptions, wf any, args ...any) client.WithStartWorkflowOperation {
+	if lc, ok := s.inner.(LaneClient); ok {
+		return lc.NewWithStartWorkflowOperation(o, wf, args...)
+	}
+	return nil
+}
+
+func (s *recordingStarter) UpdateWithStartWorkflow(ctx context.Context, o client.UpdateWithStartWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	if lc, ok := s.inner.(LaneClient); ok && !s.down.Load() {
+		return lc.UpdateWithStartWorkflow(ctx, o)
+	}
+	return nil, serviceerror.NewUnavailable("no lanes (test)")
+}
+
+func (s *recordingStarter) GetWorkflow(ctx context.Context, id, runID string) client.WorkflowRun {
+	if lc, ok := s.inner.(LaneClient); ok {
+		return lc.GetWorkflow(ctx, id, runID)
+	}
+	return nil
 }
 
 func (s *recordingStarter) ids() map[string]int {

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.temporal.io/sdk/client"
 
+	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/event"
 	"github.com/causet/projection-retry/internal/testenv"
 )
@@ -78,6 +79,7 @@ func TestBridgeKafkaMaxInflightBound(t *testing.T) {
 		Brokers: brokers, Topic: topic, Group: testenv.Topic(t, "group"), DLQTopic: testenv.Topic(t, "dlq"),
 		Engine: engine, Starter: s, MaxInflight: 8, MaxPollRecords: 50, CommitInterval: 50 * time.Millisecond,
 		Registerer: prometheus.NewRegistry(),
+		Ordering:   config.OrderingNone, // plain concurrent hand-offs
 	})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -15,8 +15,13 @@ type metrics struct {
 	deadLettered prometheus.Counter
 	outages      *prometheus.CounterVec // label dependency: database|temporal|kafka
 	inflight     prometheus.Gauge
-	lag          *prometheus.GaugeVec // label partition
-	committed    *prometheus.GaugeVec // label partition
+	lag          *prometheus.GaugeVec   // label partition
+	committed    *prometheus.GaugeVec   // label partition
+	laneHandoffs *prometheus.CounterVec // label role: head|held
+	laneRefused  prometheus.Counter
+	unblocked    *prometheus.CounterVec // label via: refusal|lane_closed
+	blockedKeys  prometheus.Gauge
+	heldInline   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -44,8 +49,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "partition_lag", Help: "High watermark minus the next offset to fetch, per partition, at the last fetch."}, []string{"topic", "partition"}),
 		committed: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "committed_offset", Help: "Last committed offset per partition."}, []string{"topic", "partition"}),
+		laneHandoffs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "lane_handoffs_total", Help: "Events added to ordering lanes: the failed head of a newly blocked key (role=head) or a later event of a blocked key (role=held)."}, []string{"role"}),
+		laneRefused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "lane_refusals_total", Help: "Lane enqueue updates refused because the lane was closing."}),
+		unblocked: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "keys_unblocked_total", Help: "Blocked keys cleared, after a lane refusal (via=refusal) or once the key's lane completed (via=lane_closed)."}, []string{"via"}),
+		blockedKeys: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "blocked_keys", Help: "(projection, fork, entity) keys currently blocked in owned partitions."}),
+		heldInline: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "held_total", Help: "(projection, event) pairs held back from inline apply because their key was blocked."}),
 	}
 	if reg != nil {
+		reg.MustRegister(m.laneHandoffs, m.laneRefused, m.unblocked, m.blockedKeys, m.heldInline)
 		reg.MustRegister(m.consumed, m.applied, m.skipped, m.failed, m.handedOff, m.handoffRetry,
 			m.deadLettered, m.outages, m.inflight, m.lag, m.committed)
 	}

@@ -37,6 +37,20 @@ type Options struct {
 	// defaults to 256.
 	MaxInflight int
 
+	// Ordering is what happens to later events of a (projection, fork,
+	// entity) whose event is retrying, in inline mode: config.OrderingEntity
+	// holds them in the key's lane workflow, config.OrderingNone applies
+	// them inline at once. Optional, defaults to config.OrderingEntity.
+	// Workflow mode has no inline attempts and ignores it.
+	Ordering config.Ordering
+	// Blocks keeps blocked keys across restarts. Required with
+	// OrderingEntity in inline mode (NewPostgresBlockStore).
+	Blocks BlockStore
+	// Lanes sends events to lane workflows. Optional, defaults to Starter
+	// when it is a LaneClient (a Temporal client.Client is); required with
+	// OrderingEntity in inline mode.
+	Lanes LaneClient
+
 	// Engine applies attempt 1 (inline mode) and lists the projections of an
 	// event type. Required.
 	Engine Engine
@@ -81,6 +95,7 @@ func OptionsFromConfig(c config.Config) Options {
 		Retry:        c.Retry,
 		ReplayWindow: c.DLQReplayWindow,
 		MaxInflight:  c.BridgeMaxInflight,
+		Ordering:     c.Ordering,
 	}
 }
 
@@ -99,6 +114,14 @@ func (o *Options) setDefaults() {
 	}
 	if o.Mode == "" {
 		o.Mode = config.ModeInline
+	}
+	if o.Ordering == "" {
+		o.Ordering = config.OrderingEntity
+	}
+	if o.Lanes == nil {
+		if lc, ok := o.Starter.(LaneClient); ok {
+			o.Lanes = lc
+		}
 	}
 	if o.Retry == (config.Retry{}) {
 		o.Retry = config.DefaultRetry()
@@ -151,8 +174,27 @@ func (o *Options) validate() error {
 	case o.CommitInterval < 0 || o.MinBackoff < 0 || o.MaxBackoff < o.MinBackoff || o.StartTimeout < 0:
 		return errors.New("starter: Options.CommitInterval, MinBackoff, MaxBackoff and StartTimeout must be positive with MinBackoff <= MaxBackoff")
 	}
+	if o.Ordering != config.OrderingEntity && o.Ordering != config.OrderingNone {
+		return fmt.Errorf("starter: Options.Ordering %q is invalid: want %q or %q", o.Ordering, config.OrderingEntity, config.OrderingNone)
+	}
+	if o.ordered() {
+		if _, ok := o.Engine.(HoldingEngine); !ok {
+			return errors.New("starter: Options.Engine must implement HoldingEngine with Ordering entity")
+		}
+		switch {
+		case o.Blocks == nil:
+			return errors.New("starter: Options.Blocks is required with Ordering entity (NewPostgresBlockStore)")
+		case o.Lanes == nil:
+			return errors.New("starter: Options.Lanes is required with Ordering entity (a Temporal client)")
+		}
+	}
 	if err := o.Retry.Validate(); err != nil {
 		return fmt.Errorf("starter: Options.Retry: %w", err)
 	}
 	return nil
+}
+
+// ordered reports whether later events of a retrying key wait in its lane.
+func (o *Options) ordered() bool {
+	return o.Ordering == config.OrderingEntity && o.Mode == config.ModeInline
 }

@@ -38,6 +38,8 @@ type partition struct {
 	wake   chan struct{} // records were queued
 	paused atomic.Bool   // fetching is paused (only the poll loop and callbacks change it)
 
+	ord *ordering // CAUSET_ORDERING=entity in inline mode; nil otherwise
+
 	mu        sync.Mutex
 	queue     []*kgo.Record
 	segs      []*segment
@@ -56,6 +58,11 @@ func newPartition(b *Bridge, topic string, id int32) *partition {
 		done:   kgo.EpochOffset{Epoch: -1, Offset: -1},
 
 		committed: -1,
+	}
+	if b.opts.ordered() {
+		p.ord = newOrdering()
+		p.wg.Add(1)
+		go p.runSender()
 	}
 	p.wg.Add(1)
 	go p.run()
@@ -141,6 +148,13 @@ func (p *partition) setCommitted(offset int64) {
 
 func (p *partition) run() {
 	defer p.wg.Done()
+	if p.ord != nil {
+		defer p.releaseOrdering()
+		// Blocked keys first: no event of a blocked key may apply inline.
+		if !p.loadBlocked() {
+			return
+		}
+	}
 	for {
 		recs := p.take()
 		if recs == nil {
@@ -207,7 +221,11 @@ func (p *partition) process(recs []*kgo.Record) bool {
 				}
 			}
 		default:
-			if !p.applyInline(seg, items, last) {
+			apply := p.applyInline
+			if p.ord != nil {
+				apply = p.applyOrdered
+			}
+			if !apply(seg, items, last) {
 				return false
 			}
 		}

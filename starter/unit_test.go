@@ -25,6 +25,7 @@ func validOptions() Options {
 			ApplyBatchFunc:  func(context.Context, []event.Envelope) ([]Outcome, error) { return nil, nil },
 		},
 		Starter: newRecordingStarter(nil),
+		Blocks:  newMemBlocks(),
 	}
 }
 

@@ -53,6 +53,8 @@ func (bridgeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	opts := starter.OptionsFromConfig(cfg)
 	opts.Engine = starter.ProjectionEngine(engine)
 	opts.Starter = tc
+	opts.Lanes = tc
+	opts.Blocks = starter.NewPostgresBlockStore(pool)
 	opts.Logger = logger
 	opts.Registerer = reg
 	if opts.KafkaOptions, err = cfg.KafkaSecurity.Opts(); err != nil {

@@ -130,6 +130,8 @@ func (c devCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	bopts := starter.OptionsFromConfig(cfg)
 	bopts.Engine = starter.ProjectionEngine(engine)
 	bopts.Starter = tc
+	bopts.Lanes = tc
+	bopts.Blocks = starter.NewPostgresBlockStore(pool)
 	bopts.Logger = logger
 	bopts.Registerer = reg
 	bridge, err := starter.New(bopts)

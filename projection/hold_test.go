@@ -1,0 +1,100 @@
+package projection_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/projection"
+)
+
+func TestApplyBatchHold(t *testing.T) {
+	f := setup(t, "artist_stats", "artist_followers")
+	f.deploy(t, "artist_stats")
+	f.deploy(t, "artist_followers")
+
+	evs := []event.Envelope{
+		played("h-1", "artist-1", 1, 1),
+		played("h-2", "artist-2", 2, 1),
+		followed("h-3", "user-1", "artist-1"),
+		played("h-4", "artist-1", 4, 1),
+	}
+	hold := func(projection string, ev *event.Envelope) bool {
+		return projection == "artist_stats" && ev.EventID != "h-2"
+	}
+	var seen []projection.Result
+	res, err := f.engine.ApplyBatch(f.ctx, evs, projection.ApplyOptions{
+		Hold: hold,
+		BeforeCommit: func(_ context.Context, _ pgx.Tx, r []projection.Result) error {
+			seen = r
+			return nil
+		},
+	})
+	require.NoError(t, err)
+	require.Equal(t, res, seen)
+	got := map[string]projection.Status{}
+	for _, r := range res {
+		got[r.EventID] = r.Status
+	}
+	require.Equal(t, map[string]projection.Status{
+		"h-1": projection.StatusHeld, "h-2": projection.StatusApplied,
+		"h-3": projection.StatusApplied, "h-4": projection.StatusHeld,
+	}, got)
+	plays, _ := f.stats(t, "artist-2")
+	require.EqualValues(t, 2, plays)
+	var n int
+	require.NoError(t, f.pool.QueryRow(f.ctx, `SELECT count(*) FROM artist_stats WHERE artist_id = 'artist-1'`).Scan(&n))
+	require.Zero(t, n, "held pairs are not applied")
+	require.NoError(t, f.pool.QueryRow(f.ctx, `SELECT count(*) FROM causet_projection_applied WHERE event_id IN ('h-1', 'h-4')`).Scan(&n))
+	require.Zero(t, n, "held pairs get no ledger row")
+
+	// A held pair is applied normally later; a rolled-back batch keeps its
+	// held pairs held.
+	boom := errors.New("boom")
+	res, err = f.engine.ApplyBatch(f.ctx, evs, projection.ApplyOptions{
+		Hold:         hold,
+		BeforeCommit: func(context.Context, pgx.Tx, []projection.Result) error { return boom },
+	})
+	require.ErrorIs(t, err, boom)
+	for _, r := range res {
+		if r.EventID == "h-1" || r.EventID == "h-4" {
+			require.Equal(t, projection.StatusHeld, r.Status)
+		} else {
+			require.Equal(t, projection.StatusFailed, r.Status)
+		}
+	}
+	res, err = f.engine.ApplyBatch(f.ctx, evs)
+	require.NoError(t, err)
+	for _, r := range res {
+		want := projection.StatusDuplicate
+		if r.EventID == "h-1" || r.EventID == "h-4" {
+			want = projection.StatusApplied
+		}
+		require.Equal(t, want, r.Status, r.EventID)
+	}
+	plays, _ = f.stats(t, "artist-1")
+	require.EqualValues(t, 5, plays)
+}
+
+// A write that fails at execution as the batch's last pair must not leave
+// the transaction aborted (BeforeCommit statements and the commit follow).
+func TestApplyBatchLastPairFailsAtExecution(t *testing.T) {
+	f := setup(t, "artist_stats", `CREATE FUNCTION no_x() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN IF NEW.artist_id = 'x' THEN RAISE EXCEPTION 'no x'; END IF; RETURN NEW; END $$;
+CREATE TRIGGER no_x BEFORE INSERT ON artist_stats FOR EACH ROW EXECUTE FUNCTION no_x();`)
+	f.deploy(t, "artist_stats")
+	res, err := f.engine.ApplyBatch(f.ctx, []event.Envelope{played("l-1", "a", 1, 1), played("l-2", "x", 1, 1)},
+		projection.ApplyOptions{BeforeCommit: func(ctx context.Context, tx pgx.Tx, _ []projection.Result) error {
+			_, err := tx.Exec(ctx, "SELECT 1")
+			return err
+		}})
+	require.NoError(t, err)
+	require.Equal(t, projection.StatusApplied, res[0].Status)
+	require.Equal(t, projection.StatusFailed, res[1].Status)
+	plays, _ := f.stats(t, "a")
+	require.EqualValues(t, 1, plays)
+}

@@ -1,0 +1,635 @@
+package starter
+
+import (
+	"context"
+	"errors"
+
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/workflows"
+)
+
+// Ordering lanes (CAUSET_ORDERING=entity, DESIGN §6).
+//
+// Each partition keeps the set of its blocked keys. The partition worker
+// decides, once per batch and under ord.mu, which pairs of the batch are
+// held (their key is blocked); those, and the failed attempt 1 of a key
+// that becomes blocked, go to the partition's lane sender in partition
+// order. The sender adds them one at a time, in order, to the key's lane
+// workflow with Update-with-Start; the lane runs them in order as child
+// retry workflows.
+//
+// A key is unblocked in two ways, both under ord.mu and only when the sender
+// holds no event of the key (queued == 0, counting the reservations the
+// partition worker takes for a batch that holds the key):
+//   - the lane refuses an event (ErrLaneClosing): the sender waits for that
+//     lane run to complete (every event it accepted has run), then, if this
+//     event is the key's only one, applies it inline in a transaction that
+//     also deletes the key's row; the worker cannot decide anything about the
+//     key meanwhile because the sender holds ord.mu for that transaction.
+//   - a watcher sees the lane run that last accepted an event of the key
+//     complete: every accepted event has run and no other is on its way.
+//
+// Either way no event of the key can be applied inline while an earlier one
+// is still waiting in a lane.
+
+// LaneClient is what the bridge needs of Temporal for lanes; a
+// client.Client is one.
+type LaneClient interface {
+	NewWithStartWorkflowOperation(options client.StartWorkflowOptions, workflow any, args ...any) client.WithStartWorkflowOperation
+	UpdateWithStartWorkflow(ctx context.Context, options client.UpdateWithStartWorkflowOptions) (client.WorkflowUpdateHandle, error)
+	GetWorkflow(ctx context.Context, workflowID string, runID string) client.WorkflowRun
+}
+
+// laneJob is one event on its way to a lane.
+type laneJob struct {
+	seg *segment
+	rec *kgo.Record
+	in  workflows.RetryInput
+	key LaneKey
+}
+
+// ordering is a partition's blocked keys and its lane sender's queue.
+type ordering struct {
+	mu      sync.Mutex
+	blocked map[LaneKey]struct{}
+	queued  map[LaneKey]int    // events of the key in the sender's queue or reserved by a batch
+	lastRun map[LaneKey]string // lane run that last accepted an event of the key
+	fifo    []laneJob
+	wake    chan struct{}
+}
+
+func newOrdering() *ordering {
+	return &ordering{
+		blocked: map[LaneKey]struct{}{},
+		queued:  map[LaneKey]int{},
+		lastRun: map[LaneKey]string{},
+		wake:    make(chan struct{}, 1),
+	}
+}
+
+func keyOf(projection string, ev *event.Envelope) LaneKey {
+	return LaneKey{Projection: projection, ForkID: ev.ForkID, EntityID: ev.EntityID}
+}
+
+func (k LaneKey) laneID() string { return workflows.LaneWorkflowID(k.Projection, k.ForkID, k.EntityID) }
+
+// unqueueLocked drops one event (or reservation) of k.
+func (o *ordering) unqueueLocked(k LaneKey) {
+	if n := o.queued[k] - 1; n > 0 {
+		o.queued[k] = n
+	} else {
+		delete(o.queued, k)
+	}
+}
+
+// loadBlocked reads the partition's blocked keys, retrying while the
+// database is unreachable, and watches their lanes. False when stopped.
+func (p *partition) loadBlocked() bool {
+	b := p.b
+	bo := newBackoff(b.opts.MinBackoff, b.opts.MaxBackoff)
+	for {
+		keys, err := b.opts.Blocks.Load(p.ctx, p.topic, p.id)
+		if err == nil {
+			o := p.ord
+			o.mu.Lock()
+			for _, k := range keys {
+				if _, ok := o.blocked[k]; !ok {
+					o.blocked[k] = struct{}{}
+					b.m.blockedKeys.Inc()
+				}
+				o.lastRun[k] = ""
+			}
+			o.mu.Unlock()
+			for _, k := range keys {
+				p.watchLane(k, "")
+			}
+			if len(keys) > 0 {
+				p.log.Info("blocked keys loaded", "blockedKeys", len(keys))
+			}
+			return true
+		}
+		if p.ctx.Err() != nil {
+			return false
+		}
+		p.log.Warn("cannot load blocked keys, retrying with backoff", "dependency", "database", "error", err.Error())
+		if bo.wait(p.ctx) != nil {
+			return false
+		}
+	}
+}
+
+// releaseOrdering drops the partition's blocked keys from the gauge when it stops.
+func (p *partition) releaseOrdering() {
+	p.ord.mu.Lock()
+	p.b.m.blockedKeys.Sub(float64(len(p.ord.blocked)))
+	p.ord.blocked = map[LaneKey]struct{}{}
+	p.ord.mu.Unlock()
+}
+
+// errRerun rolls a batch back so it runs again with more pairs held.
+var errRerun = errors.New("rerun: a later event of a failed key was applied")
+
+const maxOrderedRuns = 5
+
+// applyOrdered is applyInline with CAUSET_ORDERING=entity: pairs of blocked
+// keys are held, a failure blocks its key (recorded in the batch's
+// transaction) and holds the key's later pairs of the batch, and the failed
+// and held pairs go to the lane sender in order.
+func (p *partition) applyOrdered(seg *segment, items []item, last *kgo.Record) bool {
+	b, o := p.b, p.ord
+	evs := make([]event.Envelope, len(items))
+	for i, it := range items {
+		evs[i] = it.env
+	}
+	// The keys blocked now are held for the whole batch; a reservation per
+	// key keeps the sender from unblocking one before its held events are
+	// queued.
+	var snap map[LaneKey]struct{}
+	o.mu.Lock()
+	if len(o.blocked) > 0 {
+		for _, it := range items {
+			for _, proj := range it.projections {
+				k := keyOf(proj, &it.env)
+				if _, ok := o.blocked[k]; ok {
+					if snap == nil {
+						snap = map[LaneKey]struct{}{}
+					}
+					if _, ok := snap[k]; !ok {
+						snap[k] = struct{}{}
+						o.queued[k]++
+					}
+				}
+			}
+		}
+	}
+	o.mu.Unlock()
+	defer func() {
+		if len(snap) == 0 {
+			return
+		}
+		o.mu.Lock()
+		for k := range snap {
+			o.unqueueLocked(k)
+		}
+		o.mu.Unlock()
+	}()
+
+	// extra holds, for a key that failed in an earlier run of this batch,
+	// every pair after its first failure (index > extra[k]).
+	extra := map[LaneKey]int{}
+	var index map[*event.Envelope]int
+	hold := func(proj string, ev *event.Envelope) bool {
+		k := keyOf(proj, ev)
+		if _, ok := snap[k]; ok {
+			return true
+		}
+		if len(extra) == 0 {
+			return false
+		}
+		at, ok := extra[k]
+		if !ok {
+			return false
+		}
+		if index == nil {
+			index = make(map[*event.Envelope]int, len(evs))
+			for i := range evs {
+				index[&evs[i]] = i
+			}
+		}
+		return index[ev] > at
+	}
+	var newBlocked []LaneKey
+	beforeCommit := func(ctx context.Context, tx pgx.Tx, outs []Outcome) error {
+		first := map[LaneKey]int{}
+		for _, o := range outs {
+			if o.Status == StatusFailed {
+				k := keyOf(o.Projection, &evs[o.Index])
+				if at, ok := first[k]; !ok || o.Index < at {
+					first[k] = o.Index
+				}
+			}
+		}
+		rerun := false
+		for _, o := range outs {
+			if o.Status != StatusApplied && o.Status != StatusDuplicate {
+				continue
+			}
+			k := keyOf(o.Projection, &evs[o.Index])
+			if at, ok := first[k]; ok && o.Index > at {
+				if cur, ok := extra[k]; !ok || at < cur {
+					extra[k] = at
+				}
+				rerun = true
+			}
+		}
+		if rerun {
+			return errRerun
+		}
+		newBlocked = newBlocked[:0]
+		seen := map[LaneKey]bool{}
+		for _, o := range outs {
+			if o.Status != StatusFailed && o.Status != StatusHeld {
+				continue
+			}
+			k := keyOf(o.Projection, &evs[o.Index])
+			if _, ok := snap[k]; ok || seen[k] {
+				continue
+			}
+			seen[k] = true
+			newBlocked = append(newBlocked, k)
+		}
+		return b.opts.Blocks.Add(ctx, tx, p.topic, p.id, newBlocked)
+	}
+
+	eng := b.opts.Engine.(HoldingEngine)
+	bo := newBackoff(b.opts.MinBackoff, b.opts.MaxBackoff)
+	var (
+		outcomes  []Outcome
+		startedAt time.Time
+		outage    time.Time
+		runs      int
+	)
+	for {
+		if startedAt.IsZero() {
+			startedAt = time.Now().UTC() // attempt 1 started with the first run
+		}
+		var err error
+		outcomes, err = eng.ApplyBatchWith(p.ctx, evs, BatchOptions{Hold: hold, BeforeCommit: beforeCommit})
+		if p.ctx.Err() != nil {
+			return false
+		}
+		if errors.Is(err, errRerun) {
+			runs++
+			if runs >= maxOrderedRuns-1 {
+				// Not stable: hold every pair of each failed key after the
+				// first pair of the batch.
+				for k := range extra {
+					extra[k] = -1
+				}
+			}
+			p.log.Debug("failed key had later events applied in the same batch: batch rerun with them held",
+				"firstOffset", items[0].rec.Offset, "lastOffset", last.Offset, "run", runs+1)
+			continue
+		}
+		if !isOutage(outcomes, err) {
+			break
+		}
+		if err == nil {
+			err = firstConnectionError(outcomes)
+		}
+		if outage.IsZero() {
+			outage = time.Now()
+			b.m.outages.WithLabelValues("database").Inc()
+			p.log.Warn("database unreachable: partition paused, retrying the batch with backoff",
+				"event", "bridge_outage", "dependency", "database",
+				"firstOffset", items[0].rec.Offset, "lastOffset", last.Offset, "events", len(evs), "error", errString(err))
+		}
+		if bo.wait(p.ctx) != nil {
+			return false
+		}
+	}
+	if !outage.IsZero() {
+		p.log.Info("database reachable again: batch applied, partition resumed",
+			"event", "bridge_outage_over", "dependency", "database",
+			"firstOffset", items[0].rec.Offset, "lastOffset", last.Offset, "pausedFor", time.Since(outage).Round(time.Millisecond).String())
+	}
+
+	var jobs []laneJob
+	for _, oc := range outcomes {
+		switch oc.Status {
+		case StatusApplied, StatusDuplicate:
+			b.m.applied.WithLabelValues(string(oc.Status)).Inc()
+		case StatusFailed:
+			b.m.failed.WithLabelValues(oc.ErrorKind).Inc()
+			it := items[oc.Index]
+			first := &workflows.Attempt{Number: 1, StartedAt: startedAt, ErrorKind: oc.ErrorKind, Error: errString(oc.Err), IRVersion: oc.IRVersion}
+			jobs = append(jobs, laneJob{seg: seg, rec: it.rec, in: p.retryInput(it, oc.Projection, first), key: keyOf(oc.Projection, &it.env)})
+		case StatusHeld:
+			b.m.heldInline.Inc()
+			it := items[oc.Index]
+			in := p.retryInput(it, oc.Projection, nil)
+			in.Mode = config.ModeWorkflow // its attempt 1 runs in its retry workflow
+			jobs = append(jobs, laneJob{seg: seg, rec: it.rec, in: in, key: keyOf(oc.Projection, &it.env)})
+		}
+	}
+	if len(jobs) == 0 && len(newBlocked) == 0 {
+		return true
+	}
+	o.mu.Lock()
+	for _, k := range newBlocked {
+		if _, ok := o.blocked[k]; !ok {
+			o.blocked[k] = struct{}{}
+			b.m.blockedKeys.Inc()
+		}
+	}
+	for _, j := range jobs {
+		seg.pending.Add(1)
+		o.queued[j.key]++
+		o.fifo = append(o.fifo, j)
+	}
+	o.mu.Unlock()
+	for _, k := range newBlocked {
+		p.log.Info("key blocked: its later events wait in its lane", "event", "projection_key_blocked",
+			"projectionName", k.Projection, "forkId", k.ForkID, "entityId", k.EntityID, "laneId", k.laneID())
+	}
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// runSender hands the queued events to their lanes, one at a time, in order.
+func (p *partition) runSender() {
+	defer p.wg.Done()
+	o := p.ord
+	for {
+		o.mu.Lock()
+		var j laneJob
+		ok := len(o.fifo) > 0
+		if ok {
+			j = o.fifo[0]
+			o.fifo[0] = laneJob{}
+			o.fifo = o.fifo[1:]
+		}
+		o.mu.Unlock()
+		if !ok {
+			select {
+			case <-p.ctx.Done():
+				return
+			case <-o.wake:
+			}
+			continue
+		}
+		if !p.sendToLane(j) {
+			return
+		}
+		j.seg.pending.Add(-1)
+	}
+}
+
+// laneStartOptions start a key's lane: an open run takes the event; a
+// closed one is followed by a new run.
+func laneStartOptions(taskQueue string, k LaneKey) client.StartWorkflowOptions {
+	return client.StartWorkflowOptions{
+		ID:                       k.laneID(),
+		TaskQueue:                taskQueue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			workflows.AttrProjection.ValueSet(k.Projection),
+			workflows.AttrEntityID.ValueSet(k.EntityID),
+			workflows.AttrForkID.ValueSet(k.ForkID),
+		),
+	}
+}
+
+// enqueueLane adds in to its key's lane. It returns the lane run that
+// accepted it, or refused with the run that refused it.
+func (p *partition) enqueueLane(ctx context.Context, k LaneKey, in workflows.RetryInput) (runID string, refused bool, err error) {
+	lc := p.b.opts.Lanes
+	op := lc.NewWithStartWorkflowOperation(laneStartOptions(p.b.opts.TaskQueue, k), workflows.LaneWorkflowName,
+		workflows.LaneInput{Projection: k.Projection, ForkID: k.ForkID, EntityID: k.EntityID})
+	h, err := lc.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+		StartWorkflowOperation: op,
+		UpdateOptions: client.UpdateWorkflowOptions{
+			UpdateName:   workflows.UpdateEnqueue,
+			Args:         []any{in},
+			WaitForStage: client.WorkflowUpdateStageCompleted,
+		},
+	})
+	if err == nil {
+		var n int
+		err = h.Get(ctx, &n)
+		runID = h.RunID()
+	}
+	if runID == "" {
+		if run, rerr := op.Get(ctx); rerr == nil && run != nil {
+			runID = run.GetRunID()
+		}
+	}
+	if err != nil && isLaneClosing(err) {
+		return runID, true, nil
+	}
+	return runID, false, err
+}
+
+func isLaneClosing(err error) bool {
+	var ae *temporal.ApplicationError
+	if errors.As(err, &ae) && ae.Message() == workflows.ErrLaneClosing.Error() {
+		return true
+	}
+	return strings.Contains(err.Error(), workflows.ErrLaneClosing.Error())
+}
+
+// sendToLane hands one event to its lane, retrying with capped backoff while
+// Temporal is unavailable. On a refusal it waits for the refusing run to
+// complete, then either applies the event inline and unblocks the key (no
+// other event of the key is queued) or sends it to a new lane run. False
+// when the partition was stopped first (the event is then not committed).
+func (p *partition) sendToLane(j laneJob) bool {
+	b, o := p.b, p.ord
+	log := p.recordLog(j.rec).With("projectionName", j.in.Projection, "eventType", j.in.Event.EventType,
+		"entityId", j.in.Event.EntityID, "forkId", j.in.Event.ForkID, "eventId", j.in.Event.EventID, "laneId", j.key.laneID())
+	bo := newBackoff(b.opts.MinBackoff, b.opts.MaxBackoff)
+	var outage time.Time
+	retry := func(what string, err error) bool {
+		if p.ctx.Err() != nil {
+			return false
+		}
+		b.m.handoffRetry.Inc()
+		if outage.IsZero() {
+			outage = time.Now()
+			b.m.outages.WithLabelValues("temporal").Inc()
+			log.Warn(what+": offsets stop here, retrying with backoff", "event", "bridge_outage", "dependency", "temporal", "error", err.Error())
+		} else {
+			log.Debug(what+": still failing", "error", err.Error())
+		}
+		return bo.wait(p.ctx) == nil
+	}
+	for {
+		ctx, cancel := context.WithTimeout(p.ctx, b.opts.StartTimeout)
+		runID, refused, err := p.enqueueLane(ctx, j.key, j.in)
+		cancel()
+		if err != nil {
+			if !retry("cannot add event to its lane", err) {
+				return false
+			}
+			continue
+		}
+		if !refused {
+			o.mu.Lock()
+			o.unqueueLocked(j.key)
+			prev, watched := o.lastRun[j.key]
+			o.lastRun[j.key] = runID
+			o.mu.Unlock()
+			if !watched || prev != runID {
+				p.watchLane(j.key, runID)
+			}
+			role := "held"
+			if j.in.FirstAttempt != nil {
+				role = "head"
+			}
+			b.m.laneHandoffs.WithLabelValues(role).Inc()
+			b.m.handedOff.WithLabelValues(string(j.in.Mode)).Inc()
+			logHandOff(log.With("laneRunId", runID), j.in, outage)
+			return true
+		}
+
+		b.m.laneRefused.Inc()
+		log.Debug("lane is closing: waiting for it to complete", "laneRunId", runID)
+		if !p.waitLaneClosed(j.key, runID) {
+			return false
+		}
+		o.mu.Lock()
+		if o.queued[j.key] > 1 {
+			// Later events of the key are queued: the key stays blocked
+			// and this event starts the lane's next run.
+			o.mu.Unlock()
+			continue
+		}
+		done, failed, err := p.applyUnblocking(j)
+		if err != nil {
+			o.mu.Unlock()
+			log.Warn("cannot apply the event inline after its lane closed, retrying with backoff",
+				"dependency", "database", "error", err.Error())
+			if bo.wait(p.ctx) != nil {
+				return false
+			}
+			continue
+		}
+		if done {
+			o.unqueueLocked(j.key)
+			if _, ok := o.blocked[j.key]; ok {
+				delete(o.blocked, j.key)
+				b.m.blockedKeys.Dec()
+			}
+			delete(o.lastRun, j.key)
+			o.mu.Unlock()
+			b.m.unblocked.WithLabelValues("refusal").Inc()
+			log.Info("lane closed: key unblocked, event applied inline", "event", "projection_key_unblocked")
+			return true
+		}
+		o.mu.Unlock()
+		// Attempt 1 failed: the key stays blocked and this event heads the
+		// lane's next run.
+		b.m.failed.WithLabelValues(failed.ErrorKind).Inc()
+		j.in.Mode = config.ModeInline
+		j.in.FirstAttempt = failed
+	}
+}
+
+// applyUnblocking applies j's pair inline in a transaction that clears the
+// key's block; the caller holds ord.mu. done: applied (or nothing to do);
+// failed: attempt 1 failed (the block stays); err: an outage.
+func (p *partition) applyUnblocking(j laneJob) (done bool, failed *workflows.Attempt, err error) {
+	b := p.b
+	evs := []event.Envelope{j.in.Event}
+	removed := false
+	started := time.Now().UTC()
+	outs, err := b.opts.Engine.(HoldingEngine).ApplyBatchWith(p.ctx, evs, BatchOptions{
+		Hold: func(proj string, _ *event.Envelope) bool { return proj != j.in.Projection },
+		BeforeCommit: func(ctx context.Context, tx pgx.Tx, outs []Outcome) error {
+			for _, oc := range outs {
+				if oc.Projection == j.in.Projection && oc.Status == StatusFailed {
+					return nil
+				}
+			}
+			removed = true
+			return b.opts.Blocks.Remove(ctx, tx, p.topic, p.id, j.key)
+		},
+	})
+	if isOutage(outs, err) {
+		if err == nil {
+			err = firstConnectionError(outs)
+		}
+		return false, nil, err
+	}
+	for _, oc := range outs {
+		if oc.Projection != j.in.Projection {
+			continue
+		}
+		switch oc.Status {
+		case StatusApplied, StatusDuplicate:
+			b.m.applied.WithLabelValues(string(oc.Status)).Inc()
+		case StatusFailed:
+			return false, &workflows.Attempt{Number: 1, StartedAt: started, ErrorKind: oc.ErrorKind, Error: errString(oc.Err), IRVersion: oc.IRVersion}, nil
+		}
+	}
+	if !removed { // the projection no longer lists the event: nothing ran the hook
+		if err := b.opts.Blocks.Remove(p.ctx, nil, p.topic, p.id, j.key); err != nil {
+			return false, nil, err
+		}
+	}
+	return true, nil, nil
+}
+
+// waitLaneClosed waits until the lane run has completed (or is gone).
+func (p *partition) waitLaneClosed(k LaneKey, runID string) bool {
+	bo := newBackoff(p.b.opts.MinBackoff, p.b.opts.MaxBackoff)
+	for {
+		err := p.b.opts.Lanes.GetWorkflow(p.ctx, k.laneID(), runID).Get(p.ctx, nil)
+		if p.ctx.Err() != nil {
+			return false
+		}
+		if err == nil || laneGone(err) {
+			return true
+		}
+		p.log.Debug("cannot wait for lane, retrying", "laneId", k.laneID(), "error", err.Error())
+		if bo.wait(p.ctx) != nil {
+			return false
+		}
+	}
+}
+
+// laneGone reports whether Get failed because the run is closed without a
+// result (failed, terminated, timed out, canceled) or does not exist.
+func laneGone(err error) bool {
+	var nf *serviceerror.NotFound
+	var we *temporal.WorkflowExecutionError
+	return errors.As(err, &nf) || errors.As(err, &we)
+}
+
+// watchLane unblocks k once the lane run that last accepted an event of k
+// completes, if no other event of k is queued by then.
+func (p *partition) watchLane(k LaneKey, runID string) {
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		if !p.waitLaneClosed(k, runID) {
+			return
+		}
+		o := p.ord
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		cur, ok := o.lastRun[k]
+		if !ok || cur != runID || o.queued[k] > 0 {
+			return
+		}
+		if err := p.b.opts.Blocks.Remove(p.ctx, nil, p.topic, p.id, k); err != nil {
+			// Stays blocked: its next event goes to a new lane run.
+			p.log.Warn("cannot clear a blocked key after its lane closed", "laneId", k.laneID(), "error", err.Error())
+			return
+		}
+		delete(o.lastRun, k)
+		if _, ok := o.blocked[k]; ok {
+			delete(o.blocked, k)
+			p.b.m.blockedKeys.Dec()
+		}
+		p.b.m.unblocked.WithLabelValues("lane_closed").Inc()
+		p.log.Info("lane closed: key unblocked", "event", "projection_key_unblocked",
+			"projectionName", k.Projection, "forkId", k.ForkID, "entityId", k.EntityID, "laneId", k.laneID())
+	}()
+}
