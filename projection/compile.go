@@ -38,9 +38,11 @@ type compiled struct {
 }
 
 type compiledOp struct {
-	kind string
-	cols []column // key columns first (in key order), then set, then increment columns (sorted)
-	sql  string   // the write; parameters are cols in order
+	kind  string
+	cols  []column // key columns first (in key order), then set, then increment columns (sorted)
+	sql   string   // the write; parameters are cols in order
+	table string   // the row lock this write takes is (table, first nkeys values)
+	nkeys int
 }
 
 type column struct {
@@ -117,6 +119,7 @@ func compile(doc *Document, version int) (*compiled, error) {
 		}
 		cop.cols = append(append(append(cop.cols, keyCols...), setCols...), incCols...)
 		cop.sql = buildSQL(doc, op.Op, keyCols, setCols, incCols)
+		cop.table, cop.nkeys = doc.Table, len(keyCols)
 		out.ops[et] = cop
 	}
 	if err := c.err(); err != nil {

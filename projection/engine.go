@@ -667,6 +667,8 @@ func (e *Engine) execPairs(ctx context.Context, conn *pgx.Conn, ledgerSD *pgconn
 			}
 		}
 
+		lockOrder(writes, writePos)
+
 		// Round trip 2: undo the ledger rows of failed pairs, then the writes.
 		failAt, failErr := -1, error(nil)
 		if len(writes) > 0 || len(undo[0]) > 0 {
@@ -753,6 +755,37 @@ func (e *Engine) execPairs(ctx context.Context, conn *pgx.Conn, ledgerSD *pgconn
 		}
 	}
 	return badStmts, nil
+}
+
+// lockOrder sorts a round's writes by the row each one locks (table, key),
+// keeping the input order of writes to the same row. Concurrent batches (one
+// per partition) then take row locks in one global order and cannot deadlock
+// on rows they share, such as a counter that events of many entities
+// increment; the effect on every row is unchanged.
+func lockOrder(writes []*pair, pos []int) {
+	if len(writes) < 2 {
+		return
+	}
+	keys := make([]string, len(writes))
+	var b strings.Builder
+	for i, p := range writes {
+		b.Reset()
+		b.WriteString(p.op.table)
+		for _, v := range p.args[:p.op.nkeys] {
+			b.WriteByte(0)
+			fmt.Fprint(&b, v)
+		}
+		keys[i] = b.String()
+	}
+	idx := make([]int, len(writes))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return keys[idx[a]] < keys[idx[b]] })
+	w, ps := slices.Clone(writes), slices.Clone(pos)
+	for i, j := range idx {
+		writes[i], pos[i] = w[j], ps[j]
+	}
 }
 
 func results(pairs []*pair) []Result {
