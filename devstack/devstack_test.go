@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,67 +17,29 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.temporal.io/sdk/client"
+	tlog "go.temporal.io/sdk/log"
 
+	"github.com/causet/projection-retry/devstack/internal/proctest"
+	"github.com/causet/projection-retry/devstack/proc"
 	"github.com/causet/projection-retry/event"
-	"github.com/causet/projection-retry/internal/testenv"
 	"github.com/causet/projection-retry/projection"
 )
 
-// tempRoot points TMPDIR at a fresh directory (readable by the postgres
-// user) so the test can check that everything started left nothing behind.
-func tempRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "causet-devstack-test-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(dir, 0o755))
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	t.Setenv("TMPDIR", dir)
-	return dir
-}
-
 func needTools(t *testing.T) {
 	t.Helper()
-	_, errPG := findPGBin("pg_ctl")
+	_, errPG := proc.FindPGBin("pg_ctl")
 	_, errT := FindTemporalCLI()
 	if err := errors.Join(errPG, errT); err != nil {
-		if testenv.InCI() {
+		if inCI, _ := strconv.ParseBool(os.Getenv("CI")); inCI {
 			t.Fatalf("devstack: %v", err)
 		}
 		t.Skipf("devstack: %v", err)
 	}
 }
 
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	// Field 3 is the state; a zombie (Z) has exited.
-	f := strings.Fields(string(b))
-	return len(f) > 2 && f[2] != "Z"
-}
-
-// processesMentioning returns the PIDs of live processes whose command line
-// contains s.
-func processesMentioning(s string) []int {
-	var out []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err == nil && strings.Contains(string(b), s) && alive(pid) {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
 func TestStackStartStop(t *testing.T) {
 	needTools(t)
-	root := tempRoot(t)
+	root := proctest.TempRoot(t, "causet-devstack-test-")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
@@ -116,13 +79,13 @@ func TestStackStartStop(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, deps, 2)
 	pool.Close()
-	b, err := os.ReadFile(filepath.Join(s.Postgres.data, "postmaster.pid"))
+	b, err := os.ReadFile(filepath.Join(s.Postgres.Dir, "data", "postmaster.pid"))
 	require.NoError(t, err)
 	pgPID, err := strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
 	require.NoError(t, err)
 
 	// Temporal answers with the UI address set.
-	c, err := client.DialContext(ctx, client.Options{HostPort: s.TemporalAddress, Logger: quietTemporalLogger()})
+	c, err := client.DialContext(ctx, client.Options{HostPort: s.TemporalAddress, Logger: tlog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
 	require.NoError(t, err)
 	_, err = c.CheckHealth(ctx, &client.CheckHealthRequest{})
 	require.NoError(t, err)
@@ -140,15 +103,15 @@ func TestStackStartStop(t *testing.T) {
 	cl.Close()
 
 	tPID := s.Temporal.PID
-	require.True(t, alive(pgPID))
-	require.True(t, alive(tPID))
+	require.True(t, proctest.Alive(pgPID))
+	require.True(t, proctest.Alive(tPID))
 	require.NoError(t, s.Stop())
 	stopped = true
 	require.NoError(t, s.Stop(), "Stop is idempotent")
 
-	require.Eventually(t, func() bool { return !alive(pgPID) && !alive(tPID) }, 10*time.Second, 100*time.Millisecond,
+	require.Eventually(t, func() bool { return !proctest.Alive(pgPID) && !proctest.Alive(tPID) }, 10*time.Second, 100*time.Millisecond,
 		"postgres %d or temporal %d still running", pgPID, tPID)
-	require.Empty(t, processesMentioning(root), "processes still reference %s", root)
+	require.Empty(t, proctest.Mentioning(root), "processes still reference %s", root)
 	left, err := os.ReadDir(root)
 	require.NoError(t, err)
 	require.Empty(t, left, "temp dirs left behind")

@@ -10,6 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/causet/projection-retry/devstack/proc"
 )
 
 // DefaultKafkaPort is the port the in-process cluster uses when free and
@@ -42,7 +44,7 @@ func StartKafka(opts KafkaOptions) (*Kafka, error) {
 		opts.Partitions = 3
 	}
 	port := 0
-	if opts.DefaultPort && portFree(DefaultKafkaPort) {
+	if opts.DefaultPort && proc.PortFree(DefaultKafkaPort) {
 		port = DefaultKafkaPort
 	}
 	kopts := []kfake.Opt{

@@ -28,20 +28,22 @@
 // If a test binary dies without running [Main]'s teardown (panic, -timeout,
 // SIGKILL), a small watchdog process notices the test binary is gone and
 // stops the PostgreSQL cluster and Temporal dev server it started.
+//
+// The cluster and the dev server are started by package
+// [github.com/causet/projection-retry/devstack/proc], as `causet dev` starts
+// them.
 package testenv
 
 import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -134,45 +136,4 @@ func uniqueName(t testing.TB, prefix, sep string, max int) string {
 		base = base[:room]
 	}
 	return prefix + sep + base + suffix
-}
-
-// watchdog starts a detached shell that waits for this process to exit and
-// then runs script (cleanup for when the test binary dies without teardown).
-// It returns a stop function that kills the watchdog (used by the normal
-// teardown).
-func watchdog(script string) func() {
-	full := fmt.Sprintf("while kill -0 %d 2>/dev/null; do sleep 1; done; %s", os.Getpid(), script)
-	cmd := exec.Command("/bin/sh", "-c", full)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		return func() {}
-	}
-	pid := cmd.Process.Pid
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	return func() {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-		select {
-		case <-done:
-		case <-time.After(2 * time.Second):
-		}
-	}
-}
-
-// shellQuote quotes s for /bin/sh.
-func shellQuote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-// tail returns the last n lines of file (for error messages).
-func tail(file string, n int) string {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -1,15 +1,18 @@
-// Package devstack starts the embedded defaults of `causet dev`: a throwaway
-// PostgreSQL cluster (initdb + pg_ctl in a temp dir), a Temporal dev server
-// (`temporal server start-dev` with the UI and Causet's five search
-// attributes) and an in-process Kafka cluster (kfake). Each is replaced by
-// its environment variable when set (DATABASE_URL, TEMPORAL_ADDRESS,
-// KAFKA_BROKERS); see [Start].
+// Package proc starts and stops the local service processes that `causet
+// dev` (package devstack) and the test harness (internal/testenv) run: a
+// throwaway PostgreSQL cluster (initdb + pg_ctl in a temp dir, as the
+// postgres user when running as root) and a Temporal dev server (`temporal
+// server start-dev`), both on free 127.0.0.1 ports.
 //
-// Everything started here is stopped by its Stop method, which also removes
-// its temp dir. Child processes run in their own process group. If this
-// process dies without calling Stop (SIGKILL), a small watchdog shell notices
-// and stops what was started.
-package devstack
+// Each can be halted and resumed on the same port (to simulate an outage) and
+// is stopped by its Stop method, which also removes its temp dir. Child
+// processes run in their own process group. If this process dies without
+// calling Stop (SIGKILL), a small watchdog shell notices and stops what was
+// started.
+//
+// The package depends on nothing else in this module, so any package's tests
+// can use it (through internal/testenv) without an import cycle.
+package proc
 
 import (
 	"fmt"
@@ -22,9 +25,9 @@ import (
 	"time"
 )
 
-// freePorts returns n distinct free ports on 127.0.0.1 (all held open at once
-// while probing, so they differ).
-func freePorts(n int) ([]int, error) {
+// FreePorts returns n distinct ports on 127.0.0.1 that were free a moment ago
+// (all held open at once while probing, so they differ).
+func FreePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
 	for range n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -39,8 +42,8 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-// portFree reports whether 127.0.0.1:port can be bound right now.
-func portFree(port int) bool {
+// PortFree reports whether 127.0.0.1:port can be bound right now.
+func PortFree(port int) bool {
 	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	if err != nil {
 		return false
