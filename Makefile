@@ -20,7 +20,7 @@ KAFKA_TEST_PATTERN   ?= Kafka
 KAFKA_PORT           ?= 9092
 KAFKA_BROKERS        ?= 127.0.0.1:$(KAFKA_PORT)
 
-.PHONY: all tools test test-kafka lint build kafka-start kafka-stop kafka-status clean
+.PHONY: all tools test test-kafka lint build kafka-start kafka-stop kafka-status clean reliability
 
 all: lint test build
 
@@ -63,3 +63,9 @@ kafka-status:
 
 clean:
 	rm -f bin/causet
+
+# Reliability suite (issue 8, RELIABILITY.md): kill -9, outages, DLQ faults,
+# bad input, fuzzers, security tests. Full profile; `scripts/reliability.sh
+# --short` is the CI profile (scenarios 1-3 and 7).
+reliability: tools
+	scripts/reliability.sh

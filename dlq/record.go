@@ -4,9 +4,13 @@ package dlq
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -56,7 +60,29 @@ type Record struct {
 	DeadLetteredAt time.Time           `json:"deadLetteredAt"`
 	Source         workflows.Source    `json:"source"`
 	Workflow       *WorkflowRef        `json:"workflow,omitempty"`
+	// Truncated is set when the event (or raw value) was too large to carry
+	// whole: the record keeps a prefix, the original size and its SHA-256,
+	// and Source locates the original on the events topic.
+	Truncated *Truncation `json:"truncated,omitempty"`
 }
+
+// Truncation describes what a bounded DLQ record left out.
+type Truncation struct {
+	// Field is "event" or "rawValue": which one was cut. A cut event is kept
+	// as a prefix of its JSON in RawValue.
+	Field  string `json:"field"`
+	Size   int    `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// MaxValueBytes bounds a DLQ record's value so that it always fits Kafka's
+// default message size (1 MB) with room for the headers: a dead letter that
+// the broker refuses would block its partition (poison records) or its
+// workflow (PublishDeadLetter) for ever.
+const MaxValueBytes = 900 << 10
+
+// maxErrorBytes bounds each error text kept in a record.
+const maxErrorBytes = 8 << 10
 
 // UnsupportedVersionError reports a record written by a newer schema.
 type UnsupportedVersionError struct{ Version int }
@@ -85,10 +111,9 @@ func Decode(value []byte) (Record, error) {
 
 // KafkaRecord builds the Kafka record for r on topic, keyed by the original key.
 func (r Record) KafkaRecord(topic string, key []byte) (*kgo.Record, error) {
-	r.SchemaVersion = SchemaVersion
-	value, err := json.Marshal(r)
+	value, err := r.encode()
 	if err != nil {
-		return nil, fmt.Errorf("encode dlq record: %w", err)
+		return nil, err
 	}
 	return &kgo.Record{
 		Topic: topic,
@@ -104,6 +129,50 @@ func (r Record) KafkaRecord(topic string, key []byte) (*kgo.Record, error) {
 			{Key: HeaderSourceOffset, Value: []byte(strconv.FormatInt(r.Source.Offset, 10))},
 		},
 	}, nil
+}
+
+// encode marshals r within MaxValueBytes, cutting error texts and then the
+// event or raw value when they would not fit.
+func (r Record) encode() ([]byte, error) {
+	r.SchemaVersion = SchemaVersion
+	r.Error = cut(r.Error, maxErrorBytes)
+	r.Attempts = slices.Clone(r.Attempts)
+	for i := range r.Attempts {
+		r.Attempts[i].Error = cut(r.Attempts[i].Error, maxErrorBytes)
+	}
+	value, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("encode dlq record: %w", err)
+	}
+	if len(value) <= MaxValueBytes {
+		return value, nil
+	}
+	whole := r.RawValue
+	field := "rawValue"
+	if r.Event != nil {
+		whole, field = []byte(*r.Event), "event"
+	}
+	sum := sha256.Sum256(whole)
+	r.Truncated = &Truncation{Field: field, Size: len(whole), SHA256: hex.EncodeToString(sum[:])}
+	r.Event, r.RawValue = nil, nil
+	rest, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("encode dlq record: %w", err)
+	}
+	// RawValue is base64 in JSON: 4 bytes per 3, plus its key and quotes.
+	room := (MaxValueBytes - len(rest) - 32) / 4 * 3
+	if room < 0 {
+		return nil, fmt.Errorf("encode dlq record: %d bytes without the event, more than the %d allowed", len(rest), MaxValueBytes)
+	}
+	r.RawValue = whole[:min(room, len(whole))]
+	return json.Marshal(r)
+}
+
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
 }
 
 // Publisher writes dead letters synchronously: a record is durable on the

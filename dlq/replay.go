@@ -134,6 +134,10 @@ var ErrNotReplayable = errors.New("record has no valid event envelope (invalid_e
 
 // Envelope decodes the record's original event.
 func (r Record) Envelope() (event.Envelope, error) {
+	if t := r.Truncated; t != nil && t.Field == "event" {
+		return event.Envelope{}, fmt.Errorf("%w: the %d-byte event did not fit the record; the original is at %s partition %d offset %d",
+			ErrNotReplayable, t.Size, r.Source.Topic, r.Source.Partition, r.Source.Offset)
+	}
 	if r.Event == nil {
 		return event.Envelope{}, ErrNotReplayable
 	}

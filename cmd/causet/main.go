@@ -24,6 +24,7 @@ type cli struct {
 	Projections projectionsCmd `cmd:"" help:"Validate, deploy and list projection IR documents."`
 	DLQ         dlqCmd         `cmd:"" name:"dlq" help:"Read and replay dead letters."`
 	Produce     produceCmd     `cmd:"" help:"Produce JSON-line event envelopes (FILE or stdin) to CAUSET_EVENTS_TOPIC, keyed by entityId."`
+	Bench       benchCmd       `cmd:"" help:"Measure the pipeline against the PostgreSQL ceiling, workflow mode and the in-place-retry peer in one run; write results to --out."`
 }
 
 func main() {

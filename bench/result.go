@@ -1,0 +1,395 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Result is everything one run measured. It is written to results.json as
+// is; results.md, chart.svg and the summary line are derived from it.
+type Result struct {
+	// Quick is true for a --quick run (smaller sizes, see Sizes).
+	Quick   bool    `json:"quick"`
+	Machine Machine `json:"machine"`
+	Sizes   Sizes   `json:"sizes"`
+	// ShortSchedule is the retry schedule of the inline and peer runs
+	// (e.g. "5 attempts, 20ms x 2, max 1s").
+	ShortSchedule string `json:"shortSchedule"`
+	// BridgeProcess says how the bridge ran and how its RSS was read.
+	BridgeProcess string `json:"bridgeProcess"`
+	// Ordering is the bridge's CAUSET_ORDERING (entity or none).
+	Ordering string `json:"ordering"`
+
+	// Ceiling is the pgx batched upsert of the same rows, no Kafka, no dedupe.
+	Ceiling Ceiling `json:"ceiling"`
+	// Inline holds the end-to-end inline-mode runs by failure rate.
+	Inline []InlineRun `json:"inline"`
+	// Workflow is workflow mode (every event a workflow).
+	Workflow WorkflowRun `json:"workflow"`
+	// Peer holds the in-place-retry consumer runs by failure rate.
+	Peer []PeerRun `json:"peer"`
+	// Schedule is the default schedule's accuracy on the Temporal dev server.
+	Schedule ScheduleRun `json:"schedule"`
+	// Handoff is the hand-off capacity at 100% failing events.
+	Handoff HandoffRun `json:"handoff"`
+	// InFlight is the bridge's memory with many failures handed off.
+	InFlight InFlightRun `json:"inFlight"`
+
+	Ratios Ratios `json:"ratios"`
+	// Notes are free-form remarks printed under the table.
+	Notes []string `json:"notes,omitempty"`
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	Cores     int     `json:"cores"`
+	MemoryGiB float64 `json:"memoryGiB"`
+	GoVersion string  `json:"goVersion"`
+	OS        string  `json:"os"`
+	Kafka     string  `json:"kafka"`
+	Postgres  string  `json:"postgres"`
+	Temporal  string  `json:"temporal"`
+}
+
+// Sizes are the event counts of each phase.
+type Sizes struct {
+	Ceiling        int       `json:"ceiling"`
+	Inline         []int     `json:"inline"` // per failure rate, same order as FailRates
+	FailRates      []float64 `json:"failRates"`
+	LatencySeconds float64   `json:"latencySeconds"`
+	Workflow       int       `json:"workflow"`
+	Peer           []int     `json:"peer"`
+	PeerFailRates  []float64 `json:"peerFailRates"`
+	Schedule       int       `json:"schedule"`
+	Handoff        int       `json:"handoff"`
+	Partitions     int       `json:"partitions"`
+	MaxInflight    int       `json:"maxInflight"`
+	// Reps is how many times the 0% and 1% inline drains and the 0% peer
+	// drain run (fresh topic and bridge each); the median is reported.
+	Reps int `json:"reps"`
+}
+
+// Ceiling is the raw PostgreSQL write rate.
+type Ceiling struct {
+	Rows int `json:"rows"`
+	// RowsPerSec is the best of the single-connection and the
+	// one-connection-per-partition runs.
+	RowsPerSec float64 `json:"rowsPerSec"`
+	// RowsPerSecOneConn is one connection, batches of 500 per transaction.
+	RowsPerSecOneConn float64 `json:"rowsPerSecOneConn"`
+	// RowsPerSecParallel is one connection per partition.
+	RowsPerSecParallel float64 `json:"rowsPerSecParallel"`
+	// WithLedgerPerSec is one connection per partition writing, per event,
+	// a dedupe-ledger row as well (what at-most-once effects cost the
+	// database); not the ceiling, a diagnostic.
+	WithLedgerPerSec float64 `json:"withLedgerPerSec"`
+}
+
+// InlineRun is one inline-mode run.
+type InlineRun struct {
+	FailPct      float64 `json:"failPct"`
+	Events       int     `json:"events"`
+	Failing      int     `json:"failing"`
+	EventsPerSec float64 `json:"eventsPerSec"`
+	// EventsPerSecReps are the repetitions EventsPerSec is the median of.
+	EventsPerSecReps []float64 `json:"eventsPerSecReps"`
+	// CPUReps is where the CPU went during each repetition.
+	CPUReps []CPUUse `json:"cpuReps"`
+	// StartsPerSec is failing events handed off per second of the drain.
+	StartsPerSec float64 `json:"startsPerSec,omitempty"`
+	// Latency is measured in a second, paced phase against the same bridge
+	// (LatencyRate events/s, half the drained rate) so it is not queueing
+	// behind a pre-produced backlog.
+	LatencyRate    float64 `json:"latencyRate"`
+	LatencySamples int     `json:"latencySamples"`
+	P50Ms          float64 `json:"p50Ms"`
+	P99Ms          float64 `json:"p99Ms"`
+	PeakRSSMB      float64 `json:"peakRSSMB"`
+}
+
+// WorkflowRun is the workflow-mode run.
+type WorkflowRun struct {
+	Events       int     `json:"events"`
+	EventsPerSec float64 `json:"eventsPerSec"`
+	PeakRSSMB    float64 `json:"peakRSSMB"`
+	CPU          CPUUse  `json:"cpu"`
+}
+
+// PeerRun is one run of the in-place-retry consumer.
+type PeerRun struct {
+	FailPct          float64   `json:"failPct"`
+	Events           int       `json:"events"`
+	Failing          int       `json:"failing"`
+	DeadLettered     int       `json:"deadLettered"`
+	EventsPerSec     float64   `json:"eventsPerSec"`
+	EventsPerSecReps []float64 `json:"eventsPerSecReps"`
+	CPUReps          []CPUUse  `json:"cpuReps"`
+}
+
+// ScheduleRun compares attempt start offsets with the schedule.
+type ScheduleRun struct {
+	Events int `json:"events"`
+	// ExpectedS are the schedule's offsets from attempt 1, in seconds.
+	ExpectedS []float64 `json:"expectedS"`
+	// ObservedS holds, per event, each attempt's start offset from attempt 1.
+	ObservedS [][]float64 `json:"observedS"`
+	// LatenessMaxS is the worst observed-minus-expected offset.
+	LatenessMaxS float64 `json:"latenessMaxS"`
+}
+
+// HandoffRun compares the bridge's workflow starts with raw ExecuteWorkflow calls.
+type HandoffRun struct {
+	Events             int     `json:"events"`
+	Concurrency        int     `json:"concurrency"`
+	BridgeStartsPerSec float64 `json:"bridgeStartsPerSec"`
+	RawStartsPerSec    float64 `json:"rawStartsPerSec"`
+	// RawBeforePerSec and RawAfterPerSec are the two halves of the raw calls,
+	// made before and after the bridge's run.
+	RawBeforePerSec float64 `json:"rawBeforePerSec"`
+	RawAfterPerSec  float64 `json:"rawAfterPerSec"`
+	BridgeCPU       CPUUse  `json:"bridgeCPU"`
+	RawCPU          CPUUse  `json:"rawCPU"`
+}
+
+// InFlightRun is the bridge's memory with Failures handed off and retrying.
+type InFlightRun struct {
+	Failures  int     `json:"failures"`
+	RSSMB     float64 `json:"rssMB"`
+	PeakRSSMB float64 `json:"peakRSSMB"`
+}
+
+// Ratios are the figures of the summary line.
+type Ratios struct {
+	InlineRaw      float64 `json:"inlineRaw"`
+	Inline1Raw     float64 `json:"inline1Raw"`
+	InlineWorkflow float64 `json:"inlineWorkflow"`
+	Inline1Peer1   float64 `json:"inline1Peer1"`
+	HandoffRaw     float64 `json:"handoffRaw"`
+	LatenessMaxS   float64 `json:"latenessMaxS"`
+	RSS10kMB       float64 `json:"rss10kMB"`
+}
+
+// Target is one goal of issue 7.
+type Target struct {
+	Name  string
+	Value float64
+	Goal  string
+	Met   bool
+}
+
+func ratio(a, b float64) float64 {
+	if b <= 0 || math.IsNaN(a) || math.IsNaN(b) {
+		return 0
+	}
+	return a / b
+}
+
+func (r *Result) inline(pct float64) InlineRun {
+	for _, x := range r.Inline {
+		if x.FailPct == pct {
+			return x
+		}
+	}
+	return InlineRun{}
+}
+
+func (r *Result) peer(pct float64) PeerRun {
+	for _, x := range r.Peer {
+		if x.FailPct == pct {
+			return x
+		}
+	}
+	return PeerRun{}
+}
+
+// ComputeRatios fills r.Ratios from the measurements.
+func (r *Result) ComputeRatios() {
+	r.Ratios = Ratios{
+		InlineRaw:      ratio(r.inline(0).EventsPerSec, r.Ceiling.RowsPerSec),
+		Inline1Raw:     ratio(r.inline(1).EventsPerSec, r.Ceiling.RowsPerSec),
+		InlineWorkflow: ratio(r.inline(0).EventsPerSec, r.Workflow.EventsPerSec),
+		Inline1Peer1:   ratio(r.inline(1).EventsPerSec, r.peer(1).EventsPerSec),
+		HandoffRaw:     ratio(r.Handoff.BridgeStartsPerSec, r.Handoff.RawStartsPerSec),
+		LatenessMaxS:   r.Schedule.LatenessMaxS,
+		RSS10kMB:       r.InFlight.RSSMB,
+	}
+}
+
+// Targets are issue 7's goals against this result.
+func (r *Result) Targets() []Target {
+	q := r.Ratios
+	return []Target{
+		{"inline/raw", q.InlineRaw, "≥ 0.5", q.InlineRaw >= 0.5},
+		{"inline1%/raw", q.Inline1Raw, "≥ 0.4", q.Inline1Raw >= 0.4},
+		{"inline/workflow", q.InlineWorkflow, "≥ 200", q.InlineWorkflow >= 200},
+		{"inline1%/peer1%", q.Inline1Peer1, "≥ 5", q.Inline1Peer1 >= 5},
+		{"handoff/raw", q.HandoffRaw, "≥ 0.8", q.HandoffRaw >= 0.8},
+		{"lateness_max (s)", q.LatenessMaxS, "≤ 0.25", q.LatenessMaxS <= 0.25},
+		{fmt.Sprintf("RSS at %d in flight (MB)", r.InFlight.Failures), q.RSS10kMB, "≤ 150", q.RSS10kMB <= 150},
+	}
+}
+
+// SummaryLine is the last line of stdout.
+func (r *Result) SummaryLine() string {
+	q := r.Ratios
+	return fmt.Sprintf("bench: inline/raw=%.2f inline1%%/raw=%.2f inline/workflow=%.1f inline1%%/peer1%%=%.1f handoff/raw=%.2f lateness_max=%.2fs rss_10k=%dMB",
+		q.InlineRaw, q.Inline1Raw, q.InlineWorkflow, q.Inline1Peer1, q.HandoffRaw, q.LatenessMaxS, int(math.Round(q.RSS10kMB)))
+}
+
+// JSON is results.json.
+func (r *Result) JSON() ([]byte, error) {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+func pct(p float64) string { return fmt.Sprintf("%g%%", p) }
+
+func num(v float64) string {
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+// Markdown is results.md: the measurements, the ratios against the targets.
+func (r *Result) Markdown() string {
+	var b strings.Builder
+	kind := "full"
+	if r.Quick {
+		kind = "quick (small sizes: not comparable with a full run)"
+	}
+	fmt.Fprintf(&b, "# causet bench — %s run\n\n", kind)
+	fmt.Fprintf(&b, "Machine: %d cores, %.0f GiB memory, %s, %s. Kafka: %s. PostgreSQL: %s. Temporal: %s.\n\n",
+		r.Machine.Cores, r.Machine.MemoryGiB, r.Machine.OS, r.Machine.GoVersion, r.Machine.Kafka, r.Machine.Postgres, r.Machine.Temporal)
+	fmt.Fprintf(&b, "Retry schedule of the inline, workflow-mode and peer runs: **%s** (short, so the run finishes; the schedule-accuracy row uses the default 5 attempts, 1s × 2, ≤ 30s).\n\n", r.ShortSchedule)
+	fmt.Fprintf(&b, "Bridge: %s CAUSET_ORDERING=%s.\n\n", r.BridgeProcess, r.Ordering)
+	if r.Sizes.Reps > 1 {
+		fmt.Fprintf(&b, "The ceiling, the 0%% and 1%% inline drains and the 0%% peer drain ran %d times each (fresh topic, group and bridge); the table shows the median, results.json every repetition.\n\n", r.Sizes.Reps)
+	}
+
+	b.WriteString("| measurement | events | failing | events/s | p50 ms | p99 ms | bridge peak RSS MB |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "| ceiling: pgx batched upsert (500/tx; best of 1 conn %s/s and %d conns %s/s) | %d | 0 | %s | | | |\n",
+		num(r.Ceiling.RowsPerSecOneConn), r.Sizes.Partitions, num(r.Ceiling.RowsPerSecParallel), r.Ceiling.Rows, num(r.Ceiling.RowsPerSec))
+	fmt.Fprintf(&b, "| diagnostic: the same plus a dedupe-ledger row per event (%d conns) | %d | 0 | %s | | | |\n",
+		r.Sizes.Partitions, r.Ceiling.Rows, num(r.Ceiling.WithLedgerPerSec))
+	for _, x := range r.Inline {
+		fmt.Fprintf(&b, "| inline mode, %s failing | %d | %d | %s | %.1f | %.1f | %.0f |\n",
+			pct(x.FailPct), x.Events, x.Failing, num(x.EventsPerSec), x.P50Ms, x.P99Ms, x.PeakRSSMB)
+	}
+	fmt.Fprintf(&b, "| workflow mode (every event a workflow), 0%% failing | %d | 0 | %s | | | %.0f |\n",
+		r.Workflow.Events, num(r.Workflow.EventsPerSec), r.Workflow.PeakRSSMB)
+	for _, x := range r.Peer {
+		fmt.Fprintf(&b, "| peer: in-place retry consumer, %s failing (%d dead-lettered) | %d | %d | %s | | | |\n",
+			pct(x.FailPct), x.DeadLettered, x.Events, x.Failing, num(x.EventsPerSec))
+	}
+	fmt.Fprintf(&b, "| hand-off at 100%% failing: bridge workflow starts/s (raw ExecuteWorkflow %s/s, %d concurrent) | %d | %d | %s | | | %.0f |\n",
+		num(r.Handoff.RawStartsPerSec), r.Handoff.Concurrency, r.Handoff.Events, r.Handoff.Events, num(r.Handoff.BridgeStartsPerSec), r.InFlight.PeakRSSMB)
+	b.WriteString("\n")
+
+	if len(r.Inline) > 0 {
+		b.WriteString("Latency (produce → row visible) is measured in a paced phase after each drain, at the rate shown, over the successful events:\n\n")
+		b.WriteString("| inline failing | paced events/s | samples | p50 ms | p99 ms |\n|---:|---:|---:|---:|---:|\n")
+		for _, x := range r.Inline {
+			fmt.Fprintf(&b, "| %s | %.0f | %d | %.1f | %.1f |\n", pct(x.FailPct), x.LatencyRate, x.LatencySamples, x.P50Ms, x.P99Ms)
+		}
+		b.WriteString("\n")
+	}
+
+	b.WriteString("Where the CPU went during each measurement, in cores of the machine's " + strconv.Itoa(r.Machine.Cores) + " (median repetition; \"other\" is load outside this run, e.g. other jobs on a shared machine):\n\n")
+	b.WriteString("| measurement | machine busy | bridge | PostgreSQL | Temporal server | bench process (kfake, peer, worker) | other |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	cpuRow := func(name string, c CPUUse) {
+		other := max(0, c.MachineBusy-c.Bridge-c.Postgres-c.Temporal-c.Bench)
+		fmt.Fprintf(&b, "| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", name, c.MachineBusy, c.Bridge, c.Postgres, c.Temporal, c.Bench, other)
+	}
+	for _, x := range r.Inline {
+		cpuRow("inline, "+pct(x.FailPct)+" failing", medianCPU(x.EventsPerSecReps, x.CPUReps))
+	}
+	cpuRow("workflow mode", r.Workflow.CPU)
+	for _, x := range r.Peer {
+		cpuRow("peer, "+pct(x.FailPct)+" failing", medianCPU(x.EventsPerSecReps, x.CPUReps))
+	}
+	cpuRow("hand-off, bridge", r.Handoff.BridgeCPU)
+	cpuRow("hand-off, raw ExecuteWorkflow (first half)", r.Handoff.RawCPU)
+	b.WriteString("\n")
+
+	fmt.Fprintf(&b, "Schedule accuracy (default schedule, %d failing events, inline mode, real dev server): expected offsets %s s;", r.Schedule.Events, floats(r.Schedule.ExpectedS, 0))
+	for i, o := range r.Schedule.ObservedS {
+		fmt.Fprintf(&b, " event %d at %s s;", i+1, floats(o, 3))
+	}
+	fmt.Fprintf(&b, " worst lateness %.3f s.\n\n", r.Schedule.LatenessMaxS)
+	fmt.Fprintf(&b, "In flight: bridge RSS %.0f MB (peak %.0f MB) with %d failures handed off and still retrying.\n\n", r.InFlight.RSSMB, r.InFlight.PeakRSSMB, r.InFlight.Failures)
+
+	b.WriteString("| ratio | result | target | met |\n|---|---:|---|---|\n")
+	for _, t := range r.Targets() {
+		met := "yes"
+		if !t.Met {
+			met = "**no**"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", t.Name, num(t.Value), t.Goal, met)
+	}
+	if len(r.Notes) > 0 {
+		b.WriteString("\n")
+		for _, n := range r.Notes {
+			fmt.Fprintf(&b, "- %s\n", n)
+		}
+	}
+	fmt.Fprintf(&b, "\n`%s`\n", r.SummaryLine())
+	return b.String()
+}
+
+// medianCPU is the CPU use of the repetition whose rate is the median.
+func medianCPU(rates []float64, cpus []CPUUse) CPUUse {
+	if len(rates) == 0 || len(rates) != len(cpus) {
+		return CPUUse{}
+	}
+	idx := make([]int, len(rates))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.Slice(idx, func(a, b int) bool { return rates[idx[a]] < rates[idx[b]] })
+	return cpus[idx[len(idx)/2]]
+}
+
+func floats(v []float64, prec int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = fmt.Sprintf("%.*f", prec, x)
+	}
+	return strings.Join(s, ", ")
+}
+
+// WriteFiles writes results.json, results.md and chart.svg to dir.
+func (r *Result) WriteFiles(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	j, err := r.JSON()
+	if err != nil {
+		return err
+	}
+	files := map[string][]byte{
+		"results.json": j,
+		"results.md":   []byte(r.Markdown()),
+		"chart.svg":    []byte(r.SVG()),
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			return fmt.Errorf("write %s: %w", name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,194 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"encoding/xml"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// fixedResult is a full run's worth of made-up figures.
+func fixedResult() *Result {
+	r := &Result{
+		Machine:       Machine{Cores: 2, MemoryGiB: 23.5, GoVersion: "go1.26", OS: "linux/amd64", Kafka: "kfake", Postgres: "15", Temporal: "dev server"},
+		Sizes:         sizesFor(false),
+		ShortSchedule: "5 attempts, 20ms × 2, max 1s",
+		BridgeProcess: "child process",
+		Ordering:      "entity",
+		Ceiling:       Ceiling{Rows: 100000, RowsPerSec: 60000, RowsPerSecOneConn: 53000, RowsPerSecParallel: 60000, WithLedgerPerSec: 40000},
+		Inline: []InlineRun{
+			{FailPct: 0, Events: 100000, EventsPerSec: 33000, EventsPerSecReps: []float64{30000, 33000, 35000}, CPUReps: []CPUUse{{}, {MachineBusy: 1.9, Bridge: 0.8}, {}}, P50Ms: 4.2, P99Ms: 20.5, PeakRSSMB: 110},
+			{FailPct: 1, Events: 100000, Failing: 1000, EventsPerSec: 24600, P50Ms: 4.8, P99Ms: 40, PeakRSSMB: 120},
+			{FailPct: 10, Events: 30000, Failing: 3000, EventsPerSec: 2800, P50Ms: 1.5, P99Ms: 50, PeakRSSMB: 105},
+		},
+		Workflow: WorkflowRun{Events: 500, EventsPerSec: 50},
+		Peer: []PeerRun{
+			{FailPct: 0, Events: 100000, EventsPerSec: 50000},
+			{FailPct: 1, Events: 20000, Failing: 200, DeadLettered: 200, EventsPerSec: 820},
+		},
+		Schedule: ScheduleRun{Events: 1, ExpectedS: []float64{0, 1, 3, 7, 15}, ObservedS: [][]float64{{0, 1.013, 3.024, 7.037, 15.051}}, LatenessMaxS: 0.051},
+		Handoff:  HandoffRun{Events: 10000, Concurrency: 256, BridgeStartsPerSec: 270, RawStartsPerSec: 300},
+		InFlight: InFlightRun{Failures: 10000, RSSMB: 74.6, PeakRSSMB: 101},
+	}
+	r.ComputeRatios()
+	return r
+}
+
+func TestSummaryLine(t *testing.T) {
+	r := fixedResult()
+	require.Equal(t,
+		"bench: inline/raw=0.55 inline1%/raw=0.41 inline/workflow=660.0 inline1%/peer1%=30.0 handoff/raw=0.90 lateness_max=0.05s rss_10k=75MB",
+		r.SummaryLine())
+	// The format CI and BENCHMARKS.md rely on.
+	re := regexp.MustCompile(`^bench: inline/raw=\d+\.\d\d inline1%/raw=\d+\.\d\d inline/workflow=\d+\.\d inline1%/peer1%=\d+\.\d handoff/raw=\d+\.\d\d lateness_max=\d+\.\d\ds rss_10k=\d+MB$`)
+	require.Regexp(t, re, r.SummaryLine())
+	require.Regexp(t, re, (&Result{}).SummaryLine(), "an empty result still prints the line (zeros)")
+}
+
+func TestTargets(t *testing.T) {
+	r := fixedResult()
+	met := map[string]bool{}
+	for _, tg := range r.Targets() {
+		met[tg.Name] = tg.Met
+	}
+	require.Equal(t, map[string]bool{
+		"inline/raw": true, "inline1%/raw": true, "inline/workflow": true, "inline1%/peer1%": true,
+		"handoff/raw": true, "lateness_max (s)": true, "RSS at 10000 in flight (MB)": true,
+	}, met)
+	r.Ratios.HandoffRaw = 0.7
+	require.False(t, r.Targets()[4].Met)
+}
+
+func TestJSON(t *testing.T) {
+	r := fixedResult()
+	data, err := r.JSON()
+	require.NoError(t, err)
+	var back Result
+	require.NoError(t, json.Unmarshal(data, &back))
+	require.Equal(t, *r, back)
+	var raw map[string]any
+	require.NoError(t, json.Unmarshal(data, &raw))
+	require.Contains(t, raw, "ratios")
+	require.Equal(t, 0.9, raw["ratios"].(map[string]any)["handoffRaw"])
+}
+
+func TestMarkdown(t *testing.T) {
+	md := fixedResult().Markdown()
+	for _, want := range []string{
+		"| measurement | events | failing | events/s | p50 ms | p99 ms | bridge peak RSS MB |",
+		"| inline mode, 1% failing | 100000 | 1000 | 24600 | 4.8 | 40.0 | 120 |",
+		"| workflow mode (every event a workflow), 0% failing | 500 | 0 | 50.0 |",
+		"| peer: in-place retry consumer, 1% failing (200 dead-lettered) | 20000 | 200 | 820 |",
+		"| inline, 0% failing | 1.90 | 0.80 |", // the median repetition's CPU
+		"| inline/workflow | 660 | ≥ 200 | yes |",
+		"5 attempts, 20ms × 2, max 1s",
+		"event 1 at 0.000, 1.013, 3.024, 7.037, 15.051 s; worst lateness 0.051 s.",
+		"`" + fixedResult().SummaryLine() + "`",
+	} {
+		require.Contains(t, md, want)
+	}
+	// Every table row has as many cells as its header.
+	var cols int
+	for line := range strings.SplitSeq(md, "\n") {
+		if !strings.HasPrefix(line, "|") {
+			cols = 0
+			continue
+		}
+		n := strings.Count(line, "|")
+		if cols == 0 {
+			cols = n
+		}
+		require.Equal(t, cols, n, "row %q", line)
+	}
+}
+
+func TestSVG(t *testing.T) {
+	svg := fixedResult().SVG()
+	dec := xml.NewDecoder(strings.NewReader(svg))
+	var rects, texts int
+	var root string
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err, "chart.svg must be well-formed XML")
+		if se, ok := tok.(xml.StartElement); ok {
+			if root == "" {
+				root = se.Name.Local
+			}
+			switch se.Name.Local {
+			case "rect":
+				rects++
+			case "text":
+				texts++
+			}
+		}
+	}
+	require.Equal(t, "svg", root)
+	// background + 3 inline + 1 workflow + 2 peer bars + 3 legend swatches.
+	require.Equal(t, 1+6+3, rects)
+	require.Contains(t, svg, "33k") // inline 0% label
+	require.Contains(t, svg, "820") // peer 1% label
+	require.Contains(t, svg, "60k rows/s")
+	require.NotContains(t, svg, "NaN")
+	require.NotContains(t, (&Result{}).SVG(), "NaN", "an empty result draws no NaN")
+}
+
+func TestWriteFiles(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "out")
+	require.NoError(t, fixedResult().WriteFiles(dir))
+	for _, f := range []string{"results.json", "results.md", "chart.svg"} {
+		data, err := os.ReadFile(filepath.Join(dir, f))
+		require.NoError(t, err)
+		require.NotEmpty(t, data)
+	}
+}
+
+func TestParseCounters(t *testing.T) {
+	text := `# HELP causet_bridge_records_consumed_total Records read.
+# TYPE causet_bridge_records_consumed_total counter
+causet_bridge_records_consumed_total 1234
+causet_bridge_applied_total{result="applied"} 1200
+causet_bridge_applied_total{result="duplicate"} 4
+causet_bridge_inline_failures_total{error_kind="ir_eval"} 20
+causet_bridge_inline_failures_total{error_kind="sql"} 10
+causet_bridge_handed_off_total{mode="inline"} 29
+go_goroutines 42
+`
+	c, err := parseCounters(bytes.NewBufferString(text))
+	require.NoError(t, err)
+	require.Equal(t, counters{consumed: 1234, applied: 1200, duplicate: 4, failed: 30, handedOff: 29}, c)
+}
+
+func TestFailingAndMedian(t *testing.T) {
+	count := func(pct float64, n int) int {
+		k := 0
+		for i := range n {
+			if failing(i, pct) {
+				k++
+			}
+		}
+		return k
+	}
+	require.Equal(t, 0, count(0, 1000))
+	require.Equal(t, 10, count(1, 1000))
+	require.Equal(t, 100, count(10, 1000))
+	require.Equal(t, 1000, count(100, 1000))
+	recs, nf := records("t", "p", 200, 10, fixedNow)
+	require.Len(t, recs, 200)
+	require.Equal(t, 20, nf)
+	require.Equal(t, 2.0, median([]float64{3, 1, 2}))
+	require.Equal(t, 2.5, median([]float64{4, 1, 2, 3}))
+	require.Equal(t, 0.0, median(nil))
+}
+
+var fixedNow = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)

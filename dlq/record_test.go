@@ -1,0 +1,68 @@
+package dlq
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/causet/projection-retry/workflows"
+)
+
+func TestRecordRoundTrip(t *testing.T) {
+	ev := json.RawMessage(`{"eventId":"e1","eventType":"A","entityId":"u","forkId":"f","payload":{}}`)
+	r := Record{Event: &ev, ProjectionName: "p", ForkID: "f", Error: "boom", ErrorKind: "sql", RetryCount: 5,
+		Source: workflows.Source{Topic: "t", Partition: 2, Offset: 9}}
+	kr, err := r.KafkaRecord("dlq", []byte("u"))
+	require.NoError(t, err)
+	got, err := Decode(kr.Value)
+	require.NoError(t, err)
+	require.Equal(t, SchemaVersion, got.SchemaVersion)
+	require.JSONEq(t, string(ev), string(*got.Event))
+	require.Nil(t, got.Truncated)
+	env, err := got.Envelope()
+	require.NoError(t, err)
+	require.Equal(t, "e1", env.EventID)
+}
+
+func TestRecordStaysWithinKafkaMessageSize(t *testing.T) {
+	huge := []byte(strings.Repeat("x", 10<<20))
+	bigEvent := json.RawMessage(`{"eventId":"e1","eventType":"A","entityId":"u","forkId":"f","payload":{"s":"` + strings.Repeat("y", 1<<20) + `"}}`)
+	tests := []struct {
+		name  string
+		rec   Record
+		field string
+		whole []byte
+	}{
+		{"raw value of a poison record", Record{RawValue: huge, ErrorKind: "invalid_event"}, "rawValue", huge},
+		{"raw value just over the base64 limit", Record{RawValue: huge[:800<<10], ErrorKind: "invalid_event"}, "rawValue", huge[:800<<10]},
+		{"valid event that failed every attempt", Record{Event: &bigEvent, ErrorKind: "sql",
+			Attempts: []workflows.Attempt{{Number: 1, Error: strings.Repeat("e", 100<<10)}}}, "event", bigEvent},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			kr, err := tc.rec.KafkaRecord("dlq", nil)
+			require.NoError(t, err)
+			require.LessOrEqual(t, len(kr.Value), MaxValueBytes)
+			got, err := Decode(kr.Value)
+			require.NoError(t, err)
+			require.NotNil(t, got.Truncated)
+			sum := sha256.Sum256(tc.whole)
+			require.Equal(t, Truncation{Field: tc.field, Size: len(tc.whole), SHA256: hex.EncodeToString(sum[:])}, *got.Truncated)
+			require.NotEmpty(t, got.RawValue)
+			require.Equal(t, tc.whole[:len(got.RawValue)], got.RawValue, "a prefix of the original")
+			require.Greater(t, len(got.RawValue), 500<<10, "keeps as much as fits")
+			for _, a := range got.Attempts {
+				require.LessOrEqual(t, len(a.Error), maxErrorBytes+len("…"))
+			}
+			if tc.field == "event" {
+				_, err := got.Envelope()
+				require.ErrorIs(t, err, ErrNotReplayable)
+				require.ErrorContains(t, err, "did not fit the record")
+			}
+		})
+	}
+}
