@@ -53,6 +53,7 @@ type Bridge struct {
 
 	mu    sync.Mutex
 	parts map[topicPartition]*partition
+	wg    sync.WaitGroup // the sweeper (ordering entity)
 
 	pollMu     sync.Mutex
 	pollCancel context.CancelFunc
@@ -119,6 +120,10 @@ func (b *Bridge) Run(ctx context.Context) error {
 	}
 	b.log.Info("bridge started", "topic", b.opts.Topic, "group", b.opts.Group, "mode", string(b.opts.Mode),
 		"ordering", string(b.opts.Ordering), "taskQueue", b.opts.TaskQueue, "maxInflight", b.opts.MaxInflight)
+	if b.opts.ordered() {
+		b.wg.Add(1)
+		go b.runSweeper()
+	}
 	pollTimeout := min(b.opts.CommitInterval, 200*time.Millisecond)
 	lastCommit := time.Now()
 	var runErr error
@@ -177,8 +182,9 @@ func (b *Bridge) shutdown() error {
 	b.mu.Unlock()
 	b.cancel()
 	for _, p := range parts {
-		p.wg.Wait()
+		p.wait()
 	}
+	b.wg.Wait()
 	var err error
 	if !b.noCommit.Load() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -384,6 +384,13 @@ func (s *recordingStarter) GetWorkflow(ctx context.Context, id, runID string) cl
 	return nil
 }
 
+func (s *recordingStarter) DescribeWorkflowExecution(ctx context.Context, id, runID string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+	if lc, ok := s.inner.(LaneClient); ok {
+		return lc.DescribeWorkflowExecution(ctx, id, runID)
+	}
+	return nil, serviceerror.NewUnavailable("no lanes (test)")
+}
+
 func (s *recordingStarter) ids() map[string]int {
 	s.mu.Lock()
 	defer s.mu.Unlock()

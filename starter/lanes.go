@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
@@ -26,20 +27,27 @@ import (
 // decides, once per batch and under ord.mu, which pairs of the batch are
 // held (their key is blocked); those, and the failed attempt 1 of a key
 // that becomes blocked, go to the partition's lane sender in partition
-// order. The sender adds them one at a time, in order, to the key's lane
-// workflow with Update-with-Start; the lane runs them in order as child
-// retry workflows.
+// order. The sender keeps a FIFO per key and adds each key's events, one at
+// a time and in partition order, to the key's lane workflow with
+// Update-with-Start; different keys are sent concurrently (one drainer
+// goroutine per key with queued events, each holding a slot of the bridge's
+// MaxInflight semaphore). The lane runs its events in order as child retry
+// workflows. An event counts in its segment's pending counter until its
+// lane accepted it (or it was applied inline), so offsets never pass it.
 //
 // A key is unblocked in two ways, both under ord.mu and only when the sender
 // holds no event of the key (queued == 0, counting the reservations the
 // partition worker takes for a batch that holds the key):
-//   - the lane refuses an event (ErrLaneClosing): the sender waits for that
-//     lane run to complete (every event it accepted has run), then, if this
-//     event is the key's only one, applies it inline in a transaction that
-//     also deletes the key's row; the worker cannot decide anything about the
-//     key meanwhile because the sender holds ord.mu for that transaction.
-//   - a watcher sees the lane run that last accepted an event of the key
-//     complete: every accepted event has run and no other is on its way.
+//   - the lane refuses an event (ErrLaneClosing): the key's drainer waits for
+//     that lane run to complete (every event it accepted has run), then, if
+//     this event is the key's only one, applies it inline in a transaction
+//     that also deletes the key's row; the worker cannot decide anything
+//     about the key meanwhile because the drainer holds ord.mu for that
+//     transaction. No other event of the key is sent meanwhile: the key's
+//     sends are sequential.
+//   - the bridge's sweeper (sweep.go) sees the key's lane closed after the
+//     run that last accepted an event of the key did: every accepted event
+//     has run and no other is on its way.
 //
 // Either way no event of the key can be applied inline while an earlier one
 // is still waiting in a lane.
@@ -50,6 +58,7 @@ type LaneClient interface {
 	NewWithStartWorkflowOperation(options client.StartWorkflowOptions, workflow any, args ...any) client.WithStartWorkflowOperation
 	UpdateWithStartWorkflow(ctx context.Context, options client.UpdateWithStartWorkflowOptions) (client.WorkflowUpdateHandle, error)
 	GetWorkflow(ctx context.Context, workflowID string, runID string) client.WorkflowRun
+	DescribeWorkflowExecution(ctx context.Context, workflowID, runID string) (*workflowservice.DescribeWorkflowExecutionResponse, error)
 }
 
 // laneJob is one event on its way to a lane.
@@ -60,14 +69,18 @@ type laneJob struct {
 	key LaneKey
 }
 
-// ordering is a partition's blocked keys and its lane sender's queue.
+// ordering is a partition's blocked keys and its lane sender's queues.
 type ordering struct {
 	mu      sync.Mutex
 	blocked map[LaneKey]struct{}
 	queued  map[LaneKey]int    // events of the key in the sender's queue or reserved by a batch
 	lastRun map[LaneKey]string // lane run that last accepted an event of the key
-	fifo    []laneJob
-	wake    chan struct{}
+	// keyq is the sender's FIFO of each key, in partition order. A key is in
+	// keyq while it is scheduled: waiting in ready for a drainer, or being
+	// drained (its slice may then be empty while the last event is sent).
+	keyq  map[LaneKey][]laneJob
+	ready []LaneKey // scheduled keys without a drainer yet, in order
+	wake  chan struct{}
 }
 
 func newOrdering() *ordering {
@@ -75,6 +88,7 @@ func newOrdering() *ordering {
 		blocked: map[LaneKey]struct{}{},
 		queued:  map[LaneKey]int{},
 		lastRun: map[LaneKey]string{},
+		keyq:    map[LaneKey][]laneJob{},
 		wake:    make(chan struct{}, 1),
 	}
 }
@@ -95,7 +109,8 @@ func (o *ordering) unqueueLocked(k LaneKey) {
 }
 
 // loadBlocked reads the partition's blocked keys, retrying while the
-// database is unreachable, and watches their lanes. False when stopped.
+// database is unreachable; the sweeper checks their lanes. False when
+// stopped.
 func (p *partition) loadBlocked() bool {
 	b := p.b
 	bo := newBackoff(b.opts.MinBackoff, b.opts.MaxBackoff)
@@ -112,9 +127,6 @@ func (p *partition) loadBlocked() bool {
 				o.lastRun[k] = ""
 			}
 			o.mu.Unlock()
-			for _, k := range keys {
-				p.watchLane(k, "")
-			}
 			if len(keys) > 0 {
 				p.log.Info("blocked keys loaded", "blockedKeys", len(keys))
 			}
@@ -337,7 +349,11 @@ func (p *partition) applyOrdered(seg *segment, items []item, last *kgo.Record) b
 	for _, j := range jobs {
 		seg.pending.Add(1)
 		o.queued[j.key]++
-		o.fifo = append(o.fifo, j)
+		q, scheduled := o.keyq[j.key]
+		if !scheduled {
+			o.ready = append(o.ready, j.key)
+		}
+		o.keyq[j.key] = append(q, j)
 	}
 	o.mu.Unlock()
 	for _, k := range newBlocked {
@@ -351,18 +367,20 @@ func (p *partition) applyOrdered(seg *segment, items []item, last *kgo.Record) b
 	return true
 }
 
-// runSender hands the queued events to their lanes, one at a time, in order.
+// runSender starts a drainer for each scheduled key, in order, once a slot
+// of MaxInflight is free: keys are sent concurrently, each key's events one
+// at a time.
 func (p *partition) runSender() {
 	defer p.wg.Done()
-	o := p.ord
+	b, o := p.b, p.ord
 	for {
 		o.mu.Lock()
-		var j laneJob
-		ok := len(o.fifo) > 0
+		var k LaneKey
+		ok := len(o.ready) > 0
 		if ok {
-			j = o.fifo[0]
-			o.fifo[0] = laneJob{}
-			o.fifo = o.fifo[1:]
+			k = o.ready[0]
+			o.ready[0] = LaneKey{}
+			o.ready = o.ready[1:]
 		}
 		o.mu.Unlock()
 		if !ok {
@@ -373,8 +391,41 @@ func (p *partition) runSender() {
 			}
 			continue
 		}
-		if !p.sendToLane(j) {
+		select {
+		case b.sem <- struct{}{}:
+		case <-p.ctx.Done():
 			return
+		}
+		b.m.inflight.Inc()
+		p.wg.Add(1)
+		go p.drainKey(k)
+	}
+}
+
+// drainKey hands k's queued events to its lane one at a time, in partition
+// order, until k's FIFO is empty; it holds one MaxInflight slot meanwhile.
+// An event stays pending in its segment until sendToLane returns true.
+func (p *partition) drainKey(k LaneKey) {
+	b, o := p.b, p.ord
+	defer func() {
+		<-b.sem
+		b.m.inflight.Dec()
+		p.wg.Done()
+	}()
+	for {
+		o.mu.Lock()
+		q := o.keyq[k]
+		if len(q) == 0 {
+			delete(o.keyq, k) // unscheduled: the next event of k schedules it again
+			o.mu.Unlock()
+			return
+		}
+		j := q[0]
+		q[0] = laneJob{}
+		o.keyq[k] = q[1:]
+		o.mu.Unlock()
+		if !p.sendToLane(j) {
+			return // stopped: the event is not committed
 		}
 		j.seg.pending.Add(-1)
 	}
@@ -472,12 +523,8 @@ func (p *partition) sendToLane(j laneJob) bool {
 		if !refused {
 			o.mu.Lock()
 			o.unqueueLocked(j.key)
-			prev, watched := o.lastRun[j.key]
 			o.lastRun[j.key] = runID
 			o.mu.Unlock()
-			if !watched || prev != runID {
-				p.watchLane(j.key, runID)
-			}
 			role := "held"
 			if j.in.FirstAttempt != nil {
 				role = "head"
@@ -600,36 +647,4 @@ func laneGone(err error) bool {
 	var nf *serviceerror.NotFound
 	var we *temporal.WorkflowExecutionError
 	return errors.As(err, &nf) || errors.As(err, &we)
-}
-
-// watchLane unblocks k once the lane run that last accepted an event of k
-// completes, if no other event of k is queued by then.
-func (p *partition) watchLane(k LaneKey, runID string) {
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		if !p.waitLaneClosed(k, runID) {
-			return
-		}
-		o := p.ord
-		o.mu.Lock()
-		defer o.mu.Unlock()
-		cur, ok := o.lastRun[k]
-		if !ok || cur != runID || o.queued[k] > 0 {
-			return
-		}
-		if err := p.b.opts.Blocks.Remove(p.ctx, nil, p.topic, p.id, k); err != nil {
-			// Stays blocked: its next event goes to a new lane run.
-			p.log.Warn("cannot clear a blocked key after its lane closed", "laneId", k.laneID(), "error", err.Error())
-			return
-		}
-		delete(o.lastRun, k)
-		if _, ok := o.blocked[k]; ok {
-			delete(o.blocked, k)
-			p.b.m.blockedKeys.Dec()
-		}
-		p.b.m.unblocked.WithLabelValues("lane_closed").Inc()
-		p.log.Info("lane closed: key unblocked", "event", "projection_key_unblocked",
-			"projectionName", k.Projection, "forkId", k.ForkID, "entityId", k.EntityID, "laneId", k.laneID())
-	}()
 }

@@ -41,6 +41,7 @@ type partition struct {
 	ord *ordering // CAUSET_ORDERING=entity in inline mode; nil otherwise
 
 	mu        sync.Mutex
+	stopping  bool // set before waiting for wg: no more sweeper checks join it
 	queue     []*kgo.Record
 	segs      []*segment
 	done      kgo.EpochOffset // everything before done.Offset is finished
@@ -74,6 +75,15 @@ func newPartition(b *Bridge, topic string, id int32) *partition {
 // which the dedupe ledger and the workflow IDs make harmless.
 func (p *partition) stop() {
 	p.cancel()
+	p.wait()
+}
+
+// wait waits for the worker, its hand-offs and sweeper checks after the
+// partition's context is canceled.
+func (p *partition) wait() {
+	p.mu.Lock()
+	p.stopping = true
+	p.mu.Unlock()
 	p.wg.Wait()
 }
 

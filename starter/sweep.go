@@ -1,0 +1,179 @@
+package starter
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+)
+
+// The sweeper unblocks keys whose lane has closed (CAUSET_ORDERING=entity).
+//
+// One goroutine per bridge, instead of one long-poll per lane: every
+// sweepInterval it lists, in every owned partition, the blocked keys that
+// the sender holds no event of (queued == 0), and checks their lanes with
+// DescribeWorkflowExecution, at most sweepConcurrency at a time and
+// sweepRate per second. Cost is bounded whatever the number of blocked keys;
+// a key is unblocked at most about sweepInterval (plus the sweep) after its
+// lane closed. Until then its events keep going to its lane, which is
+// always correct.
+//
+// Correctness (the argument of the per-lane watcher it replaces): for a key
+// k, the sweeper notes R = lastRun[k] (the lane run that last accepted an
+// event of k) under ord.mu, then describes the latest run of k's lane ID.
+// If that run is closed, R and any run it continued as new are closed too
+// (a workflow ID has at most one open run and R started before the
+// describe), so every event R accepted has run (the lane completes only
+// with an empty queue and no handler in flight). Then, under ord.mu again,
+// k is unblocked only if it is still blocked, lastRun[k] is still R and the
+// sender holds no event of k: an event accepted after the snapshot was
+// accepted by R (so it has run) or by a newer run (lastRun changed: no
+// unblock), and an event on its way counts in queued. Nothing of k can then
+// be applied inline before an earlier event of k has run.
+const (
+	sweepInterval    = 2 * time.Second
+	sweepConcurrency = 8
+	sweepRate        = 200 // lane checks per second, at most
+)
+
+// runSweeper checks the lanes of idle blocked keys until the bridge stops.
+func (b *Bridge) runSweeper() {
+	defer b.wg.Done()
+	t := time.NewTicker(sweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-t.C:
+		}
+		b.sweep()
+	}
+}
+
+type sweepCandidate struct {
+	p   *partition
+	k   LaneKey
+	run string
+}
+
+// sweep checks, once, the lane of every blocked key that the sender holds
+// no event of.
+func (b *Bridge) sweep() {
+	var cands []sweepCandidate
+	for _, p := range b.owned() {
+		if p.ord == nil {
+			continue
+		}
+		o := p.ord
+		o.mu.Lock()
+		for k := range o.blocked {
+			if o.queued[k] == 0 {
+				cands = append(cands, sweepCandidate{p, k, o.lastRun[k]})
+			}
+		}
+		o.mu.Unlock()
+	}
+	if len(cands) == 0 {
+		return
+	}
+	slots := make(chan struct{}, sweepConcurrency)
+	pace := time.NewTicker(time.Second / sweepRate)
+	defer pace.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for _, c := range cands {
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-pace.C:
+		}
+		select {
+		case <-b.ctx.Done():
+			return
+		case slots <- struct{}{}:
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			c.p.checkLane(c.k, c.run)
+		}()
+	}
+}
+
+// checkLane unblocks k if its lane is closed and, meanwhile, no event of k
+// was queued or accepted by another run than run.
+func (p *partition) checkLane(k LaneKey, run string) {
+	if !p.hold() {
+		return
+	}
+	defer p.wg.Done()
+	ctx, cancel := context.WithTimeout(p.ctx, p.b.opts.StartTimeout)
+	closed, err := p.laneClosed(ctx, k)
+	cancel()
+	if err != nil {
+		if p.ctx.Err() == nil {
+			p.log.Debug("cannot check lane, next sweep retries", "laneId", k.laneID(), "error", err.Error())
+		}
+		return
+	}
+	if !closed {
+		return
+	}
+	o := p.ord
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, ok := o.blocked[k]; !ok || o.queued[k] > 0 || o.lastRun[k] != run || p.ctx.Err() != nil {
+		return
+	}
+	if err := p.b.opts.Blocks.Remove(p.ctx, nil, p.topic, p.id, k); err != nil {
+		// Stays blocked: the next sweep retries, or its next event goes to a new lane run.
+		p.log.Warn("cannot clear a blocked key after its lane closed", "laneId", k.laneID(), "error", err.Error())
+		return
+	}
+	delete(o.lastRun, k)
+	delete(o.blocked, k)
+	p.b.m.blockedKeys.Dec()
+	p.b.m.unblocked.WithLabelValues("lane_closed").Inc()
+	p.log.Info("lane closed: key unblocked", "event", "projection_key_unblocked",
+		"projectionName", k.Projection, "forkId", k.ForkID, "entityId", k.EntityID, "laneId", k.laneID())
+}
+
+// laneClosed reports whether the latest run of k's lane is closed (or the
+// lane does not exist). A run that is running, paused or in a state this
+// code does not know counts as open.
+func (p *partition) laneClosed(ctx context.Context, k LaneKey) (bool, error) {
+	resp, err := p.b.opts.Lanes.DescribeWorkflowExecution(ctx, k.laneID(), "")
+	if err != nil {
+		var nf *serviceerror.NotFound
+		if errors.As(err, &nf) {
+			return true, nil
+		}
+		return false, err
+	}
+	switch resp.GetWorkflowExecutionInfo().GetStatus() {
+	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED,
+		enumspb.WORKFLOW_EXECUTION_STATUS_FAILED,
+		enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED,
+		enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED,
+		enumspb.WORKFLOW_EXECUTION_STATUS_TIMED_OUT:
+		return true, nil
+	}
+	return false, nil
+}
+
+// hold counts a sweeper check in the partition's wait group unless the
+// partition is stopping, so that stop waits for it.
+func (p *partition) hold() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopping || p.ctx.Err() != nil {
+		return false
+	}
+	p.wg.Add(1)
+	return true
+}
