@@ -28,26 +28,12 @@ import (
 type workerCmd struct{}
 
 func (workerCmd) Run(ctx context.Context, logger *slog.Logger) error {
-	cfg, err := config.FromEnv()
+	svc, err := openService(ctx, logger)
 	if err != nil {
 		return err
 	}
-	if err := cfg.RequireDatabaseURL(); err != nil {
-		return err
-	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-
-	pool, err := openPool(ctx, cfg.DatabaseURL)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	engine, err := projection.NewEngine(ctx, pool, logger)
-	if err != nil {
-		return err
-	}
-	defer engine.Close()
+	defer svc.Close()
+	cfg := svc.cfg
 
 	producer, err := newKafkaClient(cfg,
 		kgo.DefaultProduceTopic(cfg.DLQTopic),
@@ -59,30 +45,20 @@ func (workerCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	}
 	defer producer.Close()
 
-	tc, namespace, closeMetrics, err := dialTemporal(ctx, logger, reg)
-	if err != nil {
-		return err
-	}
-	defer tc.Close()
-	defer closeMetrics()
-	if err := worker.EnsureSearchAttributes(ctx, tc.OperatorService(), namespace); err != nil {
-		return err
-	}
-
 	w, err := worker.New(worker.Options{
-		Client:    tc,
+		Client:    svc.temporal,
 		TaskQueue: cfg.TaskQueue,
 		Activities: &activities.Activities{
-			Applier:   engine,
+			Applier:   svc.engine,
 			Publisher: &dlq.Publisher{Client: producer, Topic: cfg.DLQTopic},
 			Logger:    logger,
-			Metrics:   activities.NewMetrics(reg),
+			Metrics:   activities.NewMetrics(svc.reg),
 		},
 	})
 	if err != nil {
 		return err
 	}
-	stopMetrics, err := serveMetrics(cfg.MetricsAddr, reg, logger)
+	stopMetrics, err := serveMetrics(cfg.MetricsAddr, svc.reg, logger)
 	if err != nil {
 		return err
 	}
@@ -90,6 +66,61 @@ func (workerCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	logger.Info("worker started", "taskQueue", cfg.TaskQueue, "metrics", cfg.MetricsAddr)
 	// Run returns once ctx is done and running activities have drained.
 	return w.Run(interruptOn(ctx))
+}
+
+// service is what the long-running commands (bridge, worker) share: the
+// configuration, the metrics registry, the one pgx pool, the projection
+// engine and the Temporal client, with the search attributes in place.
+type service struct {
+	cfg      config.Config
+	reg      *prometheus.Registry
+	pool     *pgxpool.Pool
+	engine   *projection.Engine
+	temporal client.Client
+	closers  []func()
+}
+
+func openService(ctx context.Context, logger *slog.Logger) (_ *service, err error) {
+	s := &service{}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	if s.cfg, err = config.FromEnv(); err != nil {
+		return nil, err
+	}
+	if err := s.cfg.RequireDatabaseURL(); err != nil {
+		return nil, err
+	}
+	s.reg = prometheus.NewRegistry()
+	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if s.pool, err = openPool(ctx, s.cfg.DatabaseURL); err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, s.pool.Close)
+	if s.engine, err = projection.NewEngine(ctx, s.pool, logger); err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, s.engine.Close)
+	tc, namespace, closeMetrics, err := dialTemporal(ctx, logger, s.reg)
+	if err != nil {
+		return nil, err
+	}
+	s.temporal = tc
+	s.closers = append(s.closers, closeMetrics, tc.Close)
+	if err := worker.EnsureSearchAttributes(ctx, tc.OperatorService(), namespace); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close releases what openService opened, newest first.
+func (s *service) Close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+	s.closers = nil
 }
 
 // newKafkaClient builds a Kafka client with the configured brokers, TLS and SASL.
