@@ -266,23 +266,19 @@ func (p *partition) applyOrdered(seg *segment, items []item, last *kgo.Record) b
 	}
 
 	eng := b.opts.Engine.(HoldingEngine)
-	bo := newBackoff(b.opts.MinBackoff, b.opts.MaxBackoff)
 	var (
-		outcomes  []Outcome
 		startedAt time.Time
-		outage    time.Time
 		runs      int
 	)
-	for {
-		if startedAt.IsZero() {
-			startedAt = time.Now().UTC() // attempt 1 started with the first run
-		}
-		var err error
-		outcomes, err = eng.ApplyBatchWith(p.ctx, evs, BatchOptions{Hold: hold, BeforeCommit: beforeCommit})
-		if p.ctx.Err() != nil {
-			return false
-		}
-		if errors.Is(err, errRerun) {
+	outcomes, ok := p.applyThroughOutage(items, last, func() ([]Outcome, error) {
+		for {
+			if startedAt.IsZero() {
+				startedAt = time.Now().UTC() // attempt 1 started with the first run
+			}
+			outcomes, err := eng.ApplyBatchWith(p.ctx, evs, BatchOptions{Hold: hold, BeforeCommit: beforeCommit})
+			if !errors.Is(err, errRerun) || p.ctx.Err() != nil {
+				return outcomes, err
+			}
 			runs++
 			if runs >= maxOrderedRuns-1 {
 				// Not stable: hold every pair of each failed key after the
@@ -293,29 +289,10 @@ func (p *partition) applyOrdered(seg *segment, items []item, last *kgo.Record) b
 			}
 			p.log.Debug("failed key had later events applied in the same batch: batch rerun with them held",
 				"firstOffset", items[0].rec.Offset, "lastOffset", last.Offset, "run", runs+1)
-			continue
 		}
-		if !isOutage(outcomes, err) {
-			break
-		}
-		if err == nil {
-			err = firstConnectionError(outcomes)
-		}
-		if outage.IsZero() {
-			outage = time.Now()
-			b.m.outages.WithLabelValues("database").Inc()
-			p.log.Warn("database unreachable: partition paused, retrying the batch with backoff",
-				"event", "bridge_outage", "dependency", "database",
-				"firstOffset", items[0].rec.Offset, "lastOffset", last.Offset, "events", len(evs), "error", errString(err))
-		}
-		if bo.wait(p.ctx) != nil {
-			return false
-		}
-	}
-	if !outage.IsZero() {
-		p.log.Info("database reachable again: batch applied, partition resumed",
-			"event", "bridge_outage_over", "dependency", "database",
-			"firstOffset", items[0].rec.Offset, "lastOffset", last.Offset, "pausedFor", time.Since(outage).Round(time.Millisecond).String())
+	})
+	if !ok {
+		return false
 	}
 
 	var jobs []laneJob

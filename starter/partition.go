@@ -254,42 +254,13 @@ func (p *partition) applyInline(seg *segment, items []item, last *kgo.Record) bo
 	for i, it := range items {
 		evs[i] = it.env
 	}
-	bo := newBackoff(b.opts.MinBackoff, b.opts.MaxBackoff)
-	var (
-		outcomes  []Outcome
-		startedAt time.Time
-		outage    time.Time
-	)
-	for {
+	var startedAt time.Time
+	outcomes, ok := p.applyThroughOutage(items, last, func() ([]Outcome, error) {
 		startedAt = time.Now().UTC()
-		var err error
-		outcomes, err = b.opts.Engine.ApplyBatch(p.ctx, evs)
-		if p.ctx.Err() != nil {
-			return false
-		}
-		if !isOutage(outcomes, err) {
-			break
-		}
-		if err == nil {
-			err = firstConnectionError(outcomes)
-		}
-		if outage.IsZero() {
-			outage = time.Now()
-			b.m.outages.WithLabelValues("database").Inc()
-			p.log.Warn("database unreachable: partition paused, retrying the batch with backoff",
-				"event", "bridge_outage", "dependency", "database",
-				"firstOffset", items[0].rec.Offset, "lastOffset", last.Offset, "events", len(evs), "error", errString(err))
-		} else {
-			p.log.Debug("database still unreachable", "dependency", "database", "error", errString(err))
-		}
-		if bo.wait(p.ctx) != nil {
-			return false
-		}
-	}
-	if !outage.IsZero() {
-		p.log.Info("database reachable again: batch applied, partition resumed",
-			"event", "bridge_outage_over", "dependency", "database",
-			"firstOffset", items[0].rec.Offset, "lastOffset", last.Offset, "pausedFor", time.Since(outage).Round(time.Millisecond).String())
+		return b.opts.Engine.ApplyBatch(p.ctx, evs)
+	})
+	if !ok {
+		return false
 	}
 
 	for _, o := range outcomes {
@@ -312,6 +283,45 @@ func (p *partition) applyInline(seg *segment, items []item, last *kgo.Record) bo
 		}
 	}
 	return true
+}
+
+// applyThroughOutage runs apply until its result is not a database outage
+// (the whole batch failing with connection), pausing the partition with
+// capped backoff meanwhile, so an outage hands nothing to Temporal and
+// dead-letters nothing. False when the partition was stopped first.
+func (p *partition) applyThroughOutage(items []item, last *kgo.Record, apply func() ([]Outcome, error)) ([]Outcome, bool) {
+	b := p.b
+	bo := newBackoff(b.opts.MinBackoff, b.opts.MaxBackoff)
+	var outage time.Time
+	for {
+		outcomes, err := apply()
+		if p.ctx.Err() != nil {
+			return nil, false
+		}
+		if !isOutage(outcomes, err) {
+			if !outage.IsZero() {
+				p.log.Info("database reachable again: batch applied, partition resumed",
+					"event", "bridge_outage_over", "dependency", "database",
+					"firstOffset", items[0].rec.Offset, "lastOffset", last.Offset, "pausedFor", time.Since(outage).Round(time.Millisecond).String())
+			}
+			return outcomes, true
+		}
+		if err == nil {
+			err = firstConnectionError(outcomes)
+		}
+		if outage.IsZero() {
+			outage = time.Now()
+			b.m.outages.WithLabelValues("database").Inc()
+			p.log.Warn("database unreachable: partition paused, retrying the batch with backoff",
+				"event", "bridge_outage", "dependency", "database",
+				"firstOffset", items[0].rec.Offset, "lastOffset", last.Offset, "events", len(items), "error", errString(err))
+		} else {
+			p.log.Debug("database still unreachable", "dependency", "database", "error", errString(err))
+		}
+		if bo.wait(p.ctx) != nil {
+			return nil, false
+		}
+	}
 }
 
 func (p *partition) retryInput(it item, projection string, first *workflows.Attempt) workflows.RetryInput {
