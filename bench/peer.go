@@ -13,6 +13,7 @@ import (
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/event"
 	"github.com/causet/projection-retry/projection"
+	"github.com/causet/projection-retry/starter"
 )
 
 // peer is the seed's original design as a minimal consumer: one goroutine
@@ -66,7 +67,7 @@ func runPeer(ctx context.Context, brokers []string, topic, group, dlqTopic strin
 		default:
 		}
 		pctx, pcancel := context.WithTimeout(ctx, 100*time.Millisecond)
-		fs := cl.PollRecords(pctx, 1000)
+		fs := cl.PollRecords(pctx, starter.DefaultMaxPollRecords)
 		pcancel()
 		if ctx.Err() != nil {
 			return 0, 0, ctx.Err()

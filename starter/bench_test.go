@@ -3,6 +3,7 @@ package starter
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -23,11 +24,20 @@ import (
 //
 //	go test -run '^$' -bench 'BenchmarkBridge' -benchtime 1x ./starter/
 //
-// and compare the events/s figures.
+// and compare the events/s figures. BENCH_EVENTS sets the inline
+// benchmarks' events per iteration (default 30000; startup weighs less
+// with more) and BENCH_MAX_POLL_RECORDS the bridge's batch bound (default
+// DefaultMaxPollRecords).
+
+var benchInline = func() int {
+	if n, err := strconv.Atoi(os.Getenv("BENCH_EVENTS")); err == nil {
+		return n
+	}
+	return 30000
+}()
 
 const (
 	benchPartitions = 3
-	benchInline     = 30000
 	benchWorkflow   = 600
 )
 
@@ -113,7 +123,9 @@ func BenchmarkBridgeInline(b *testing.B) {
 			h.startWorker() // lanes need a worker to take their events
 			o := h.options(nil)
 			o.Ordering = tc.ordering
-			o.MaxPollRecords = 1000
+			if n, err := strconv.Atoi(os.Getenv("BENCH_MAX_POLL_RECORDS")); err == nil {
+				o.MaxPollRecords = n
+			}
 			o.Logger = h.logger
 			var total time.Duration
 			for round := range b.N {

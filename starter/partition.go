@@ -158,6 +158,11 @@ func (p *partition) setCommitted(offset int64) {
 
 func (p *partition) run() {
 	defer p.wg.Done()
+	// Decoding runs one batch ahead of applying, so a batch's decoding
+	// overlaps the previous batch's round trips and commit.
+	batches := make(chan *batch, 1)
+	p.wg.Add(1)
+	go p.decodeAhead(batches)
 	if p.ord != nil {
 		defer p.releaseOrdering()
 		// Blocked keys first: no event of a blocked key may apply inline.
@@ -166,15 +171,35 @@ func (p *partition) run() {
 		}
 	}
 	for {
+		var bt *batch
+		select {
+		case bt = <-batches:
+		case <-p.ctx.Done():
+			return
+		}
+		if !p.process(bt) {
+			return
+		}
+	}
+}
+
+// decodeAhead takes queued records in batches, decodes them and passes
+// them on in offset order; it stops with the partition.
+func (p *partition) decodeAhead(out chan<- *batch) {
+	defer p.wg.Done()
+	for p.ctx.Err() == nil {
 		recs := p.take()
 		if recs == nil {
 			return
 		}
-		if !p.process(recs) {
-			return
-		}
 		if p.paused.Load() {
-			p.b.wakePoll()
+			p.b.wakePoll() // the queue shrank: fetching may resume
+		}
+		bt := p.decode(recs)
+		select {
+		case out <- bt:
+		case <-p.ctx.Done():
+			return
 		}
 	}
 }
@@ -190,26 +215,29 @@ type item struct {
 	projections []string
 }
 
-// process handles one batch in offset order. It returns false when the
-// partition was stopped before the batch was finished; the batch then stays
-// uncommitted.
-func (p *partition) process(recs []*kgo.Record) bool {
-	b := p.b
-	last := recs[len(recs)-1]
-	seg := &segment{next: kgo.EpochOffset{Epoch: last.LeaderEpoch, Offset: last.Offset + 1}}
-	seg.pending.Store(1)
-	p.mu.Lock()
-	p.segs = append(p.segs, seg)
-	p.mu.Unlock()
+// poison is a record that is not a valid envelope.
+type poison struct {
+	rec *kgo.Record
+	err error
+}
 
-	items := make([]item, 0, len(recs))
+// batch is a partition batch, decoded: the events some projection lists,
+// and the records to dead-letter.
+type batch struct {
+	last     *kgo.Record
+	items    []item
+	poisoned []poison
+}
+
+// decode decodes one batch; it touches no service.
+func (p *partition) decode(recs []*kgo.Record) *batch {
+	b := p.b
+	bt := &batch{last: recs[len(recs)-1], items: make([]item, 0, len(recs))}
 	for _, rec := range recs {
 		b.m.consumed.Inc()
 		env, err := event.Decode(rec.Value)
 		if err != nil {
-			if !p.deadLetterPoison(rec, err) {
-				return false
-			}
+			bt.poisoned = append(bt.poisoned, poison{rec: rec, err: err})
 			continue
 		}
 		projs := b.opts.Engine.Projections(env.EventType)
@@ -217,7 +245,27 @@ func (p *partition) process(recs []*kgo.Record) bool {
 			b.m.skipped.Inc()
 			continue
 		}
-		items = append(items, item{rec: rec, env: env, projections: projs})
+		bt.items = append(bt.items, item{rec: rec, env: env, projections: projs})
+	}
+	return bt
+}
+
+// process handles one decoded batch in offset order. It returns false when
+// the partition was stopped before the batch was finished; the batch then
+// stays uncommitted.
+func (p *partition) process(bt *batch) bool {
+	b := p.b
+	last, items := bt.last, bt.items
+	seg := &segment{next: kgo.EpochOffset{Epoch: last.LeaderEpoch, Offset: last.Offset + 1}}
+	seg.pending.Store(1)
+	p.mu.Lock()
+	p.segs = append(p.segs, seg)
+	p.mu.Unlock()
+
+	for _, pr := range bt.poisoned {
+		if !p.deadLetterPoison(pr.rec, pr.err) {
+			return false
+		}
 	}
 
 	if len(items) > 0 {
