@@ -1,4 +1,5 @@
-// Package activities implements ApplyProjection and PublishDeadLetter.
+// Package activities implements ApplyProjection, PublishDeadLetter and
+// AwaitRetrySettled.
 package activities
 
 import (
@@ -40,6 +41,9 @@ type Activities struct {
 	Logger *slog.Logger
 	// Metrics counts retries, dead letters and replays. Optional.
 	Metrics *Metrics
+	// Workflows describes the retry workflows lanes wait for. Optional,
+	// defaults to the worker's client.
+	Workflows WorkflowDescriber
 }
 
 func (a *Activities) logger() *slog.Logger {

@@ -17,6 +17,15 @@ type LaneKey struct {
 	EntityID   string
 }
 
+// BlockedKey is a blocked key and the retry workflow of the event that
+// blocked it, which the bridge started outside the key's lane ("" when the
+// key's first event went to a lane): the key stays blocked while that
+// workflow has not settled.
+type BlockedKey struct {
+	LaneKey
+	Head string
+}
+
 // BlockStore keeps the blocked keys of each partition, so that they survive
 // bridge restarts and rebalances. Add and Remove take the transaction of
 // the batch that blocks or unblocks the key (nil: use the store's own
@@ -25,9 +34,10 @@ type BlockStore interface {
 	// Ensure creates the store's table if needed.
 	Ensure(ctx context.Context) error
 	// Load returns the blocked keys of a partition.
-	Load(ctx context.Context, topic string, partition int32) ([]LaneKey, error)
-	// Add records keys as blocked (idempotent).
-	Add(ctx context.Context, tx pgx.Tx, topic string, partition int32, keys []LaneKey) error
+	Load(ctx context.Context, topic string, partition int32) ([]BlockedKey, error)
+	// Add records keys as blocked (idempotent: a key already blocked keeps
+	// its head).
+	Add(ctx context.Context, tx pgx.Tx, topic string, partition int32, keys []BlockedKey) error
 	// Remove clears a key's block (idempotent).
 	Remove(ctx context.Context, tx pgx.Tx, topic string, partition int32, key LaneKey) error
 }
@@ -45,11 +55,14 @@ const (
     fork_id    text        NOT NULL,
     entity_id  text        NOT NULL,
     blocked_at timestamptz NOT NULL DEFAULT now(),
+    head_workflow_id text  NOT NULL DEFAULT '',
     PRIMARY KEY (topic, partition, projection, fork_id, entity_id)
 )`
-	blockedLoadSQL   = `SELECT projection, fork_id, entity_id FROM causet_blocked_keys WHERE topic = $1 AND partition = $2`
-	blockedInsertSQL = `INSERT INTO causet_blocked_keys (topic, partition, projection, fork_id, entity_id)
-SELECT $1, $2, k.p, k.f, k.e FROM unnest($3::text[], $4::text[], $5::text[]) AS k(p, f, e)
+	blockedHeadColumnSQL = `ALTER TABLE causet_blocked_keys ADD COLUMN IF NOT EXISTS head_workflow_id text NOT NULL DEFAULT ''`
+	blockedLoadSQL       = `SELECT projection, fork_id, entity_id, head_workflow_id FROM causet_blocked_keys
+WHERE topic = $1 AND partition = $2`
+	blockedInsertSQL = `INSERT INTO causet_blocked_keys (topic, partition, projection, fork_id, entity_id, head_workflow_id)
+SELECT $1, $2, k.p, k.f, k.e, k.h FROM unnest($3::text[], $4::text[], $5::text[], $6::text[]) AS k(p, f, e, h)
 ON CONFLICT DO NOTHING`
 	blockedDeleteSQL = `DELETE FROM causet_blocked_keys
 WHERE topic = $1 AND partition = $2 AND projection = $3 AND fork_id = $4 AND entity_id = $5`
@@ -70,18 +83,21 @@ func (s pgBlockStore) Ensure(ctx context.Context) error {
 	if _, err := s.pool.Exec(ctx, blockedSchemaSQL); err != nil {
 		return fmt.Errorf("starter: create causet_blocked_keys: %w", err)
 	}
+	if _, err := s.pool.Exec(ctx, blockedHeadColumnSQL); err != nil {
+		return fmt.Errorf("starter: add causet_blocked_keys.head_workflow_id: %w", err)
+	}
 	return nil
 }
 
-func (s pgBlockStore) Load(ctx context.Context, topic string, partition int32) ([]LaneKey, error) {
+func (s pgBlockStore) Load(ctx context.Context, topic string, partition int32) ([]BlockedKey, error) {
 	rows, err := s.pool.Query(ctx, blockedLoadSQL, topic, partition)
 	if err != nil {
 		return nil, fmt.Errorf("starter: load blocked keys: %w", err)
 	}
-	var out []LaneKey
+	var out []BlockedKey
 	for rows.Next() {
-		var k LaneKey
-		if err := rows.Scan(&k.Projection, &k.ForkID, &k.EntityID); err != nil {
+		var k BlockedKey
+		if err := rows.Scan(&k.Projection, &k.ForkID, &k.EntityID, &k.Head); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("starter: load blocked keys: %w", err)
 		}
@@ -93,15 +109,16 @@ func (s pgBlockStore) Load(ctx context.Context, topic string, partition int32) (
 	return out, nil
 }
 
-func (s pgBlockStore) Add(ctx context.Context, tx pgx.Tx, topic string, partition int32, keys []LaneKey) error {
+func (s pgBlockStore) Add(ctx context.Context, tx pgx.Tx, topic string, partition int32, keys []BlockedKey) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	ps, fs, es := make([]string, len(keys)), make([]string, len(keys)), make([]string, len(keys))
+	n := len(keys)
+	ps, fs, es, hs := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	for i, k := range keys {
-		ps[i], fs[i], es[i] = k.Projection, k.ForkID, k.EntityID
+		ps[i], fs[i], es[i], hs[i] = k.Projection, k.ForkID, k.EntityID, k.Head
 	}
-	if _, err := s.q(tx).Exec(ctx, blockedInsertSQL, topic, partition, ps, fs, es); err != nil {
+	if _, err := s.q(tx).Exec(ctx, blockedInsertSQL, topic, partition, ps, fs, es, hs); err != nil {
 		return fmt.Errorf("starter: record blocked keys: %w", err)
 	}
 	return nil

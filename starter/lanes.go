@@ -27,13 +27,20 @@ import (
 // decides, once per batch and under ord.mu, which pairs of the batch are
 // held (their key is blocked); those, and the failed attempt 1 of a key
 // that becomes blocked, go to the partition's lane sender in partition
-// order. The sender keeps a FIFO per key and adds each key's events, one at
-// a time and in partition order, to the key's lane workflow with
-// Update-with-Start; different keys are sent concurrently (one drainer
-// goroutine per key with queued events, each holding a slot of the bridge's
-// MaxInflight semaphore). The lane runs its events in order as child retry
-// workflows. An event counts in its segment's pending counter until its
-// lane accepted it (or it was applied inline), so offsets never pass it.
+// order. The sender keeps a FIFO per key and sends each key's events one at
+// a time, in partition order; different keys are sent concurrently (one
+// drainer goroutine per key with queued events, each holding a slot of the
+// bridge's MaxInflight semaphore).
+//
+// The failure that blocks a key (its head) is started as a plain retry
+// workflow, one start as without ordering, and recorded with the block;
+// most failing keys never see a later event, and then need no lane at all.
+// Later events of the key go to its lane workflow with Update-with-Start,
+// each carrying the head's workflow ID (RetryInput.WaitFor): the lane runs
+// nothing of the key before the head has settled (workflows.RetrySettled),
+// then runs its events in order as child retry workflows. An event counts
+// in its segment's pending counter until it was started or its lane
+// accepted it (or it was applied inline), so offsets never pass it.
 //
 // A key is unblocked in two ways, both under ord.mu and only when the sender
 // holds no event of the key (queued == 0, counting the reservations the
@@ -45,9 +52,9 @@ import (
 //     about the key meanwhile because the drainer holds ord.mu for that
 //     transaction. No other event of the key is sent meanwhile: the key's
 //     sends are sequential.
-//   - the bridge's sweeper (sweep.go) sees the key's lane closed after the
-//     run that last accepted an event of the key did: every accepted event
-//     has run and no other is on its way.
+//   - the bridge's sweeper (sweep.go) sees the key's head settled and the
+//     key's lane closed after the run that last accepted an event of the
+//     key did: every accepted event has run and no other is on its way.
 //
 // Either way no event of the key can be applied inline while an earlier one
 // is still waiting in a lane.
@@ -61,12 +68,14 @@ type LaneClient interface {
 	DescribeWorkflowExecution(ctx context.Context, workflowID, runID string) (*workflowservice.DescribeWorkflowExecutionResponse, error)
 }
 
-// laneJob is one event on its way to a lane.
+// laneJob is one event on its way to a lane, or, for the failed event
+// that blocked its key (head), to a retry workflow of its own.
 type laneJob struct {
-	seg *segment
-	rec *kgo.Record
-	in  workflows.RetryInput
-	key LaneKey
+	seg  *segment
+	rec  *kgo.Record
+	in   workflows.RetryInput
+	key  LaneKey
+	head bool
 }
 
 // ordering is a partition's blocked keys and its lane sender's queues.
@@ -75,6 +84,7 @@ type ordering struct {
 	blocked map[LaneKey]struct{}
 	queued  map[LaneKey]int    // events of the key in the sender's queue or reserved by a batch
 	lastRun map[LaneKey]string // lane run that last accepted an event of the key
+	head    map[LaneKey]string // retry workflow started outside the lane by the failure that blocked the key
 	// keyq is the sender's FIFO of each key, in partition order. A key is in
 	// keyq while it is scheduled: waiting in ready for a drainer, or being
 	// drained (its slice may then be empty while the last event is sent).
@@ -88,6 +98,7 @@ func newOrdering() *ordering {
 		blocked: map[LaneKey]struct{}{},
 		queued:  map[LaneKey]int{},
 		lastRun: map[LaneKey]string{},
+		head:    map[LaneKey]string{},
 		keyq:    map[LaneKey][]laneJob{},
 		wake:    make(chan struct{}, 1),
 	}
@@ -119,12 +130,16 @@ func (p *partition) loadBlocked() bool {
 		if err == nil {
 			o := p.ord
 			o.mu.Lock()
-			for _, k := range keys {
+			for _, bk := range keys {
+				k := bk.LaneKey
 				if _, ok := o.blocked[k]; !ok {
 					o.blocked[k] = struct{}{}
 					b.m.blockedKeys.Inc()
 				}
 				o.lastRun[k] = ""
+				if bk.Head != "" {
+					o.head[k] = bk.Head
+				}
 			}
 			o.mu.Unlock()
 			if len(keys) > 0 {
@@ -222,7 +237,7 @@ func (p *partition) applyOrdered(seg *segment, items []item, last *kgo.Record) b
 		}
 		return index[ev] > at
 	}
-	var newBlocked []LaneKey
+	var newBlocked []BlockedKey
 	beforeCommit := func(ctx context.Context, tx pgx.Tx, outs []Outcome) error {
 		first := map[LaneKey]int{}
 		for _, o := range outs {
@@ -260,7 +275,13 @@ func (p *partition) applyOrdered(seg *segment, items []item, last *kgo.Record) b
 				continue
 			}
 			seen[k] = true
-			newBlocked = append(newBlocked, k)
+			bk := BlockedKey{LaneKey: k}
+			if at, ok := first[k]; ok {
+				// The key's first failure is handed off as a plain retry
+				// workflow, its head; its later events go to the lane.
+				bk.Head = workflows.RetryWorkflowID(k.Projection, evs[at].ForkID, evs[at].EventID)
+			}
+			newBlocked = append(newBlocked, bk)
 		}
 		return b.opts.Blocks.Add(ctx, tx, p.topic, p.id, newBlocked)
 	}
@@ -295,6 +316,12 @@ func (p *partition) applyOrdered(seg *segment, items []item, last *kgo.Record) b
 		return false
 	}
 
+	heads := make(map[LaneKey]string, len(newBlocked))
+	for _, bk := range newBlocked {
+		if bk.Head != "" {
+			heads[bk.LaneKey] = bk.Head
+		}
+	}
 	var jobs []laneJob
 	for _, oc := range outcomes {
 		switch oc.Status {
@@ -304,7 +331,9 @@ func (p *partition) applyOrdered(seg *segment, items []item, last *kgo.Record) b
 			b.m.failed.WithLabelValues(oc.ErrorKind).Inc()
 			it := items[oc.Index]
 			first := &workflows.Attempt{Number: 1, StartedAt: startedAt, ErrorKind: oc.ErrorKind, Error: errString(oc.Err), IRVersion: oc.IRVersion}
-			jobs = append(jobs, laneJob{seg: seg, rec: it.rec, in: p.retryInput(it, oc.Projection, first), key: keyOf(oc.Projection, &it.env)})
+			k := keyOf(oc.Projection, &it.env)
+			head := heads[k] != "" && heads[k] == workflows.RetryWorkflowID(oc.Projection, it.env.ForkID, it.env.EventID)
+			jobs = append(jobs, laneJob{seg: seg, rec: it.rec, in: p.retryInput(it, oc.Projection, first), key: k, head: head})
 		case StatusHeld:
 			b.m.heldInline.Inc()
 			it := items[oc.Index]
@@ -317,10 +346,13 @@ func (p *partition) applyOrdered(seg *segment, items []item, last *kgo.Record) b
 		return true
 	}
 	o.mu.Lock()
-	for _, k := range newBlocked {
-		if _, ok := o.blocked[k]; !ok {
-			o.blocked[k] = struct{}{}
+	for _, bk := range newBlocked {
+		if _, ok := o.blocked[bk.LaneKey]; !ok {
+			o.blocked[bk.LaneKey] = struct{}{}
 			b.m.blockedKeys.Inc()
+		}
+		if bk.Head != "" {
+			o.head[bk.LaneKey] = bk.Head
 		}
 	}
 	for _, j := range jobs {
@@ -333,9 +365,10 @@ func (p *partition) applyOrdered(seg *segment, items []item, last *kgo.Record) b
 		o.keyq[j.key] = append(q, j)
 	}
 	o.mu.Unlock()
-	for _, k := range newBlocked {
+	for _, bk := range newBlocked {
 		p.log.Info("key blocked: its later events wait in its lane", "event", "projection_key_blocked",
-			"projectionName", k.Projection, "forkId", k.ForkID, "entityId", k.EntityID, "laneId", k.laneID())
+			"projectionName", bk.Projection, "forkId", bk.ForkID, "entityId", bk.EntityID, "laneId", bk.laneID(),
+			"headWorkflowId", bk.Head)
 	}
 	select {
 	case o.wake <- struct{}{}:
@@ -400,12 +433,64 @@ func (p *partition) drainKey(k LaneKey) {
 		j := q[0]
 		q[0] = laneJob{}
 		o.keyq[k] = q[1:]
+		if !j.head {
+			j.in.WaitFor = o.head[k]
+		}
 		o.mu.Unlock()
-		if !p.sendToLane(j) {
+		send := p.sendToLane
+		if j.head {
+			send = p.startHead
+		}
+		if !send(j) {
 			return // stopped: the event is not committed
 		}
 		j.seg.pending.Add(-1)
 	}
+}
+
+// startHead hands off the failure that blocked its key as a plain retry
+// workflow, as handOff does for a failure without ordering, retrying with
+// capped backoff while Temporal is unavailable: one workflow start, instead
+// of a lane start, an update and a child, for the common case of a failing
+// key with no later event. The key's later events go to its lane, which
+// runs them once this workflow has settled (RetryInput.WaitFor). False when
+// the partition was stopped first.
+func (p *partition) startHead(j laneJob) bool {
+	b, o := p.b, p.ord
+	log := p.recordLog(j.rec).With("projectionName", j.in.Projection, "eventType", j.in.Event.EventType,
+		"entityId", j.in.Event.EntityID, "forkId", j.in.Event.ForkID, "eventId", j.in.Event.EventID)
+	bo := newBackoff(b.opts.MinBackoff, b.opts.MaxBackoff)
+	var outage time.Time
+	for {
+		ctx, cancel := context.WithTimeout(p.ctx, b.opts.StartTimeout)
+		err := startRetryWorkflow(ctx, b.opts.Starter, b.opts.TaskQueue, j.in)
+		cancel()
+		if err == nil {
+			break
+		}
+		if p.ctx.Err() != nil {
+			return false
+		}
+		b.m.handoffRetry.Inc()
+		if outage.IsZero() {
+			outage = time.Now()
+			b.m.outages.WithLabelValues("temporal").Inc()
+			log.Warn("cannot start retry workflow: offsets stop here, retrying with backoff",
+				"event", "bridge_outage", "dependency", "temporal", "error", err.Error())
+		} else {
+			log.Debug("still cannot start retry workflow", "dependency", "temporal", "error", err.Error())
+		}
+		if bo.wait(p.ctx) != nil {
+			return false
+		}
+	}
+	o.mu.Lock()
+	o.unqueueLocked(j.key)
+	o.mu.Unlock()
+	b.m.laneHandoffs.WithLabelValues("head").Inc()
+	b.m.handedOff.WithLabelValues(string(j.in.Mode)).Inc()
+	logHandOff(log, j.in, outage)
+	return true
 }
 
 // laneStartOptions start a key's lane: an open run takes the event; a
@@ -541,6 +626,7 @@ func (p *partition) sendToLane(j laneJob) bool {
 				b.m.blockedKeys.Dec()
 			}
 			delete(o.lastRun, j.key)
+			delete(o.head, j.key)
 			o.mu.Unlock()
 			b.m.unblocked.WithLabelValues("refusal").Inc()
 			log.Info("lane closed: key unblocked, event applied inline", "event", "projection_key_unblocked")

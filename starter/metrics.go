@@ -50,7 +50,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		committed: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "committed_offset", Help: "Last committed offset per partition."}, []string{"topic", "partition"}),
 		laneHandoffs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "lane_handoffs_total", Help: "Events added to ordering lanes: the failed head of a newly blocked key (role=head) or a later event of a blocked key (role=held)."}, []string{"role"}),
+			Name: "lane_handoffs_total", Help: "Events of blocked keys handed off: the failure that blocked its key, started as a retry workflow of its own (role=head), or a later event of a blocked key added to its lane (role=held)."}, []string{"role"}),
 		laneRefused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "lane_refusals_total", Help: "Lane enqueue updates refused because the lane was closing."}),
 		unblocked: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,

@@ -204,6 +204,7 @@ func TestBridgeKafkaOrderingIncrementHeadRetrying(t *testing.T) {
 	require.Equal(t, 101, h.count(`SELECT plays_per_day::int FROM artist_stats WHERE artist_id = $1`, artist))
 	h.waitCommittedToEnd(30 * time.Second)
 	require.EqualValues(t, 100, value(r.b.m.laneHandoffs.WithLabelValues("held")))
+	require.EqualValues(t, 1, value(r.b.m.laneHandoffs.WithLabelValues("head")), "the head started as a retry workflow of its own")
 	require.Eventually(t, func() bool { return h.blockedRows() == 0 }, 30*time.Second, 50*time.Millisecond)
 }
 
@@ -271,6 +272,46 @@ func TestBridgeKafkaOrderingRestartKeepsBlock(t *testing.T) {
 	require.Eventually(t, func() bool { return len(h.audit(artist)) == 8 }, 60*time.Second, 100*time.Millisecond)
 	require.Equal(t, seq(1, 8), h.audit(artist), "in order, each once")
 	require.Equal(t, 36, h.count(`SELECT plays::int FROM artist_stats WHERE artist_id = $1`, artist))
+	require.Eventually(t, func() bool { return h.blockedRows() == 0 }, 30*time.Second, 50*time.Millisecond)
+}
+
+// TestBridgeKafkaOrderingHeadOutlivesRestart: the failure that blocks a key
+// is a retry workflow of its own (no lane, no parent), recorded with the
+// block, so a bridge that starts with an empty memory keeps the key blocked
+// while that workflow retries, even though the key has no lane.
+func TestBridgeKafkaOrderingHeadOutlivesRestart(t *testing.T) {
+	h, o := orderedHarness(t, 1)
+	o.Retry = config.Retry{MaxAttempts: 60, Initial: 200 * time.Millisecond, Multiplier: 2, Max: time.Second}
+	const artist = "artist-ho"
+	h.flag(artist, 1)
+	oa := o
+	oa.Registerer = prometheus.NewRegistry()
+	a := h.start(oa)
+	h.produce(envRecord(0, nth(h, artist, 1)))
+	head := workflows.RetryWorkflowID("artist_stats", "production", nth(h, artist, 1).EventID)
+	require.Eventually(t, func() bool { return value(a.b.m.laneHandoffs.WithLabelValues("head")) == 1 }, 30*time.Second, 50*time.Millisecond)
+	var lanes LaneClient = h.temporal.Client
+	desc, err := lanes.DescribeWorkflowExecution(h.ctx, head, "")
+	require.NoError(t, err)
+	require.Nil(t, desc.GetWorkflowExecutionInfo().GetParentExecution(), "the head is not a lane's child")
+	var stored string
+	require.NoError(t, h.pool.QueryRow(h.ctx, `SELECT head_workflow_id FROM causet_blocked_keys WHERE topic = $1 AND entity_id = $2`,
+		h.topic, artist).Scan(&stored))
+	require.Equal(t, head, stored)
+	h.waitCommittedToEnd(30 * time.Second)
+	a.stop(t)
+
+	b := h.start(o)
+	time.Sleep(3 * sweepInterval) // sweeps run while only the head holds the key
+	require.Equal(t, 1, h.blockedRows(), "the sweeper keeps the key blocked while its head retries")
+	h.produce(envRecord(0, nth(h, artist, 2)))
+	h.waitCommittedToEnd(30 * time.Second)
+	require.Empty(t, h.audit(artist), "the later event waits for the head")
+	require.EqualValues(t, 1, value(b.b.m.laneHandoffs.WithLabelValues("held")))
+
+	h.unflag(artist)
+	require.Eventually(t, func() bool { return len(h.audit(artist)) == 2 }, 60*time.Second, 100*time.Millisecond)
+	require.Equal(t, seq(1, 2), h.audit(artist))
 	require.Eventually(t, func() bool { return h.blockedRows() == 0 }, 30*time.Second, 50*time.Millisecond)
 }
 

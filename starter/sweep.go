@@ -8,6 +8,8 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+
+	"github.com/causet/projection-retry/workflows"
 )
 
 // The sweeper unblocks keys whose lane has closed (CAUSET_ORDERING=entity).
@@ -20,6 +22,13 @@ import (
 // a key is unblocked at most about sweepInterval (plus the sweep) after its
 // lane closed. Until then its events keep going to its lane, which is
 // always correct.
+//
+// A key whose head (the retry workflow of the failure that blocked it) has
+// not settled stays blocked whatever its lane: the head is checked first,
+// and it is kept with the block in PostgreSQL, so a bridge that starts
+// afresh checks it too. Once the head has settled it never holds the key
+// again (its replay later does not block the key, as a lane's dead-lettered
+// child does not), and every lane event waited for it.
 //
 // Correctness (the argument of the per-lane watcher it replaces): for a key
 // k, the sweeper notes R = lastRun[k] (the lane run that last accepted an
@@ -55,9 +64,10 @@ func (b *Bridge) runSweeper() {
 }
 
 type sweepCandidate struct {
-	p   *partition
-	k   LaneKey
-	run string
+	p    *partition
+	k    LaneKey
+	run  string
+	head string
 }
 
 // sweep checks, once, the lane of every blocked key that the sender holds
@@ -72,7 +82,7 @@ func (b *Bridge) sweep() {
 		o.mu.Lock()
 		for k := range o.blocked {
 			if o.queued[k] == 0 {
-				cands = append(cands, sweepCandidate{p, k, o.lastRun[k]})
+				cands = append(cands, sweepCandidate{p, k, o.lastRun[k], o.head[k]})
 			}
 		}
 		o.mu.Unlock()
@@ -100,21 +110,35 @@ func (b *Bridge) sweep() {
 		go func() {
 			defer wg.Done()
 			defer func() { <-slots }()
-			c.p.checkLane(c.k, c.run)
+			c.p.checkLane(c.k, c.run, c.head)
 		}()
 	}
 }
 
-// checkLane unblocks k if its lane is closed and, meanwhile, no event of k
-// was queued or accepted by another run than run.
-func (p *partition) checkLane(k LaneKey, run string) {
+// checkLane unblocks k if its head (the retry workflow of the failure that
+// blocked it, if the bridge started one) has settled and its lane is
+// closed and, meanwhile, no event of k was queued or accepted by another
+// run than run.
+func (p *partition) checkLane(k LaneKey, run, head string) {
 	if !p.hold() {
 		return
 	}
 	defer p.wg.Done()
 	ctx, cancel := context.WithTimeout(p.ctx, p.b.opts.StartTimeout)
+	defer cancel()
+	if head != "" {
+		settled, err := p.headSettled(ctx, head)
+		if err != nil {
+			if p.ctx.Err() == nil {
+				p.log.Debug("cannot check the key's head, next sweep retries", "headWorkflowId", head, "error", err.Error())
+			}
+			return
+		}
+		if !settled {
+			return
+		}
+	}
 	closed, err := p.laneClosed(ctx, k)
-	cancel()
 	if err != nil {
 		if p.ctx.Err() == nil {
 			p.log.Debug("cannot check lane, next sweep retries", "laneId", k.laneID(), "error", err.Error())
@@ -127,7 +151,7 @@ func (p *partition) checkLane(k LaneKey, run string) {
 	o := p.ord
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if _, ok := o.blocked[k]; !ok || o.queued[k] > 0 || o.lastRun[k] != run || p.ctx.Err() != nil {
+	if _, ok := o.blocked[k]; !ok || o.queued[k] > 0 || o.lastRun[k] != run || o.head[k] != head || p.ctx.Err() != nil {
 		return
 	}
 	if err := p.b.opts.Blocks.Remove(p.ctx, nil, p.topic, p.id, k); err != nil {
@@ -136,6 +160,7 @@ func (p *partition) checkLane(k LaneKey, run string) {
 		return
 	}
 	delete(o.lastRun, k)
+	delete(o.head, k)
 	delete(o.blocked, k)
 	p.b.m.blockedKeys.Dec()
 	p.b.m.unblocked.WithLabelValues("lane_closed").Inc()
@@ -164,6 +189,20 @@ func (p *partition) laneClosed(ctx context.Context, k LaneKey) (bool, error) {
 		return true, nil
 	}
 	return false, nil
+}
+
+// headSettled reports whether the retry workflow head has settled
+// (workflows.RetrySettled) or does not exist.
+func (p *partition) headSettled(ctx context.Context, head string) (bool, error) {
+	resp, err := p.b.opts.Lanes.DescribeWorkflowExecution(ctx, head, "")
+	if err != nil {
+		var nf *serviceerror.NotFound
+		if errors.As(err, &nf) {
+			return true, nil
+		}
+		return false, err
+	}
+	return workflows.RetrySettled(resp.GetWorkflowExecutionInfo()), nil
 }
 
 // hold counts a sweeper check in the partition's wait group unless the

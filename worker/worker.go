@@ -86,6 +86,7 @@ func Register(r sdkworker.Registry, a *activities.Activities) {
 	r.RegisterWorkflowWithOptions(workflows.ProjectionLaneWorkflow, workflow.RegisterOptions{Name: workflows.LaneWorkflowName})
 	r.RegisterActivityWithOptions(a.ApplyProjection, activity.RegisterOptions{Name: workflows.ApplyProjectionActivity})
 	r.RegisterActivityWithOptions(a.PublishDeadLetter, activity.RegisterOptions{Name: workflows.PublishDeadLetterActivity})
+	r.RegisterActivityWithOptions(a.AwaitRetrySettled, activity.RegisterOptions{Name: workflows.AwaitRetrySettledActivity})
 }
 
 // MissingSearchAttributesError lists the commands that create the search

@@ -91,6 +91,13 @@ func ProjectionLaneWorkflow(ctx workflow.Context, in LaneInput) (LaneStatus, err
 		for len(queue) > 0 {
 			next := queue[0]
 			queue = queue[1:]
+			if next.WaitFor != "" {
+				// An earlier event of the key retries outside the lane.
+				st.Current = next.WaitFor
+				if err := awaitSettled(ctx, next.WaitFor); err != nil {
+					return st, err
+				}
+			}
 			st.Current = RetryWorkflowID(next.Projection, next.Event.ForkID, next.Event.EventID)
 			if err := runChild(ctx, next, st.Current, settled); err != nil {
 				return st, err

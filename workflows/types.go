@@ -93,6 +93,10 @@ type RetryInput struct {
 	Retry config.Retry `json:"retry"`
 	// ReplayWindow is how long a dead-lettered run waits for replay or discard.
 	ReplayWindow time.Duration `json:"replayWindow"`
+	// WaitFor, on an event sent to a lane, is the retry workflow of an
+	// earlier event of the key that the bridge started outside the lane:
+	// the lane runs this event only once that workflow has settled.
+	WaitFor string `json:"waitFor,omitempty"`
 }
 
 // DLQCoordinates locate a published dead letter.
