@@ -333,23 +333,17 @@ func (b *bench) close() {
 	}
 }
 
-// handoffQueue is the task queue of the inline and hand-off runs. With
-// CAUSET_ORDERING=none it is one no worker polls: the bridge's job ends when
-// a failure's retry workflow is started, and the retries do not compete with
-// the measurement. With entity ordering a failure is handed off by an update
-// to its lane workflow, which a worker must accept: the worker's queue.
-func (b *bench) handoffQueue() string {
-	if b.res.Ordering == string(config.OrderingNone) {
-		return b.idleQueue
-	}
-	return b.workQueue
-}
+// handoffQueue is the task queue of the inline and hand-off runs: one no
+// worker polls, so the bridge's job ends when a failure's retry workflow is
+// durably started, and the retries do not compete with the measurement (nor
+// with later ones). With entity ordering too: a failure that blocks its key
+// is started as a plain retry workflow, and the bench's failing events have
+// entities of their own, so no lane (which a worker would have to accept)
+// is ever needed.
+func (b *bench) handoffQueue() string { return b.idleQueue }
 
 func (b *bench) queueNote() string {
-	if b.handoffQueue() == b.idleQueue {
-		return fmt.Sprintf("CAUSET_ORDERING=none: inline and hand-off runs use task queue %q, which no worker polls: the bridge's job ends when a failure's retry workflow is durably started, and its retries do not compete with the measurement. Workflow mode and the schedule run use the in-process worker (default worker options from package worker).", b.idleQueue)
-	}
-	return "CAUSET_ORDERING=entity: a failure is handed off by update-with-start of its lane workflow, which a worker must accept, so every run uses the in-process worker's queue (default worker options from package worker) and the retries (short schedule) run during the measurement."
+	return fmt.Sprintf("Inline and hand-off runs use task queue %q, which no worker polls: the bridge's job ends when a failure's retry workflow is durably started, and its retries do not compete with the measurement. (With CAUSET_ORDERING=entity a failure that blocks its key is started the same way; the bench's failing events have entities of their own, so no lane is needed.) Workflow mode and the schedule run use the in-process worker (default worker options from package worker).", b.idleQueue)
 }
 
 // startWorker runs a worker on workQueue until the returned stop is called.

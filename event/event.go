@@ -73,29 +73,46 @@ func Decode(value []byte) (Envelope, error) {
 	if dec.More() {
 		return Envelope{}, invalid("trailing data after the JSON envelope")
 	}
-	if err := env.Validate(); err != nil {
+	p, err := env.checkShape()
+	if err != nil {
+		return Envelope{}, err
+	}
+	// The decoder has checked the payload's syntax: what Fields could still
+	// refuse is a number, checked here without building the map the
+	// projection engine builds once, when it evaluates the event.
+	if err := checkNumbers(p); err != nil {
 		return Envelope{}, err
 	}
 	return env, nil
 }
 
-// Validate checks the required fields.
+// Validate checks the required fields and that the payload is a JSON
+// object that Fields accepts.
 func (e Envelope) Validate() error {
-	for _, f := range []struct{ name, value string }{
-		{"eventId", e.EventID}, {"eventType", e.EventType}, {"entityId", e.EntityID}, {"forkId", e.ForkID},
-	} {
-		if strings.TrimSpace(f.value) == "" {
-			return invalid("%s is required and must be a non-empty string", f.name)
-		}
-	}
-	p := bytes.TrimSpace(e.Payload)
-	if len(p) == 0 || p[0] != '{' {
-		return invalid("payload is required and must be a JSON object")
+	if _, err := e.checkShape(); err != nil {
+		return err
 	}
 	if _, err := e.Fields(); err != nil {
 		return err
 	}
 	return nil
+}
+
+// checkShape checks the required fields and returns the payload, which
+// must start as a JSON object.
+func (e Envelope) checkShape() ([]byte, error) {
+	for _, f := range []struct{ name, value string }{
+		{"eventId", e.EventID}, {"eventType", e.EventType}, {"entityId", e.EntityID}, {"forkId", e.ForkID},
+	} {
+		if strings.TrimSpace(f.value) == "" {
+			return nil, invalid("%s is required and must be a non-empty string", f.name)
+		}
+	}
+	p := bytes.TrimSpace(e.Payload)
+	if len(p) == 0 || p[0] != '{' {
+		return nil, invalid("payload is required and must be a JSON object")
+	}
+	return p, nil
 }
 
 // Fields returns the envelope as a map for expression evaluation. Integral
@@ -156,22 +173,54 @@ func convertNumbers(v any) (any, error) {
 		}
 		return t, nil
 	case json.Number:
-		s := string(t)
-		if !strings.ContainsAny(s, ".eE") {
-			n, err := strconv.ParseInt(s, 10, 64)
-			if err != nil {
-				return nil, invalid("payload number %s does not fit a 64-bit integer", abbreviate(s))
-			}
-			return n, nil
-		}
-		f, err := strconv.ParseFloat(s, 64)
-		if err != nil || math.IsInf(f, 0) {
-			return nil, invalid("payload number %s is out of range", abbreviate(s))
-		}
-		return f, nil
+		return convertNumber(string(t))
 	default:
 		return v, nil
 	}
+}
+
+// convertNumber turns a JSON number into int64 (integral) or float64.
+func convertNumber(s string) (any, error) {
+	if !strings.ContainsAny(s, ".eE") {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return nil, invalid("payload number %s does not fit a 64-bit integer", abbreviate(s))
+		}
+		return n, nil
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsInf(f, 0) {
+		return nil, invalid("payload number %s is out of range", abbreviate(s))
+	}
+	return f, nil
+}
+
+// checkNumbers applies convertNumber's checks to every number of b, which
+// must be valid JSON, without decoding it.
+func checkNumbers(b []byte) error {
+	inString, escaped := false, false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		switch {
+		case escaped:
+			escaped = false
+		case inString && c == '\\':
+			escaped = true
+		case c == '"':
+			inString = !inString
+		case inString:
+		case c == '-' || (c >= '0' && c <= '9'):
+			j := i + 1
+			for j < len(b) && (b[j] == '.' || b[j] == 'e' || b[j] == 'E' || b[j] == '+' || b[j] == '-' || (b[j] >= '0' && b[j] <= '9')) {
+				j++
+			}
+			if _, err := convertNumber(string(b[i:j])); err != nil {
+				return err
+			}
+			i = j - 1
+		}
+	}
+	return nil
 }
 
 // checkDepth rejects nesting deeper than maxDepth before the decoder recurses.

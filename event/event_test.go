@@ -1,6 +1,7 @@
 package event
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -84,6 +85,52 @@ func FuzzDecode(f *testing.F) {
 		}
 		if _, err := env.Fields(); err != nil {
 			t.Fatalf("accepted envelope has unusable fields: %v", err)
+		}
+	})
+}
+
+func TestDecodeChecksPayloadNumbersLikeFields(t *testing.T) {
+	env := func(payload string) []byte {
+		return []byte(`{"eventId":"1","eventType":"A","entityId":"e","forkId":"f","payload":` + payload + `}`)
+	}
+	for _, tc := range []struct {
+		payload string
+		want    string // "" when accepted
+	}{
+		{`{"s":"1e999","k":"99999999999999999999"}`, ""},
+		{`{"quote\"":[-9223372036854775808, 9223372036854775807, 1.5e308, -0, 0.0, 1E-400]}`, ""},
+		{`{"a":{"b":[1,{"c":9223372036854775808}]}}`, "does not fit a 64-bit integer"},
+		{`{"esc\\":-1e999}`, "out of range"},
+		{`{"t":true,"f":false,"n":null,"x":-12}`, ""},
+	} {
+		t.Run(tc.payload, func(t *testing.T) {
+			got, err := Decode(env(tc.payload))
+			if tc.want == "" {
+				require.NoError(t, err)
+				_, err = got.Fields()
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.want)
+			require.True(t, IsInvalid(err))
+		})
+	}
+}
+
+// FuzzCheckNumbers: for valid JSON, checkNumbers accepts exactly what
+// decoding the value (as Fields does) accepts.
+func FuzzCheckNumbers(f *testing.F) {
+	for _, s := range []string{`{"a":1}`, `[1e999]`, `{"s":"9e9999"}`, `-9223372036854775809`, `{"\\"":[0.5,-0,1E+2]}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if !json.Valid(b) || checkDepth(b) != nil {
+			return
+		}
+		_, decodeErr := decodeValue(b)
+		checkErr := checkNumbers(b)
+		if (decodeErr == nil) != (checkErr == nil) {
+			t.Fatalf("%q: decoding says %v, checkNumbers says %v", b, decodeErr, checkErr)
 		}
 	})
 }

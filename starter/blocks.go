@@ -35,8 +35,9 @@ type BlockStore interface {
 	Ensure(ctx context.Context) error
 	// Load returns the blocked keys of a partition.
 	Load(ctx context.Context, topic string, partition int32) ([]BlockedKey, error)
-	// Add records keys as blocked (idempotent: a key already blocked keeps
-	// its head).
+	// Add records keys as blocked (idempotent); a key already recorded
+	// takes the new head: a bridge blocks only keys it holds unblocked, so
+	// an older head has settled.
 	Add(ctx context.Context, tx pgx.Tx, topic string, partition int32, keys []BlockedKey) error
 	// Remove clears a key's block (idempotent).
 	Remove(ctx context.Context, tx pgx.Tx, topic string, partition int32, key LaneKey) error
@@ -63,7 +64,7 @@ const (
 WHERE topic = $1 AND partition = $2`
 	blockedInsertSQL = `INSERT INTO causet_blocked_keys (topic, partition, projection, fork_id, entity_id, head_workflow_id)
 SELECT $1, $2, k.p, k.f, k.e, k.h FROM unnest($3::text[], $4::text[], $5::text[], $6::text[]) AS k(p, f, e, h)
-ON CONFLICT DO NOTHING`
+ON CONFLICT (topic, partition, projection, fork_id, entity_id) DO UPDATE SET head_workflow_id = EXCLUDED.head_workflow_id`
 	blockedDeleteSQL = `DELETE FROM causet_blocked_keys
 WHERE topic = $1 AND partition = $2 AND projection = $3 AND fork_id = $4 AND entity_id = $5`
 )

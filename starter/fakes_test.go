@@ -37,9 +37,7 @@ func (m *memBlocks) Add(_ context.Context, _ pgx.Tx, topic string, partition int
 		m.keys[tp] = map[LaneKey]string{}
 	}
 	for _, k := range keys {
-		if _, ok := m.keys[tp][k.LaneKey]; !ok {
-			m.keys[tp][k.LaneKey] = k.Head
-		}
+		m.keys[tp][k.LaneKey] = k.Head
 	}
 	return nil
 }

@@ -82,9 +82,10 @@ type laneJob struct {
 type ordering struct {
 	mu      sync.Mutex
 	blocked map[LaneKey]struct{}
-	queued  map[LaneKey]int    // events of the key in the sender's queue or reserved by a batch
-	lastRun map[LaneKey]string // lane run that last accepted an event of the key
-	head    map[LaneKey]string // retry workflow started outside the lane by the failure that blocked the key
+	queued  map[LaneKey]int     // events of the key in the sender's queue or reserved by a batch
+	lastRun map[LaneKey]string  // lane run that last accepted an event of the key
+	head    map[LaneKey]string  // retry workflow started outside the lane by the failure that blocked the key
+	recheck map[LaneKey]recheck // when the sweeper looks at the key again
 	// keyq is the sender's FIFO of each key, in partition order. A key is in
 	// keyq while it is scheduled: waiting in ready for a drainer, or being
 	// drained (its slice may then be empty while the last event is sent).
@@ -99,6 +100,7 @@ func newOrdering() *ordering {
 		queued:  map[LaneKey]int{},
 		lastRun: map[LaneKey]string{},
 		head:    map[LaneKey]string{},
+		recheck: map[LaneKey]recheck{},
 		keyq:    map[LaneKey][]laneJob{},
 		wake:    make(chan struct{}, 1),
 	}
@@ -586,6 +588,7 @@ func (p *partition) sendToLane(j laneJob) bool {
 			o.mu.Lock()
 			o.unqueueLocked(j.key)
 			o.lastRun[j.key] = runID
+			delete(o.recheck, j.key) // its lane may close soon: check it at the next sweep
 			o.mu.Unlock()
 			role := "held"
 			if j.in.FirstAttempt != nil {
@@ -622,11 +625,9 @@ func (p *partition) sendToLane(j laneJob) bool {
 		if done {
 			o.unqueueLocked(j.key)
 			if _, ok := o.blocked[j.key]; ok {
-				delete(o.blocked, j.key)
 				b.m.blockedKeys.Dec()
 			}
-			delete(o.lastRun, j.key)
-			delete(o.head, j.key)
+			o.forgetLocked(j.key)
 			o.mu.Unlock()
 			b.m.unblocked.WithLabelValues("refusal").Inc()
 			log.Info("lane closed: key unblocked, event applied inline", "event", "projection_key_unblocked")

@@ -42,7 +42,15 @@ import (
 // accepted by R (so it has run) or by a newer run (lastRun changed: no
 // unblock), and an event on its way counts in queued. Nothing of k can then
 // be applied inline before an earlier event of k has run.
+//
+// A key found still blocked is checked again after a delay that doubles
+// from sweepInterval up to maxRecheck, and goes back to sweepInterval when
+// its lane accepts an event: thousands of keys whose heads retry for long
+// cost the server a trickle of describes, not sweepRate of them, at the
+// price of unblocking such a key up to maxRecheck late (its events go to
+// its lane meanwhile, which is always correct).
 const (
+	maxRecheck       = 16 * time.Second
 	sweepInterval    = 2 * time.Second
 	sweepConcurrency = 8
 	sweepRate        = 200 // lane checks per second, at most
@@ -79,9 +87,10 @@ func (b *Bridge) sweep() {
 			continue
 		}
 		o := p.ord
+		now := time.Now()
 		o.mu.Lock()
 		for k := range o.blocked {
-			if o.queued[k] == 0 {
+			if o.queued[k] == 0 && !now.Before(o.recheck[k].at) {
 				cands = append(cands, sweepCandidate{p, k, o.lastRun[k], o.head[k]})
 			}
 		}
@@ -135,6 +144,7 @@ func (p *partition) checkLane(k LaneKey, run, head string) {
 			return
 		}
 		if !settled {
+			p.ord.later(k)
 			return
 		}
 	}
@@ -146,6 +156,7 @@ func (p *partition) checkLane(k LaneKey, run, head string) {
 		return
 	}
 	if !closed {
+		p.ord.later(k)
 		return
 	}
 	o := p.ord
@@ -159,13 +170,38 @@ func (p *partition) checkLane(k LaneKey, run, head string) {
 		p.log.Warn("cannot clear a blocked key after its lane closed", "laneId", k.laneID(), "error", err.Error())
 		return
 	}
-	delete(o.lastRun, k)
-	delete(o.head, k)
-	delete(o.blocked, k)
+	o.forgetLocked(k)
 	p.b.m.blockedKeys.Dec()
 	p.b.m.unblocked.WithLabelValues("lane_closed").Inc()
 	p.log.Info("lane closed: key unblocked", "event", "projection_key_unblocked",
 		"projectionName", k.Projection, "forkId", k.ForkID, "entityId", k.EntityID, "laneId", k.laneID())
+}
+
+// recheck is when the sweeper looks at a blocked key again.
+type recheck struct {
+	at    time.Time
+	every time.Duration
+}
+
+// later puts off the next check of k, which was found still blocked.
+func (o *ordering) later(k LaneKey) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, ok := o.blocked[k]; !ok {
+		return
+	}
+	r := o.recheck[k]
+	r.every = min(max(2*r.every, sweepInterval), maxRecheck)
+	r.at = time.Now().Add(r.every)
+	o.recheck[k] = r
+}
+
+// forgetLocked drops an unblocked key's state; the caller holds o.mu.
+func (o *ordering) forgetLocked(k LaneKey) {
+	delete(o.blocked, k)
+	delete(o.lastRun, k)
+	delete(o.head, k)
+	delete(o.recheck, k)
 }
 
 // laneClosed reports whether the latest run of k's lane is closed (or the

@@ -12,7 +12,7 @@ import (
 )
 
 // TestReplayRecordedHistories replays histories recorded from a real server
-// (see worker's end-to-end test, -record-histories), so a change that makes
+// (see worker's end-to-end tests, -record-histories), so a change that makes
 // the workflow non-deterministic fails here before it reaches running workflows.
 func TestReplayRecordedHistories(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("testdata", "*.json"))
@@ -22,6 +22,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()
 			r.RegisterWorkflowWithOptions(workflows.ProjectionRetryWorkflow, workflow.RegisterOptions{Name: workflows.RetryWorkflowName})
+			r.RegisterWorkflowWithOptions(workflows.ProjectionLaneWorkflow, workflow.RegisterOptions{Name: workflows.LaneWorkflowName})
 			require.NoError(t, r.ReplayWorkflowHistoryFromJSONFile(nil, f))
 		})
 	}
