@@ -486,8 +486,14 @@ func (p *partition) startHead(j laneJob) bool {
 			return false
 		}
 	}
+	// The head cannot settle before its attempt 2: no sweeper check of the
+	// key until then.
+	first, _ := j.in.Retry.Plan(j.in.Mode).NextDelay(1)
 	o.mu.Lock()
 	o.unqueueLocked(j.key)
+	if _, ok := o.blocked[j.key]; ok {
+		o.recheck[j.key] = recheck{at: time.Now().Add(first)}
+	}
 	o.mu.Unlock()
 	b.m.laneHandoffs.WithLabelValues("head").Inc()
 	b.m.handedOff.WithLabelValues(string(j.in.Mode)).Inc()

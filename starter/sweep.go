@@ -12,16 +12,17 @@ import (
 	"github.com/causet/projection-retry/workflows"
 )
 
-// The sweeper unblocks keys whose lane has closed (CAUSET_ORDERING=entity).
+// The sweeper unblocks keys whose head has settled and whose lane has
+// closed (CAUSET_ORDERING=entity).
 //
 // One goroutine per bridge, instead of one long-poll per lane: every
 // sweepInterval it lists, in every owned partition, the blocked keys that
 // the sender holds no event of (queued == 0), and checks their lanes with
 // DescribeWorkflowExecution, at most sweepConcurrency at a time and
 // sweepRate per second. Cost is bounded whatever the number of blocked keys;
-// a key is unblocked at most about sweepInterval (plus the sweep) after its
-// lane closed. Until then its events keep going to its lane, which is
-// always correct.
+// a key is unblocked between sweepInterval and maxRecheck (plus the sweep)
+// after its head settled and its lane closed. Until then its events keep
+// going to its lane, which is always correct.
 //
 // A key whose head (the retry workflow of the failure that blocked it) has
 // not settled stays blocked whatever its lane: the head is checked first,
@@ -43,17 +44,17 @@ import (
 // unblock), and an event on its way counts in queued. Nothing of k can then
 // be applied inline before an earlier event of k has run.
 //
-// A key found still blocked is checked again after a delay that doubles
-// from sweepInterval up to maxRecheck, and goes back to sweepInterval when
-// its lane accepts an event: thousands of keys whose heads retry for long
-// cost the server a trickle of describes, not sweepRate of them, at the
-// price of unblocking such a key up to maxRecheck late (its events go to
-// its lane meanwhile, which is always correct).
+// A key is first checked once its head could have settled (its attempt 2
+// is due). A key found still blocked is checked again after a delay that
+// doubles from sweepInterval up to maxRecheck, and is checked at the next
+// sweep again when its lane accepts an event: thousands of keys whose
+// heads retry for long cost the server a trickle of describes, at the
+// price of unblocking such a key up to maxRecheck late.
 const (
 	maxRecheck       = 16 * time.Second
 	sweepInterval    = 2 * time.Second
 	sweepConcurrency = 8
-	sweepRate        = 200 // lane checks per second, at most
+	sweepRate        = 50 // key checks per second, at most: a describe costs the server about half a workflow start
 )
 
 // runSweeper checks the lanes of idle blocked keys until the bridge stops.
