@@ -21,15 +21,26 @@ import (
 	"github.com/causet/projection-retry/workflows"
 )
 
-// TestKafkaLaneWaitsForHeadEndToEnd runs, on a real server, what the bridge
-// does for a blocked key: the failure that blocked it as a plain retry
-// workflow (the head), and a later event of the key sent to the key's lane
-// with WaitFor set to the head. The lane runs the later event only once the
-// head has dead-lettered, then completes. With -record-histories the lane's
-// history is written to ../workflows/testdata for the replay test.
-func TestKafkaLaneWaitsForHeadEndToEnd(t *testing.T) {
+// laneEnv is a worker on a real server and PostgreSQL, with artist_followers
+// deployed, and one entity whose events the tests send to its lane as the
+// bridge does.
+type laneEnv struct {
+	t      *testing.T
+	ctx    context.Context
+	srv    testenv.TemporalServer
+	engine *projection.Engine
+	tq     string
+	entity string
+	lane   string
+	count  func() int
+}
+
+// shortRetry keeps these runs short: attempts at +0, +0.3, +0.9 s.
+var shortRetry = config.Retry{MaxAttempts: 3, Initial: 300 * time.Millisecond, Multiplier: 2, Max: time.Second}
+
+func newLaneEnv(t *testing.T) *laneEnv {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	pool := testenv.Postgres(t)
 	srv := testenv.Temporal(t)
 	brokers := testenv.Kafka(t)
@@ -60,63 +71,120 @@ func TestKafkaLaneWaitsForHeadEndToEnd(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)
-
 	entity := "user-" + tq
-	ev := func(id, payload string) event.Envelope {
-		return event.Envelope{EventID: id + "-" + tq, EventType: "ARTIST_FOLLOWED", EntityID: entity, ForkID: "production",
-			OccurredAt: time.Now().UTC().Truncate(time.Second), Payload: []byte(payload)}
+	e := &laneEnv{t: t, ctx: ctx, srv: srv, engine: engine, tq: tq, entity: entity,
+		lane: workflows.LaneWorkflowID("artist_followers", "production", entity)}
+	e.count = func() int {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM artist_followers WHERE user_id = $1`, entity).Scan(&n))
+		return n
 	}
-	short := config.Retry{MaxAttempts: 3, Initial: 300 * time.Millisecond, Multiplier: 2, Max: time.Second}
-	// The head lacks artistId: every attempt fails to evaluate.
-	headEv := ev("head", `{}`)
-	res, err := engine.Apply(ctx, "artist_followers", headEv)
-	require.NoError(t, err)
-	require.NotNil(t, res.Err)
-	head := workflows.RetryWorkflowID("artist_followers", headEv.ForkID, headEv.EventID)
-	_, err = srv.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: head, TaskQueue: tq, TypedSearchAttributes: temporalAttrs(headEv, "artist_followers")},
-		workflows.RetryWorkflowName, workflows.RetryInput{
-			Event: headEv, Projection: "artist_followers", Key: []byte(entity), Mode: config.ModeInline,
-			FirstAttempt: &workflows.Attempt{Number: 1, StartedAt: time.Now().UTC(), ErrorKind: string(res.Err.Kind), Error: res.Err.Error()},
-			Retry:        short, ReplayWindow: time.Minute,
-		})
-	require.NoError(t, err)
+	return e
+}
 
-	laterEv := ev("later", `{"artistId":"artist-2"}`)
-	lane := workflows.LaneWorkflowID("artist_followers", "production", entity)
-	op := srv.Client.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
-		ID: lane, TaskQueue: tq, WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-	}, workflows.LaneWorkflowName, workflows.LaneInput{Projection: "artist_followers", ForkID: "production", EntityID: entity})
-	h, err := srv.Client.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+func (e *laneEnv) event(id, payload string) event.Envelope {
+	return event.Envelope{EventID: id + "-" + e.tq, EventType: "ARTIST_FOLLOWED", EntityID: e.entity, ForkID: "production",
+		OccurredAt: time.Now().UTC().Truncate(time.Second), Payload: []byte(payload)}
+}
+
+// startOutside starts ev's retry workflow directly, as the bridge starts a
+// key's head, after attempt 1 failed inline.
+func (e *laneEnv) startOutside(ev event.Envelope) string {
+	res, err := e.engine.Apply(e.ctx, "artist_followers", ev)
+	require.NoError(e.t, err)
+	require.NotNil(e.t, res.Err, "attempt 1 of %s fails", ev.EventID)
+	id := workflows.RetryWorkflowID("artist_followers", ev.ForkID, ev.EventID)
+	_, err = e.srv.Client.ExecuteWorkflow(e.ctx, client.StartWorkflowOptions{ID: id, TaskQueue: e.tq, TypedSearchAttributes: temporalAttrs(ev, "artist_followers")},
+		workflows.RetryWorkflowName, workflows.RetryInput{
+			Event: ev, Projection: "artist_followers", Key: []byte(e.entity), Mode: config.ModeInline,
+			FirstAttempt: &workflows.Attempt{Number: 1, StartedAt: time.Now().UTC(), ErrorKind: string(res.Err.Kind), Error: res.Err.Error()},
+			Retry:        shortRetry, ReplayWindow: time.Minute,
+		})
+	require.NoError(e.t, err)
+	return id
+}
+
+// enqueue adds ev to the entity's lane as the bridge does (Update-with-Start).
+func (e *laneEnv) enqueue(ev event.Envelope, waitFor string) {
+	op := e.srv.Client.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
+		ID: e.lane, TaskQueue: e.tq, WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+	}, workflows.LaneWorkflowName, workflows.LaneInput{Projection: "artist_followers", ForkID: "production", EntityID: e.entity})
+	h, err := e.srv.Client.UpdateWithStartWorkflow(e.ctx, client.UpdateWithStartWorkflowOptions{
 		StartWorkflowOperation: op,
 		UpdateOptions: client.UpdateWorkflowOptions{
 			UpdateName: workflows.UpdateEnqueue, WaitForStage: client.WorkflowUpdateStageCompleted,
-			Args: []any{workflows.RetryInput{Event: laterEv, Projection: "artist_followers", Key: []byte(entity),
-				Mode: config.ModeWorkflow, Retry: short, ReplayWindow: time.Minute, WaitFor: head}},
+			Args: []any{workflows.RetryInput{Event: ev, Projection: "artist_followers", Key: []byte(e.entity),
+				Mode: config.ModeWorkflow, Retry: shortRetry, ReplayWindow: time.Minute, WaitFor: waitFor}},
 		},
 	})
-	require.NoError(t, err)
+	require.NoError(e.t, err)
 	var queued int
-	require.NoError(t, h.Get(ctx, &queued))
+	require.NoError(e.t, h.Get(e.ctx, &queued))
+}
+
+// childStart checks that the retry workflow id ran as the lane's child and
+// returns when it started.
+func (e *laneEnv) childStart(id string) time.Time {
+	var describer activities.WorkflowDescriber = e.srv.Client
+	desc, err := describer.DescribeWorkflowExecution(e.ctx, id, "")
+	require.NoError(e.t, err)
+	require.Equal(e.t, e.lane, desc.GetWorkflowExecutionInfo().GetParentExecution().GetWorkflowId(), "%s ran as the lane's child", id)
+	return desc.GetWorkflowExecutionInfo().GetStartTime().AsTime()
+}
+
+// TestKafkaLaneWaitsForHeadEndToEnd runs, on a real server, what the bridge
+// does for a blocked key: the failure that blocked it as a plain retry
+// workflow (the head), and a later event of the key sent to the key's lane
+// with WaitFor set to the head. The lane runs the later event only once the
+// head has dead-lettered, then completes. With -record-histories the lane's
+// history is written to ../workflows/testdata for the replay test.
+func TestKafkaLaneWaitsForHeadEndToEnd(t *testing.T) {
+	e := newLaneEnv(t)
+	head := e.startOutside(e.event("head", `{}`)) // no artistId: every attempt fails
+	later := e.event("later", `{"artistId":"artist-2"}`)
+	e.enqueue(later, head)
 
 	var lst workflows.LaneStatus
-	require.NoError(t, srv.Client.GetWorkflow(ctx, lane, "").Get(ctx, &lst))
+	require.NoError(t, e.srv.Client.GetWorkflow(e.ctx, e.lane, "").Get(e.ctx, &lst))
 	require.Equal(t, 1, lst.Done)
-
-	headSt := waitState(t, ctx, srv.Client, head, workflows.StateDeadLettered, 10*time.Second)
-	later := workflows.RetryWorkflowID("artist_followers", laterEv.ForkID, laterEv.EventID)
-	waitState(t, ctx, srv.Client, later, workflows.StateSucceeded, 10*time.Second)
+	headSt := waitState(t, e.ctx, e.srv.Client, head, workflows.StateDeadLettered, 10*time.Second)
+	laterID := workflows.RetryWorkflowID("artist_followers", later.ForkID, later.EventID)
+	waitState(t, e.ctx, e.srv.Client, laterID, workflows.StateSucceeded, 10*time.Second)
 	require.Len(t, headSt.Attempts, 3)
-	var describer activities.WorkflowDescriber = srv.Client
-	desc, err := describer.DescribeWorkflowExecution(ctx, later, "")
-	require.NoError(t, err)
-	require.Equal(t, lane, desc.GetWorkflowExecutionInfo().GetParentExecution().GetWorkflowId(), "the later event ran as the lane's child")
-	started := desc.GetWorkflowExecutionInfo().GetStartTime().AsTime()
+	started := e.childStart(laterID)
 	require.True(t, started.After(headSt.Attempts[2].StartedAt),
 		"the later event started after the head's last attempt: %v vs %v", started, headSt.Attempts[2].StartedAt)
-	var n int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM artist_followers WHERE user_id = $1`, entity).Scan(&n))
-	require.Equal(t, 1, n, "only the later event wrote a row")
+	require.Equal(t, 1, e.count(), "only the later event wrote a row")
 	if *recordHistories {
-		writeHistory(t, ctx, srv.Client, lane, "lane_waits_for_head.json")
+		writeHistory(t, e.ctx, e.srv.Client, e.lane, "lane_waits_for_head.json")
+	}
+}
+
+// TestKafkaLaneWaitsForEventHandedOverBefore: an event whose retry
+// workflow already exists when the lane gets it (a bridge crashed after
+// handing it over, before committing its offset, and the next one sends it
+// again) is not started twice, and the key's next event still waits until
+// it settles.
+func TestKafkaLaneWaitsForEventHandedOverBefore(t *testing.T) {
+	e := newLaneEnv(t)
+	first := e.event("first", `{}`)
+	firstID := e.startOutside(first)
+	next := e.event("next", `{"artistId":"artist-3"}`)
+	e.enqueue(first, "")
+	e.enqueue(next, "")
+
+	var lst workflows.LaneStatus
+	require.NoError(t, e.srv.Client.GetWorkflow(e.ctx, e.lane, "").Get(e.ctx, &lst))
+	require.Equal(t, 2, lst.Done)
+	firstSt := waitState(t, e.ctx, e.srv.Client, firstID, workflows.StateDeadLettered, 10*time.Second)
+	require.Len(t, firstSt.Attempts, 3, "one run of the first event's workflow")
+	nextID := workflows.RetryWorkflowID("artist_followers", next.ForkID, next.EventID)
+	waitState(t, e.ctx, e.srv.Client, nextID, workflows.StateSucceeded, 10*time.Second)
+	started := e.childStart(nextID)
+	require.True(t, started.After(firstSt.Attempts[2].StartedAt),
+		"the next event started after the first one's last attempt: %v vs %v", started, firstSt.Attempts[2].StartedAt)
+	require.Equal(t, 1, e.count())
+	if *recordHistories {
+		writeHistory(t, e.ctx, e.srv.Client, e.lane, "lane_waits_for_event_handed_over_before.json")
 	}
 }

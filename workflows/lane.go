@@ -19,6 +19,10 @@ const (
 	QueryLaneStatus = "status"
 )
 
+// laneAwaitHandedOverChange versions runChild's wait for a retry workflow
+// that existed before the lane got its event.
+const laneAwaitHandedOverChange = "lane-await-handed-over"
+
 // ErrLaneClosing is the enqueue validator's refusal: the lane has run every
 // event it accepted (or is finishing the last ones) and takes no more. The
 // bridge then waits for the lane to complete, clears the key's block and
@@ -127,9 +131,10 @@ func ProjectionLaneWorkflow(ctx workflow.Context, in LaneInput) (LaneStatus, err
 }
 
 // runChild starts the event's retry workflow and waits until it succeeds,
-// closes, or reports dead_lettered. A child that already exists (the event
-// was handed over before, e.g. by a bridge that crashed) counts as done once
-// it has settled too: its own workflow ID makes it exactly one run.
+// closes, or reports dead_lettered. A retry workflow that already exists
+// (the event was handed over before, e.g. by a bridge that crashed before
+// committing its offset) is not started again — its own workflow ID makes
+// it exactly one run — and is waited for until it settles.
 func runChild(ctx workflow.Context, in RetryInput, id string, settled workflow.ReceiveChannel) error {
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 		WorkflowID:            id,
@@ -147,8 +152,14 @@ func runChild(ctx workflow.Context, in RetryInput, id string, settled workflow.R
 	if err := child.GetChildWorkflowExecution().Get(ctx, nil); err != nil {
 		var started *temporal.ChildWorkflowExecutionAlreadyStartedError
 		if errors.As(err, &started) {
-			workflow.GetLogger(ctx).Info("event already handed over; not starting it again", "workflowId", id)
-			return nil
+			// Not the lane's child, so no completion or settled signal reaches
+			// the lane: the key's next event waits until it settles.
+			// Lanes that moved on at once before this wait existed replay as they ran.
+			if workflow.GetVersion(ctx, laneAwaitHandedOverChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+				return nil
+			}
+			workflow.GetLogger(ctx).Info("event already handed over; waiting for its retry workflow to settle", "workflowId", id)
+			return awaitSettled(ctx, id)
 		}
 		return err
 	}
