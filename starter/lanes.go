@@ -459,32 +459,10 @@ func (p *partition) drainKey(k LaneKey) {
 // the partition was stopped first.
 func (p *partition) startHead(j laneJob) bool {
 	b, o := p.b, p.ord
-	log := p.recordLog(j.rec).With("projectionName", j.in.Projection, "eventType", j.in.Event.EventType,
-		"entityId", j.in.Event.EntityID, "forkId", j.in.Event.ForkID, "eventId", j.in.Event.EventID)
-	bo := newBackoff(b.opts.MinBackoff, b.opts.MaxBackoff)
-	var outage time.Time
-	for {
-		ctx, cancel := context.WithTimeout(p.ctx, b.opts.StartTimeout)
-		err := startRetryWorkflow(ctx, b.opts.Starter, b.opts.TaskQueue, j.in)
-		cancel()
-		if err == nil {
-			break
-		}
-		if p.ctx.Err() != nil {
-			return false
-		}
-		b.m.handoffRetry.Inc()
-		if outage.IsZero() {
-			outage = time.Now()
-			b.m.outages.WithLabelValues("temporal").Inc()
-			log.Warn("cannot start retry workflow: offsets stop here, retrying with backoff",
-				"event", "bridge_outage", "dependency", "temporal", "error", err.Error())
-		} else {
-			log.Debug("still cannot start retry workflow", "dependency", "temporal", "error", err.Error())
-		}
-		if bo.wait(p.ctx) != nil {
-			return false
-		}
+	log := p.eventLog(j.rec, j.in)
+	outage, ok := p.startUntilDurable(log, j.in)
+	if !ok {
+		return false
 	}
 	// The head cannot settle before its attempt 2: no sweeper check of the
 	// key until then.
@@ -562,8 +540,7 @@ func isLaneClosing(err error) bool {
 // when the partition was stopped first (the event is then not committed).
 func (p *partition) sendToLane(j laneJob) bool {
 	b, o := p.b, p.ord
-	log := p.recordLog(j.rec).With("projectionName", j.in.Projection, "eventType", j.in.Event.EventType,
-		"entityId", j.in.Event.EntityID, "forkId", j.in.Event.ForkID, "eventId", j.in.Event.EventID, "laneId", j.key.laneID())
+	log := p.eventLog(j.rec, j.in).With("laneId", j.key.laneID())
 	bo := newBackoff(b.opts.MinBackoff, b.opts.MaxBackoff)
 	var outage time.Time
 	retry := func(what string, err error) bool {

@@ -406,38 +406,54 @@ func (p *partition) handOff(seg *segment, rec *kgo.Record, in workflows.RetryInp
 			<-b.sem
 			b.m.inflight.Dec()
 		}()
-		log := p.recordLog(rec).With("projectionName", in.Projection, "eventType", in.Event.EventType,
-			"entityId", in.Event.EntityID, "forkId", in.Event.ForkID, "eventId", in.Event.EventID)
-		bo := newBackoff(b.opts.MinBackoff, b.opts.MaxBackoff)
-		var outage time.Time
-		for {
-			ctx, cancel := context.WithTimeout(p.ctx, b.opts.StartTimeout)
-			err := startRetryWorkflow(ctx, b.opts.Starter, b.opts.TaskQueue, in)
-			cancel()
-			if err == nil {
-				break
-			}
-			if p.ctx.Err() != nil {
-				return // stopped: not handed off, not committed
-			}
-			b.m.handoffRetry.Inc()
-			if outage.IsZero() {
-				outage = time.Now()
-				b.m.outages.WithLabelValues("temporal").Inc()
-				log.Warn("cannot start retry workflow: offsets stop here, retrying with backoff",
-					"event", "bridge_outage", "dependency", "temporal", "error", err.Error())
-			} else {
-				log.Debug("still cannot start retry workflow", "dependency", "temporal", "error", err.Error())
-			}
-			if bo.wait(p.ctx) != nil {
-				return
-			}
+		log := p.eventLog(rec, in)
+		outage, ok := p.startUntilDurable(log, in)
+		if !ok {
+			return // stopped: not handed off, not committed
 		}
 		b.m.handedOff.WithLabelValues(string(in.Mode)).Inc()
 		logHandOff(log, in, outage)
 		seg.pending.Add(-1)
 	}()
 	return true
+}
+
+func (p *partition) eventLog(rec *kgo.Record, in workflows.RetryInput) *slog.Logger {
+	return p.recordLog(rec).With("projectionName", in.Projection, "eventType", in.Event.EventType,
+		"entityId", in.Event.EntityID, "forkId", in.Event.ForkID, "eventId", in.Event.EventID)
+}
+
+// startUntilDurable starts in's retry workflow, retrying with capped
+// backoff while Temporal is unavailable (offsets stop at the event
+// meanwhile). It returns when the outage began (zero if there was none),
+// or false when the partition was stopped first.
+func (p *partition) startUntilDurable(log *slog.Logger, in workflows.RetryInput) (time.Time, bool) {
+	b := p.b
+	bo := newBackoff(b.opts.MinBackoff, b.opts.MaxBackoff)
+	var outage time.Time
+	for {
+		ctx, cancel := context.WithTimeout(p.ctx, b.opts.StartTimeout)
+		err := startRetryWorkflow(ctx, b.opts.Starter, b.opts.TaskQueue, in)
+		cancel()
+		if err == nil {
+			return outage, true
+		}
+		if p.ctx.Err() != nil {
+			return outage, false
+		}
+		b.m.handoffRetry.Inc()
+		if outage.IsZero() {
+			outage = time.Now()
+			b.m.outages.WithLabelValues("temporal").Inc()
+			log.Warn("cannot start retry workflow: offsets stop here, retrying with backoff",
+				"event", "bridge_outage", "dependency", "temporal", "error", err.Error())
+		} else {
+			log.Debug("still cannot start retry workflow", "dependency", "temporal", "error", err.Error())
+		}
+		if bo.wait(p.ctx) != nil {
+			return outage, false
+		}
+	}
 }
 
 // logHandOff writes, for a failed inline attempt 1, the contract's
