@@ -43,7 +43,7 @@ type Activities struct {
 	Metrics *Metrics
 	// Workflows describes the retry workflows lanes wait for. Optional,
 	// defaults to the worker's client.
-	Workflows WorkflowDescriber
+	Workflows workflows.Describer
 }
 
 func (a *Activities) logger() *slog.Logger {

@@ -2,21 +2,13 @@ package activities
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"time"
 
-	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/activity"
 
 	"github.com/causet/projection-retry/workflows"
 )
-
-// WorkflowDescriber describes workflow executions; a client.Client is one.
-type WorkflowDescriber interface {
-	DescribeWorkflowExecution(ctx context.Context, workflowID, runID string) (*workflowservice.DescribeWorkflowExecutionResponse, error)
-}
 
 // settlePollInterval is how often AwaitRetrySettled looks: the longest a
 // lane waits after the earlier event of its key has settled.
@@ -27,25 +19,22 @@ const settlePollInterval = 500 * time.Millisecond
 // It describes the workflow with Activities.Workflows, else the worker's
 // client.
 func (a *Activities) AwaitRetrySettled(ctx context.Context, workflowID string) error {
-	var d WorkflowDescriber = a.Workflows
+	var d workflows.Describer = a.Workflows
 	if d == nil {
 		d = activity.GetClient(ctx)
 	}
 	t := time.NewTicker(settlePollInterval)
 	defer t.Stop()
 	for {
-		resp, err := d.DescribeWorkflowExecution(ctx, workflowID, "")
-		var nf *serviceerror.NotFound
+		settled, err := workflows.RetryWorkflowSettled(ctx, d, workflowID)
 		switch {
-		case errors.As(err, &nf):
-			return nil
 		case err != nil:
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			a.logger().LogAttrs(ctx, slog.LevelDebug, "cannot describe the retry workflow a lane waits for; polling on",
 				slog.String("workflowId", workflowID), slog.Any("err", err))
-		case workflows.RetrySettled(resp.GetWorkflowExecutionInfo()):
+		case settled:
 			return nil
 		}
 		activity.RecordHeartbeat(ctx)

@@ -231,15 +231,7 @@ func (p *partition) laneClosed(ctx context.Context, k LaneKey) (bool, error) {
 // headSettled reports whether the retry workflow head has settled
 // (workflows.RetrySettled) or does not exist.
 func (p *partition) headSettled(ctx context.Context, head string) (bool, error) {
-	resp, err := p.b.opts.Lanes.DescribeWorkflowExecution(ctx, head, "")
-	if err != nil {
-		var nf *serviceerror.NotFound
-		if errors.As(err, &nf) {
-			return true, nil
-		}
-		return false, err
-	}
-	return workflows.RetrySettled(resp.GetWorkflowExecutionInfo()), nil
+	return workflows.RetryWorkflowSettled(ctx, p.b.opts.Lanes, head)
 }
 
 // hold counts a sweeper check in the partition's wait group unless the

@@ -125,7 +125,7 @@ func (e *laneEnv) enqueue(ev event.Envelope, waitFor string) {
 // childStart checks that the retry workflow id ran as the lane's child and
 // returns when it started.
 func (e *laneEnv) childStart(id string) time.Time {
-	var describer activities.WorkflowDescriber = e.srv.Client
+	var describer workflows.Describer = e.srv.Client
 	desc, err := describer.DescribeWorkflowExecution(e.ctx, id, "")
 	require.NoError(e.t, err)
 	require.Equal(e.t, e.lane, desc.GetWorkflowExecutionInfo().GetParentExecution().GetWorkflowId(), "%s ran as the lane's child", id)

@@ -1,10 +1,14 @@
 package workflows
 
 import (
+	"context"
+	"errors"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
@@ -36,6 +40,25 @@ func RetrySettled(info *workflowpb.WorkflowExecutionInfo) bool {
 		return true
 	}
 	return false
+}
+
+// Describer describes workflow executions; a client.Client is one.
+type Describer interface {
+	DescribeWorkflowExecution(ctx context.Context, workflowID, runID string) (*workflowservice.DescribeWorkflowExecutionResponse, error)
+}
+
+// RetryWorkflowSettled describes the latest run of workflowID and reports
+// whether it has settled (RetrySettled); a workflow that does not exist has.
+func RetryWorkflowSettled(ctx context.Context, d Describer, workflowID string) (bool, error) {
+	resp, err := d.DescribeWorkflowExecution(ctx, workflowID, "")
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return RetrySettled(resp.GetWorkflowExecutionInfo()), nil
 }
 
 // awaitSettled runs AwaitRetrySettledActivity for workflowID. The activity
