@@ -89,42 +89,59 @@ func deploy(t *testing.T, ctx context.Context, pool *pgxpool.Pool, doc string) {
 	require.NoError(t, err)
 }
 
-func TestKafkaWorkerEndToEnd(t *testing.T) {
+// workerEnv is a worker on a real Temporal server, PostgreSQL and Kafka,
+// with the seed's artist_followers table (it lacks followed_at) and the IR
+// document doc deployed; its logs are kept.
+type workerEnv struct {
+	ctx      context.Context
+	pool     *pgxpool.Pool
+	srv      testenv.TemporalServer
+	brokers  []string
+	dlqTopic string
+	engine   *projection.Engine
+	tq       string
+	logs     *syncBuffer
+}
+
+func newWorkerEnv(t *testing.T, doc string) *workerEnv {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	pool := testenv.Postgres(t)
-	srv := testenv.Temporal(t)
-	brokers := testenv.Kafka(t)
-	dlqTopic := testenv.Topic(t, "dlq")
-	testenv.CreateTopic(t, brokers, dlqTopic, 1)
+	t.Cleanup(cancel)
+	e := &workerEnv{ctx: ctx, pool: testenv.Postgres(t), srv: testenv.Temporal(t), brokers: testenv.Kafka(t),
+		dlqTopic: testenv.Topic(t, "dlq"), tq: testenv.TaskQueue(t), logs: &syncBuffer{}}
+	testenv.CreateTopic(t, e.brokers, e.dlqTopic, 1)
 
-	require.NoError(t, projection.EnsureSchema(ctx, pool))
-	// The table lacks followed_at: the seed's schema mismatch.
-	_, err := pool.Exec(ctx, `CREATE TABLE artist_followers (user_id text NOT NULL, artist_id text NOT NULL, PRIMARY KEY (user_id, artist_id))`)
+	require.NoError(t, projection.EnsureSchema(ctx, e.pool))
+	_, err := e.pool.Exec(ctx, `CREATE TABLE artist_followers (user_id text NOT NULL, artist_id text NOT NULL, PRIMARY KEY (user_id, artist_id))`)
 	require.NoError(t, err)
-	logs := &syncBuffer{}
-	logger := slog.New(slog.NewJSONHandler(logs, nil))
-	engine, err := projection.NewEngine(ctx, pool, logger)
+	logger := slog.New(slog.NewJSONHandler(e.logs, nil))
+	e.engine, err = projection.NewEngine(ctx, e.pool, logger)
 	require.NoError(t, err)
-	t.Cleanup(engine.Close)
-	deploy(t, ctx, pool, brokenIR)
+	t.Cleanup(e.engine.Close)
+	deploy(t, ctx, e.pool, doc)
 
-	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	producer, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...))
 	require.NoError(t, err)
 	t.Cleanup(producer.Close)
-	tq := testenv.TaskQueue(t)
 	w, err := worker.New(worker.Options{
-		Client:    srv.Client,
-		TaskQueue: tq,
+		Client:    e.srv.Client,
+		TaskQueue: e.tq,
 		Activities: &activities.Activities{
-			Applier:   engine,
-			Publisher: &dlq.Publisher{Client: producer, Topic: dlqTopic},
+			Applier:   e.engine,
+			Publisher: &dlq.Publisher{Client: producer, Topic: e.dlqTopic},
 			Logger:    logger,
 		},
 	})
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)
+	return e
+}
+
+func TestKafkaWorkerEndToEnd(t *testing.T) {
+	e := newWorkerEnv(t, brokenIR)
+	ctx, pool, srv, engine, tq, logs := e.ctx, e.pool, e.srv, e.engine, e.tq, e.logs
+	brokers, dlqTopic := e.brokers, e.dlqTopic
 
 	ev := event.Envelope{
 		EventID: "ev-" + tq, EventType: "ARTIST_FOLLOWED", EntityID: "user-123", ForkID: "production",

@@ -1,85 +1,41 @@
 package worker_test
 
 import (
-	"context"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kgo"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
-	"github.com/causet/projection-retry/activities"
 	"github.com/causet/projection-retry/config"
-	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/event"
-	"github.com/causet/projection-retry/internal/testenv"
-	"github.com/causet/projection-retry/projection"
-	"github.com/causet/projection-retry/worker"
 	"github.com/causet/projection-retry/workflows"
 )
 
-// laneEnv is a worker on a real server and PostgreSQL, with artist_followers
-// deployed, and one entity whose events the tests send to its lane as the
-// bridge does.
+// laneEnv is a workerEnv with the fixed IR deployed, and one entity whose
+// events the tests send to its lane as the bridge does.
 type laneEnv struct {
+	*workerEnv
 	t      *testing.T
-	ctx    context.Context
-	srv    testenv.TemporalServer
-	engine *projection.Engine
-	tq     string
 	entity string
 	lane   string
-	count  func() int
 }
 
 // shortRetry keeps these runs short: attempts at +0, +0.3, +0.9 s.
 var shortRetry = config.Retry{MaxAttempts: 3, Initial: 300 * time.Millisecond, Multiplier: 2, Max: time.Second}
 
 func newLaneEnv(t *testing.T) *laneEnv {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	t.Cleanup(cancel)
-	pool := testenv.Postgres(t)
-	srv := testenv.Temporal(t)
-	brokers := testenv.Kafka(t)
-	dlqTopic := testenv.Topic(t, "dlq")
-	testenv.CreateTopic(t, brokers, dlqTopic, 1)
+	w := newWorkerEnv(t, fixedIR)
+	entity := "user-" + w.tq
+	return &laneEnv{workerEnv: w, t: t, entity: entity, lane: workflows.LaneWorkflowID("artist_followers", "production", entity)}
+}
 
-	require.NoError(t, projection.EnsureSchema(ctx, pool))
-	_, err := pool.Exec(ctx, `CREATE TABLE artist_followers (user_id text NOT NULL, artist_id text NOT NULL, PRIMARY KEY (user_id, artist_id))`)
-	require.NoError(t, err)
-	logger := slog.New(slog.DiscardHandler)
-	engine, err := projection.NewEngine(ctx, pool, logger)
-	require.NoError(t, err)
-	t.Cleanup(engine.Close)
-	deploy(t, ctx, pool, fixedIR)
-	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	require.NoError(t, err)
-	t.Cleanup(producer.Close)
-	tq := testenv.TaskQueue(t)
-	w, err := worker.New(worker.Options{
-		Client:    srv.Client,
-		TaskQueue: tq,
-		Activities: &activities.Activities{
-			Applier:   engine,
-			Publisher: &dlq.Publisher{Client: producer, Topic: dlqTopic},
-			Logger:    logger,
-		},
-	})
-	require.NoError(t, err)
-	require.NoError(t, w.Start())
-	t.Cleanup(w.Stop)
-	entity := "user-" + tq
-	e := &laneEnv{t: t, ctx: ctx, srv: srv, engine: engine, tq: tq, entity: entity,
-		lane: workflows.LaneWorkflowID("artist_followers", "production", entity)}
-	e.count = func() int {
-		var n int
-		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM artist_followers WHERE user_id = $1`, entity).Scan(&n))
-		return n
-	}
-	return e
+// count is the number of rows the entity has.
+func (e *laneEnv) count() int {
+	var n int
+	require.NoError(e.t, e.pool.QueryRow(e.ctx, `SELECT count(*) FROM artist_followers WHERE user_id = $1`, e.entity).Scan(&n))
+	return n
 }
 
 func (e *laneEnv) event(id, payload string) event.Envelope {
