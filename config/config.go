@@ -35,6 +35,25 @@ const (
 	OrderingNone Ordering = "none"
 )
 
+// Defaults of the bounds, exported once.
+const (
+	// DefaultLaneMaxQueued keeps a lane's continue-as-new input (its queue)
+	// well under Temporal's 2 MiB blob limit for events of ~1 KiB; the lane
+	// also refuses past a byte budget, so large events cannot breach it.
+	DefaultLaneMaxQueued = 1000
+	// DefaultIRCostLimit is the CEL cost one evaluation may spend.
+	DefaultIRCostLimit = 1_000_000
+	// DefaultBridgeMaxBufferedBytes is the queued record bytes per
+	// partition at which its fetching pauses.
+	DefaultBridgeMaxBufferedBytes = 256 << 20
+)
+
+// errWorkflowModeOrdering refuses workflow mode with entity ordering: in
+// workflow mode every event is its own workflow, started concurrently, so
+// nothing would keep a key's events in order.
+var errWorkflowModeOrdering = fmt.Errorf("CAUSET_BRIDGE_MODE=workflow cannot keep entity order: set CAUSET_ORDERING=none with it " +
+	"(or use CAUSET_BRIDGE_MODE=inline, where CAUSET_ORDERING=entity holds a failing key's later events in its lane)")
+
 // Config is every setting of DESIGN §3 that the service reads itself. The
 // TEMPORAL_* variables are read by go.temporal.io/sdk/contrib/envconfig.
 type Config struct {
@@ -50,6 +69,19 @@ type Config struct {
 	DLQReplayWindow   time.Duration
 	BridgeMaxInflight int
 	MetricsAddr       string
+	// LaneMaxQueued bounds the events waiting in one ordering lane
+	// (CAUSET_LANE_MAX_QUEUED); past it the bridge holds the partition.
+	LaneMaxQueued int
+	// IRCostLimit bounds the CEL cost of one expression evaluation
+	// (CAUSET_IR_COST_LIMIT); an evaluation past it fails as ir_eval.
+	IRCostLimit uint64
+	// BridgeMaxBufferedBytes pauses a partition's fetching once its queued
+	// record values reach it (CAUSET_BRIDGE_MAX_BUFFERED_BYTES).
+	BridgeMaxBufferedBytes int64
+	// BridgeInstanceID, when set, makes the bridge a static member of its
+	// consumer group (CAUSET_BRIDGE_INSTANCE_ID): a restart within the
+	// session timeout gets its partitions back without a rebalance.
+	BridgeInstanceID string
 	// KafkaSecurity is the brokers' TLS and SASL settings (KAFKA_TLS*, KAFKA_SASL_*).
 	KafkaSecurity KafkaSecurity
 }
@@ -82,6 +114,16 @@ func Load(lookup Lookup) (Config, error) {
 		DLQReplayWindow:   p.duration("CAUSET_DLQ_REPLAY_WINDOW", 168*time.Hour),
 		BridgeMaxInflight: p.intRange("CAUSET_BRIDGE_MAX_INFLIGHT", 256, 1, 1_000_000, "an integer from 1 to 1000000"),
 		MetricsAddr:       p.hostPort("CAUSET_METRICS_ADDR", "127.0.0.1:9464"),
+		LaneMaxQueued: p.intRange("CAUSET_LANE_MAX_QUEUED", DefaultLaneMaxQueued, 1, 100_000,
+			"an integer from 1 to 100000 (events waiting in one lane)"),
+		IRCostLimit: uint64(p.int64Range("CAUSET_IR_COST_LIMIT", DefaultIRCostLimit, 1_000, 1_000_000_000,
+			"an integer from 1000 to 1000000000 (CEL cost units per evaluation)")),
+		BridgeMaxBufferedBytes: p.int64Range("CAUSET_BRIDGE_MAX_BUFFERED_BYTES", DefaultBridgeMaxBufferedBytes, 1<<20, 1<<40,
+			"a number of bytes from 1048576 (1 MiB) to 1099511627776 (1 TiB)"),
+		BridgeInstanceID: p.instanceID("CAUSET_BRIDGE_INSTANCE_ID"),
+	}
+	if c.BridgeMode == ModeWorkflow && c.Ordering == OrderingEntity {
+		return Config{}, errWorkflowModeOrdering
 	}
 	if p.err != nil {
 		return Config{}, p.err
@@ -166,6 +208,35 @@ func (p *parser) intRange(key string, def, lo, hi int, rule string) int {
 		return def
 	}
 	return n
+}
+
+func (p *parser) int64Range(key string, def, lo, hi int64, rule string) int64 {
+	v, ok := p.raw(key)
+	if !ok {
+		return def
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < lo || n > hi {
+		p.fail(key, v, rule)
+		return def
+	}
+	return n
+}
+
+// instanceID reads a static group member ID: empty (dynamic membership) or
+// a name Kafka accepts (at most 249 of [a-zA-Z0-9._-]).
+func (p *parser) instanceID(key string) string {
+	v, ok := p.raw(key)
+	if !ok || v == "" {
+		return ""
+	}
+	if len(v) > 249 || strings.IndexFunc(v, func(r rune) bool {
+		return !(r == '.' || r == '_' || r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
+	}) >= 0 {
+		p.fail(key, v, "at most 249 of the characters a-z A-Z 0-9 . _ - (unique per bridge process, stable across its restarts)")
+		return ""
+	}
+	return v
 }
 
 func (p *parser) millis(key string, def int) time.Duration {

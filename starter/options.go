@@ -45,8 +45,10 @@ type Options struct {
 	// Ordering is what happens to later events of a (projection, fork,
 	// entity) whose event is retrying, in inline mode: config.OrderingEntity
 	// holds them in the key's lane workflow, config.OrderingNone applies
-	// them inline at once. Optional, defaults to config.OrderingEntity.
-	// Workflow mode has no inline attempts and ignores it.
+	// them inline at once. Optional, defaults to config.OrderingEntity in
+	// inline mode and config.OrderingNone in workflow mode, which cannot
+	// keep entity order (every event is its own concurrent workflow) and
+	// refuses OrderingEntity.
 	Ordering config.Ordering
 	// Blocks keeps blocked keys across restarts. Required with
 	// OrderingEntity in inline mode (NewPostgresBlockStore).
@@ -122,6 +124,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Ordering == "" {
 		o.Ordering = config.OrderingEntity
+		if o.Mode == config.ModeWorkflow {
+			o.Ordering = config.OrderingNone
+		}
 	}
 	if o.Lanes == nil {
 		if lc, ok := o.Starter.(LaneClient); ok {
@@ -181,6 +186,9 @@ func (o *Options) validate() error {
 	}
 	if o.Ordering != config.OrderingEntity && o.Ordering != config.OrderingNone {
 		return fmt.Errorf("starter: Options.Ordering %q is invalid: want %q or %q", o.Ordering, config.OrderingEntity, config.OrderingNone)
+	}
+	if o.Mode == config.ModeWorkflow && o.Ordering == config.OrderingEntity {
+		return errors.New("starter: Options.Mode workflow cannot keep Ordering entity: every event is its own concurrent workflow; use Ordering none")
 	}
 	if o.ordered() {
 		if _, ok := o.Engine.(HoldingEngine); !ok {

@@ -74,7 +74,7 @@ func TestOptionsDefaultsAndValidate(t *testing.T) {
 
 func TestOptionsFromConfig(t *testing.T) {
 	c, err := config.Load(func(k string) (string, bool) {
-		v, ok := map[string]string{"CAUSET_BRIDGE_MODE": "workflow", "CAUSET_BRIDGE_MAX_INFLIGHT": "7", "CAUSET_EVENTS_TOPIC": "ev"}[k]
+		v, ok := map[string]string{"CAUSET_BRIDGE_MODE": "workflow", "CAUSET_ORDERING": "none", "CAUSET_BRIDGE_MAX_INFLIGHT": "7", "CAUSET_EVENTS_TOPIC": "ev"}[k]
 		return v, ok
 	})
 	require.NoError(t, err)
