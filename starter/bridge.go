@@ -98,7 +98,11 @@ func New(opts Options) (*Bridge, error) {
 		kgo.OnPartitionsRevoked(b.revoked),
 		kgo.OnPartitionsLost(b.lost),
 		kgo.FetchMaxWait(500 * time.Millisecond),
+		kgo.SessionTimeout(opts.SessionTimeout),
 		kgo.WithLogger(kslog.New(opts.Logger.With("component", "kgo"))),
+	}
+	if opts.InstanceID != "" {
+		kopts = append(kopts, kgo.InstanceID(opts.InstanceID))
 	}
 	kopts = append(kopts, opts.KafkaOptions...)
 	cl, err := kgo.NewClient(kopts...)
@@ -118,7 +122,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	if !b.ran.CompareAndSwap(false, true) {
 		return errors.New("starter: Bridge.Run called twice")
 	}
-	b.log.Info("bridge started", "topic", b.opts.Topic, "group", b.opts.Group, "mode", string(b.opts.Mode),
+	b.log.Info("bridge started", "topic", b.opts.Topic, "group", b.opts.Group, "instanceId", b.opts.InstanceID, "mode", string(b.opts.Mode),
 		"ordering", string(b.opts.Ordering), "taskQueue", b.opts.TaskQueue, "maxInflight", b.opts.MaxInflight)
 	if b.opts.ordered() {
 		b.wg.Add(1)
@@ -244,29 +248,30 @@ func (b *Bridge) take(m map[string][]int32) []*partition {
 	return out
 }
 
-// adjustPauses pauses fetching for partitions whose queue is full (a slow
-// worker: database outage, MaxInflight reached) and resumes them once the
-// queue has drained.
+// adjustPauses pauses fetching for partitions whose queue is full, in
+// records or bytes (a slow worker: database outage, MaxInflight reached),
+// and resumes them once the queue has drained.
 func (b *Bridge) adjustPauses() {
 	high, low := 4*b.opts.MaxPollRecords, b.opts.MaxPollRecords
+	highBytes, lowBytes := b.opts.MaxBufferedBytes, b.opts.MaxBufferedBytes/4
 	var pause, resume map[string][]int32
 	for _, p := range b.owned() {
-		n := p.queued()
+		n, size := p.queued()
 		switch {
-		case n >= high && !p.paused.Load():
+		case (n >= high || size >= highBytes) && !p.paused.Load():
 			p.paused.Store(true)
 			if pause == nil {
 				pause = map[string][]int32{}
 			}
 			pause[p.topic] = append(pause[p.topic], p.id)
-			p.log.Debug("fetching paused", "queued", n)
-		case n <= low && p.paused.Load():
+			p.log.Debug("fetching paused", "queued", n, "queuedBytes", size)
+		case n <= low && size <= lowBytes && p.paused.Load():
 			p.paused.Store(false)
 			if resume == nil {
 				resume = map[string][]int32{}
 			}
 			resume[p.topic] = append(resume[p.topic], p.id)
-			p.log.Debug("fetching resumed", "queued", n)
+			p.log.Debug("fetching resumed", "queued", n, "queuedBytes", size)
 		}
 	}
 	if pause != nil {

@@ -134,6 +134,7 @@ func (h *harness) options(starter WorkflowStarter) Options {
 		Engine:         ProjectionEngine(h.engine),
 		Starter:        starter,
 		Blocks:         NewPostgresBlockStore(h.pool),
+		Probe:          h.pool.Ping,
 		Logger:         h.logger,
 		Registerer:     prometheus.NewRegistry(),
 		CommitInterval: 100 * time.Millisecond,

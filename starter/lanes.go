@@ -293,11 +293,11 @@ func (p *partition) applyOrdered(seg *segment, items []item, last *kgo.Record) b
 		startedAt time.Time
 		runs      int
 	)
-	outcomes, ok := p.applyThroughOutage(items, last, func() ([]Outcome, error) {
+	outcomes, res := p.applyThroughOutage(items, last, func() ([]Outcome, error) {
+		// Attempt 1 starts with this try's first run: a try after an outage
+		// starts it afresh, so the schedule counts from the attempt that ran.
+		startedAt = time.Now().UTC()
 		for {
-			if startedAt.IsZero() {
-				startedAt = time.Now().UTC() // attempt 1 started with the first run
-			}
 			outcomes, err := eng.ApplyBatchWith(p.ctx, evs, BatchOptions{Hold: hold, BeforeCommit: beforeCommit})
 			if !errors.Is(err, errRerun) || p.ctx.Err() != nil {
 				return outcomes, err
@@ -314,8 +314,11 @@ func (p *partition) applyOrdered(seg *segment, items []item, last *kgo.Record) b
 				"firstOffset", items[0].rec.Offset, "lastOffset", last.Offset, "run", runs+1)
 		}
 	})
-	if !ok {
+	switch res.verdict {
+	case verdictStopped:
 		return false
+	case verdictIsolate:
+		return p.isolate(seg, items, res.err, p.applyOrdered)
 	}
 
 	heads := make(map[LaneKey]string, len(newBlocked))
@@ -332,10 +335,9 @@ func (p *partition) applyOrdered(seg *segment, items []item, last *kgo.Record) b
 		case StatusFailed:
 			b.m.failed.WithLabelValues(oc.ErrorKind).Inc()
 			it := items[oc.Index]
-			first := &workflows.Attempt{Number: 1, StartedAt: startedAt, ErrorKind: oc.ErrorKind, Error: errString(oc.Err), IRVersion: oc.IRVersion}
 			k := keyOf(oc.Projection, &it.env)
 			head := heads[k] != "" && heads[k] == workflows.RetryWorkflowID(oc.Projection, it.env.ForkID, it.env.EventID)
-			jobs = append(jobs, laneJob{seg: seg, rec: it.rec, in: p.retryInput(it, oc.Projection, first), key: k, head: head})
+			jobs = append(jobs, laneJob{seg: seg, rec: it.rec, in: p.retryInput(it, oc.Projection, firstAttempt(startedAt, oc)), key: k, head: head})
 		case StatusHeld:
 			b.m.heldInline.Inc()
 			it := items[oc.Index]

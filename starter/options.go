@@ -1,6 +1,7 @@
 package starter
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -83,6 +84,30 @@ type Options struct {
 	MinBackoff, MaxBackoff time.Duration
 	// StartTimeout bounds one workflow start call. Optional, defaults to 10s.
 	StartTimeout time.Duration
+	// MaxBufferedBytes pauses a partition's fetching once the record values
+	// and keys queued for it reach this many bytes, as well as at 4 ×
+	// MaxPollRecords records. Optional, defaults to
+	// config.DefaultBridgeMaxBufferedBytes (CAUSET_BRIDGE_MAX_BUFFERED_BYTES).
+	MaxBufferedBytes int64
+	// InstanceID makes the bridge a static member of the group (KIP-345,
+	// CAUSET_BRIDGE_INSTANCE_ID): a bridge restarted within SessionTimeout
+	// gets its partitions back without a rebalance. Optional, defaults to
+	// dynamic membership.
+	InstanceID string
+	// SessionTimeout is how long the group waits for a silent member (a
+	// killed bridge) before giving its partitions to others. Optional,
+	// defaults to 15s (franz-go's default is 45s).
+	SessionTimeout time.Duration
+	// LaneMaxQueued bounds the events waiting in one lane
+	// (CAUSET_LANE_MAX_QUEUED); a full lane holds its key's events in the
+	// bridge, and the partition once too many are held. Optional, defaults
+	// to config.DefaultLaneMaxQueued.
+	LaneMaxQueued int
+	// Probe answers whether the database is reachable (a trivial query). A
+	// batch that fails as a whole is an outage only if Probe fails too;
+	// otherwise its events are isolated and each fails or applies on its
+	// own. Optional: without it every batch-level error counts as an outage.
+	Probe func(ctx context.Context) error
 	// KafkaOptions are added to the Kafka client's options (TLS, SASL, kprom
 	// hooks, ...). Optional.
 	KafkaOptions []kgo.Opt
@@ -103,6 +128,10 @@ func OptionsFromConfig(c config.Config) Options {
 		ReplayWindow: c.DLQReplayWindow,
 		MaxInflight:  c.BridgeMaxInflight,
 		Ordering:     c.Ordering,
+
+		MaxBufferedBytes: c.BridgeMaxBufferedBytes,
+		InstanceID:       c.BridgeInstanceID,
+		LaneMaxQueued:    c.LaneMaxQueued,
 	}
 }
 
@@ -160,6 +189,15 @@ func (o *Options) setDefaults() {
 	if o.StartTimeout == 0 {
 		o.StartTimeout = 10 * time.Second
 	}
+	if o.MaxBufferedBytes == 0 {
+		o.MaxBufferedBytes = config.DefaultBridgeMaxBufferedBytes
+	}
+	if o.SessionTimeout == 0 {
+		o.SessionTimeout = 15 * time.Second
+	}
+	if o.LaneMaxQueued == 0 {
+		o.LaneMaxQueued = config.DefaultLaneMaxQueued
+	}
 }
 
 // validate returns one clear error for the first invalid option.
@@ -181,6 +219,10 @@ func (o *Options) validate() error {
 		return fmt.Errorf("starter: Options.MaxPollRecords %d is invalid: want at least 1", o.MaxPollRecords)
 	case o.ReplayWindow < 0:
 		return fmt.Errorf("starter: Options.ReplayWindow %s is invalid: want a positive duration", o.ReplayWindow)
+	case o.MaxBufferedBytes < 1 || o.LaneMaxQueued < 1:
+		return errors.New("starter: Options.MaxBufferedBytes and LaneMaxQueued must be positive")
+	case o.SessionTimeout < 6*time.Second:
+		return fmt.Errorf("starter: Options.SessionTimeout %s is invalid: want at least 6s (Kafka's group.min.session.timeout.ms)", o.SessionTimeout)
 	case o.CommitInterval < 0 || o.MinBackoff < 0 || o.MaxBackoff < o.MinBackoff || o.StartTimeout < 0:
 		return errors.New("starter: Options.CommitInterval, MinBackoff, MaxBackoff and StartTimeout must be positive with MinBackoff <= MaxBackoff")
 	}

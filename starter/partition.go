@@ -13,6 +13,7 @@ import (
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/projection"
 	"github.com/causet/projection-retry/workflows"
 )
 
@@ -43,6 +44,7 @@ type partition struct {
 	mu        sync.Mutex
 	stopping  bool // set before waiting for wg: no more sweeper checks join it
 	queue     []*kgo.Record
+	qbytes    int64 // keys and values of queue
 	segs      []*segment
 	done      kgo.EpochOffset // everything before done.Offset is finished
 	committed int64           // last offset committed by this bridge, -1 if none
@@ -89,8 +91,13 @@ func (p *partition) wait() {
 
 // enqueue adds fetched records (in offset order) and returns the queue length.
 func (p *partition) enqueue(recs []*kgo.Record) int {
+	var size int64
+	for _, r := range recs {
+		size += recordBytes(r)
+	}
 	p.mu.Lock()
 	p.queue = append(p.queue, recs...)
+	p.qbytes += size
 	n := len(p.queue)
 	p.mu.Unlock()
 	select {
@@ -100,11 +107,14 @@ func (p *partition) enqueue(recs []*kgo.Record) int {
 	return n
 }
 
-func (p *partition) queued() int {
+// queued returns the queue's length in records and bytes.
+func (p *partition) queued() (int, int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.queue)
+	return len(p.queue), p.qbytes
 }
+
+func recordBytes(r *kgo.Record) int64 { return int64(len(r.Key) + len(r.Value)) }
 
 // take waits for queued records and returns at most MaxPollRecords of them,
 // or nil when the partition is stopped.
@@ -115,6 +125,9 @@ func (p *partition) take() []*kgo.Record {
 			n = min(n, p.b.opts.MaxPollRecords)
 			recs := make([]*kgo.Record, n)
 			copy(recs, p.queue)
+			for _, r := range recs {
+				p.qbytes -= recordBytes(r)
+			}
 			rest := copy(p.queue, p.queue[n:])
 			clear(p.queue[rest:])
 			p.queue = p.queue[:rest]
@@ -295,7 +308,8 @@ func (p *partition) process(bt *batch) bool {
 // applyInline runs attempt 1 of every matched pair in one transaction and
 // hands each failure to Temporal. A batch that cannot be attempted because
 // the database is unreachable is retried with backoff: nothing is handed
-// off or dead-lettered because of an outage.
+// off or dead-lettered because of an outage. A batch that fails as a whole
+// while the database answers is split (isolate).
 func (p *partition) applyInline(seg *segment, items []item, last *kgo.Record) bool {
 	b := p.b
 	evs := make([]event.Envelope, len(items))
@@ -303,12 +317,15 @@ func (p *partition) applyInline(seg *segment, items []item, last *kgo.Record) bo
 		evs[i] = it.env
 	}
 	var startedAt time.Time
-	outcomes, ok := p.applyThroughOutage(items, last, func() ([]Outcome, error) {
+	outcomes, res := p.applyThroughOutage(items, last, func() ([]Outcome, error) {
 		startedAt = time.Now().UTC()
 		return b.opts.Engine.ApplyBatch(p.ctx, evs)
 	})
-	if !ok {
+	switch res.verdict {
+	case verdictStopped:
 		return false
+	case verdictIsolate:
+		return p.isolate(seg, items, res.err, p.applyInline)
 	}
 
 	for _, o := range outcomes {
@@ -318,14 +335,7 @@ func (p *partition) applyInline(seg *segment, items []item, last *kgo.Record) bo
 		case StatusFailed:
 			b.m.failed.WithLabelValues(o.ErrorKind).Inc()
 			it := items[o.Index]
-			first := &workflows.Attempt{
-				Number:    1,
-				StartedAt: startedAt,
-				ErrorKind: o.ErrorKind,
-				Error:     errString(o.Err),
-				IRVersion: o.IRVersion,
-			}
-			if !p.handOff(seg, it.rec, p.retryInput(it, o.Projection, first)) {
+			if !p.handOff(seg, it.rec, p.retryInput(it, o.Projection, firstAttempt(startedAt, o))) {
 				return false
 			}
 		}
@@ -333,18 +343,72 @@ func (p *partition) applyInline(seg *segment, items []item, last *kgo.Record) bo
 	return true
 }
 
+// firstAttempt is the record of a failed inline attempt 1.
+func firstAttempt(startedAt time.Time, o Outcome) *workflows.Attempt {
+	return &workflows.Attempt{Number: 1, StartedAt: startedAt, ErrorKind: o.ErrorKind, Error: errString(o.Err), IRVersion: o.IRVersion}
+}
+
+// isolate handles a batch that failed as a whole while the database
+// answered its probe: something in the batch, not the database, is at
+// fault. The halves are applied in order, each on its own, down to single
+// events; a single event that still fails as a whole has failed attempt 1
+// (errorKind sql) and is handed off like any failure, without blocking its
+// key: its failure could not be written with the block.
+func (p *partition) isolate(seg *segment, items []item, cause error, apply func(*segment, []item, *kgo.Record) bool) bool {
+	if len(items) > 1 {
+		h := len(items) / 2
+		p.log.Debug("batch failed as a whole while the database answers: applying its halves apart",
+			"firstOffset", items[0].rec.Offset, "lastOffset", items[len(items)-1].rec.Offset, "error", errString(cause))
+		return apply(seg, items[:h], items[h-1].rec) && apply(seg, items[h:], items[len(items)-1].rec)
+	}
+	it := items[0]
+	startedAt := time.Now().UTC()
+	for _, proj := range it.projections {
+		o := Outcome{Projection: proj, Status: StatusFailed, ErrorKind: string(projection.KindSQL), Err: cause}
+		p.b.m.failed.WithLabelValues(o.ErrorKind).Inc()
+		p.recordLog(it.rec).Warn("event fails its batch as a whole while the database answers: handed to its retry workflow",
+			"projectionName", proj, "eventId", it.env.EventID, "error", errString(cause))
+		if !p.handOff(seg, it.rec, p.retryInput(it, proj, firstAttempt(startedAt, o))) {
+			return false
+		}
+	}
+	return true
+}
+
+// verdict is what applyThroughOutage concluded about a batch.
+type verdict int
+
+const (
+	verdictDone     verdict = iota // outcomes are the events' own
+	verdictStopped                 // the partition stopped first
+	verdictIsolate                 // the batch fails as a whole while the database answers
+)
+
+type applyResult struct {
+	verdict verdict
+	err     error // the batch's error, with verdictIsolate
+}
+
+// maxHealthyRetries bounds the tries of a batch that fails as a whole while
+// the database answers its probe (a deadlock or a dropped connection
+// resolves on a retry); after them the batch is isolated.
+const maxHealthyRetries = 3
+
 // applyThroughOutage runs apply until its result is not a database outage
-// (the whole batch failing with connection), pausing the partition with
-// capped backoff meanwhile, so an outage hands nothing to Temporal and
-// dead-letters nothing. False when the partition was stopped first.
-func (p *partition) applyThroughOutage(items []item, last *kgo.Record, apply func() ([]Outcome, error)) ([]Outcome, bool) {
+// (the whole batch failing, or a pair failing with connection), pausing
+// the partition with capped backoff meanwhile, so an outage hands nothing
+// to Temporal and dead-letters nothing. An outage is proven by the probe:
+// while the database answers it, the batch is tried maxHealthyRetries
+// times, then isolated.
+func (p *partition) applyThroughOutage(items []item, last *kgo.Record, apply func() ([]Outcome, error)) ([]Outcome, applyResult) {
 	b := p.b
 	bo := newBackoff(b.opts.MinBackoff, b.opts.MaxBackoff)
 	var outage time.Time
+	healthy := 0
 	for {
 		outcomes, err := apply()
 		if p.ctx.Err() != nil {
-			return nil, false
+			return nil, applyResult{verdict: verdictStopped}
 		}
 		if !isOutage(outcomes, err) {
 			if !outage.IsZero() {
@@ -352,12 +416,17 @@ func (p *partition) applyThroughOutage(items []item, last *kgo.Record, apply fun
 					"event", "bridge_outage_over", "dependency", "database",
 					"firstOffset", items[0].rec.Offset, "lastOffset", last.Offset, "pausedFor", time.Since(outage).Round(time.Millisecond).String())
 			}
-			return outcomes, true
+			return outcomes, applyResult{}
 		}
 		if err == nil {
 			err = firstConnectionError(outcomes)
 		}
-		if outage.IsZero() {
+		if p.databaseAnswers() {
+			if healthy++; healthy >= maxHealthyRetries {
+				return nil, applyResult{verdict: verdictIsolate, err: err}
+			}
+			p.log.Debug("batch failed as a whole but the database answers: retrying it", "try", healthy, "error", errString(err))
+		} else if outage.IsZero() {
 			outage = time.Now()
 			b.m.outages.WithLabelValues("database").Inc()
 			p.log.Warn("database unreachable: partition paused, retrying the batch with backoff",
@@ -367,9 +436,20 @@ func (p *partition) applyThroughOutage(items []item, last *kgo.Record, apply fun
 			p.log.Debug("database still unreachable", "dependency", "database", "error", errString(err))
 		}
 		if bo.wait(p.ctx) != nil {
-			return nil, false
+			return nil, applyResult{verdict: verdictStopped}
 		}
 	}
+}
+
+// databaseAnswers probes the database; without a probe every batch-level
+// failure counts as an outage.
+func (p *partition) databaseAnswers() bool {
+	if p.b.opts.Probe == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(p.ctx, p.b.opts.StartTimeout)
+	defer cancel()
+	return p.b.opts.Probe(ctx) == nil
 }
 
 func (p *partition) retryInput(it item, projection string, first *workflows.Attempt) workflows.RetryInput {

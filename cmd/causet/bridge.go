@@ -26,6 +26,7 @@ func (bridgeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	opts.Starter = svc.temporal
 	opts.Lanes = svc.temporal
 	opts.Blocks = starter.NewPostgresBlockStore(svc.pool)
+	opts.Probe = svc.pool.Ping
 	opts.Logger = logger
 	opts.Registerer = reg
 	if opts.KafkaOptions, err = cfg.KafkaSecurity.Opts(); err != nil {

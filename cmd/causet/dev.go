@@ -132,6 +132,7 @@ func (c devCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	bopts.Starter = tc
 	bopts.Lanes = tc
 	bopts.Blocks = starter.NewPostgresBlockStore(pool)
+	bopts.Probe = pool.Ping
 	bopts.Logger = logger
 	bopts.Registerer = reg
 	bridge, err := starter.New(bopts)
