@@ -379,9 +379,9 @@ func (p *partition) isolate(seg *segment, items []item, cause error, apply func(
 type verdict int
 
 const (
-	verdictDone     verdict = iota // outcomes are the events' own
-	verdictStopped                 // the partition stopped first
-	verdictIsolate                 // the batch fails as a whole while the database answers
+	verdictDone    verdict = iota // outcomes are the events' own
+	verdictStopped                // the partition stopped first
+	verdictIsolate                // the batch fails as a whole while the database answers
 )
 
 type applyResult struct {
