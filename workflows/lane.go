@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -23,6 +24,11 @@ const (
 // that existed before the lane got its event.
 const laneAwaitHandedOverChange = "lane-await-handed-over"
 
+// LaneFullErrorType is the ApplicationError type of the enqueue validator's
+// refusal when the lane holds its bound (LaneInput.MaxQueued or
+// MaxQueuedBytes): the bridge keeps the event and tries again later.
+const LaneFullErrorType = "LaneFull"
+
 // ErrLaneClosing is the enqueue validator's refusal: the lane has run every
 // event it accepted (or is finishing the last ones) and takes no more. The
 // bridge then waits for the lane to complete, clears the key's block and
@@ -38,6 +44,13 @@ type LaneInput struct {
 	Queue []RetryInput `json:"queue,omitempty"`
 	// Done carries the count of finished events across continue-as-new.
 	Done int `json:"done,omitempty"`
+	// MaxQueued and MaxQueuedBytes bound the queue (0: no bound): past
+	// them enqueue is refused with LaneFullErrorType, so the queue, which is
+	// the continue-as-new input, stays under Temporal's blob limit and the
+	// history a waiting lane gathers stays small. A first event is always
+	// taken, whatever its size (the bridge bounds events).
+	MaxQueued      int `json:"maxQueued,omitempty"`
+	MaxQueuedBytes int `json:"maxQueuedBytes,omitempty"`
 }
 
 // LaneStatus answers the lane's status query and is its result.
@@ -63,6 +76,10 @@ type ChildSettled struct {
 // applied inline.
 func ProjectionLaneWorkflow(ctx workflow.Context, in LaneInput) (LaneStatus, error) {
 	queue := in.Queue
+	queuedBytes := 0
+	for _, ev := range queue {
+		queuedBytes += inputSize(ev)
+	}
 	st := LaneStatus{Key: in.Projection + ":" + in.ForkID + ":" + in.EntityID, Done: in.Done}
 	closing := false
 	if err := workflow.SetQueryHandler(ctx, QueryLaneStatus, func() (LaneStatus, error) {
@@ -75,6 +92,7 @@ func ProjectionLaneWorkflow(ctx workflow.Context, in LaneInput) (LaneStatus, err
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateEnqueue,
 		func(ctx workflow.Context, ev RetryInput) (int, error) {
 			queue = append(queue, ev)
+			queuedBytes += inputSize(ev)
 			return len(queue), nil
 		},
 		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, ev RetryInput) error {
@@ -83,6 +101,10 @@ func ProjectionLaneWorkflow(ctx workflow.Context, in LaneInput) (LaneStatus, err
 			}
 			if ev.Projection != in.Projection || ev.Event.ForkID != in.ForkID || ev.Event.EntityID != in.EntityID {
 				return fmt.Errorf("event %s belongs to another lane", ev.Event.EventID)
+			}
+			if len(queue) > 0 && (in.MaxQueued > 0 && len(queue) >= in.MaxQueued ||
+				in.MaxQueuedBytes > 0 && queuedBytes+inputSize(ev) > in.MaxQueuedBytes) {
+				return temporal.NewApplicationError(fmt.Sprintf("lane is full: %d events, %d bytes queued", len(queue), queuedBytes), LaneFullErrorType)
 			}
 			return nil
 		}},
@@ -95,6 +117,7 @@ func ProjectionLaneWorkflow(ctx workflow.Context, in LaneInput) (LaneStatus, err
 		for len(queue) > 0 {
 			next := queue[0]
 			queue = queue[1:]
+			queuedBytes -= inputSize(next)
 			if next.WaitFor != "" {
 				// An earlier event of the key retries outside the lane.
 				st.Current = next.WaitFor
@@ -114,6 +137,7 @@ func ProjectionLaneWorkflow(ctx workflow.Context, in LaneInput) (LaneStatus, err
 				}
 				return st, workflow.NewContinueAsNewError(ctx, ProjectionLaneWorkflow, LaneInput{
 					Projection: in.Projection, ForkID: in.ForkID, EntityID: in.EntityID, Queue: queue, Done: st.Done,
+					MaxQueued: in.MaxQueued, MaxQueuedBytes: in.MaxQueuedBytes,
 				})
 			}
 		}
@@ -180,4 +204,15 @@ func runChild(ctx workflow.Context, in RetryInput, id string, settled workflow.R
 		sel.Select(ctx)
 	}
 	return nil
+}
+
+// inputSize is an event's share of the lane's continue-as-new input: its
+// JSON size, which is deterministic for a given input (encoding/json's type
+// cache, which workflowcheck flags, does not change what it writes).
+func inputSize(ev RetryInput) int {
+	b, err := json.Marshal(ev) //workflowcheck:ignore
+	if err != nil {
+		return 0
+	}
+	return len(b)
 }

@@ -2,12 +2,14 @@ package workflows_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/causet/projection-retry/config"
@@ -116,4 +118,47 @@ func TestLaneRefusesEventsOfAnotherKey(t *testing.T) {
 	require.False(t, wrong.accepted)
 	require.ErrorContains(t, wrong.err, "belongs to another lane")
 	require.Equal(t, []string{"head"}, o.applied)
+}
+
+// A lane at its bound refuses with LaneFullErrorType (the bridge keeps the
+// event and tries again), then takes events again once it has room.
+func TestLaneRefusesPastItsBound(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		bound func(*workflows.LaneInput)
+	}{
+		{"events", func(in *workflows.LaneInput) { in.MaxQueued = 2 }},
+		{"bytes", func(in *workflows.LaneInput) { in.MaxQueuedBytes = 2*len(mustJSON(t, laneEvent("e1", false))) + 10 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, o := newLaneHarness(t, map[string]int{"head": 1, "e1": 1}) // the head holds the queue until +3 s, e1 runs from +3 to +4 s
+			var first, full, later []*updateResult
+			h.env.RegisterDelayedCallback(func() { first = append(first, enqueue(h, laneEvent("head", true))) }, 0)
+			h.env.RegisterDelayedCallback(func() { // the lane is running the head: two events fill its queue
+				first = append(first, enqueue(h, laneEvent("e1", false)))
+				first = append(first, enqueue(h, laneEvent("e2", false)))
+				full = append(full, enqueue(h, laneEvent("e3", false)))
+			}, 100*time.Millisecond)
+			h.env.RegisterDelayedCallback(func() { later = append(later, enqueue(h, laneEvent("e4", false))) }, 3500*time.Millisecond)
+			in := laneInput()
+			tc.bound(&in)
+			h.env.ExecuteWorkflow(workflows.LaneWorkflowName, in)
+			require.NoError(t, h.env.GetWorkflowError())
+			for _, u := range first {
+				require.True(t, u.accepted)
+			}
+			require.False(t, full[0].accepted)
+			var ae *temporal.ApplicationError
+			require.ErrorAs(t, full[0].err, &ae)
+			require.Equal(t, workflows.LaneFullErrorType, ae.Type())
+			require.True(t, later[0].accepted, "room again once e1 left the queue: %v", later[0].err)
+			require.Equal(t, []string{"head", "e1", "e2", "e4"}, o.applied)
+		})
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return b
 }
