@@ -1,11 +1,14 @@
 package starter
 
 import (
+	"context"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/causet/projection-retry/event"
 	"github.com/causet/projection-retry/workflows"
 )
 
@@ -56,4 +59,39 @@ func TestBridgeKafkaBatchErrorWithDatabaseUpIsolatesTheEvent(t *testing.T) {
 			require.NotEmpty(t, h.logs.lines("event fails its batch as a whole while the database answers"))
 		})
 	}
+}
+
+// Whether a projection lists an event is decided by the apply, against the
+// catalog it applies with, not by a cache that may be a deploy behind: an
+// event the cache knows no projection for still reaches the apply.
+func TestBridgeKafkaSkipDecidedByTheApply(t *testing.T) {
+	h := newHarness(t, harnessOptions{partitions: 1, noTemporal: true})
+	var mu sync.Mutex
+	var seen []string
+	engine := EngineFunc{
+		ProjectionsFunc: func(string) []string { return nil }, // a cache that missed the deploy
+		ApplyBatchFunc: func(_ context.Context, evs []event.Envelope) ([]Outcome, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			var out []Outcome
+			for i, ev := range evs {
+				seen = append(seen, ev.EventID)
+				if ev.EventType == "TRACK_PLAYED" { // the catalog in the apply's transaction lists it
+					out = append(out, Outcome{Projection: "artist_stats", Index: i, Status: StatusApplied})
+				}
+			}
+			return out, nil
+		},
+	}
+	o := h.plainOptions(newRecordingStarter(nil))
+	o.Engine = engine
+	r := h.start(o)
+	p := h.prefix
+	h.produce(envRecord(0, played(p+"1", "artist-1", 1, 1)), envRecord(0, unlisted(p+"2", "e-2")))
+	h.waitCommittedToEnd(30 * time.Second)
+	mu.Lock()
+	require.Equal(t, []string{p + "1", p + "2"}, seen, "every event reaches the apply")
+	mu.Unlock()
+	require.EqualValues(t, 1, value(r.b.m.applied.WithLabelValues("applied")))
+	require.EqualValues(t, 1, value(r.b.m.skipped), "the event no projection listed in the apply is skipped")
 }

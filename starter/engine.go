@@ -146,6 +146,8 @@ type projectionEngine struct{ e *projection.Engine }
 
 func (p projectionEngine) Projections(eventType string) []string { return p.e.Projections(eventType) }
 
+func (p projectionEngine) Refresh(ctx context.Context) error { return p.e.Refresh(ctx) }
+
 func (p projectionEngine) ApplyBatch(ctx context.Context, evs []event.Envelope) ([]Outcome, error) {
 	res, err := p.e.ApplyBatch(ctx, evs)
 	return outcomes(res), err

@@ -392,6 +392,13 @@ func (s *recordingStarter) DescribeWorkflowExecution(ctx context.Context, id, ru
 	return nil, serviceerror.NewUnavailable("no lanes (test)")
 }
 
+func (s *recordingStarter) GetWorkflowHistory(ctx context.Context, id, runID string, longPoll bool, filter enums.HistoryEventFilterType) client.HistoryEventIterator {
+	if lc, ok := s.inner.(LaneClient); ok {
+		return lc.GetWorkflowHistory(ctx, id, runID, longPoll, filter)
+	}
+	return nil
+}
+
 func (s *recordingStarter) ids() map[string]int {
 	s.mu.Lock()
 	defer s.mu.Unlock()

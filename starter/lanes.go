@@ -66,6 +66,7 @@ type LaneClient interface {
 	UpdateWithStartWorkflow(ctx context.Context, options client.UpdateWithStartWorkflowOptions) (client.WorkflowUpdateHandle, error)
 	GetWorkflow(ctx context.Context, workflowID string, runID string) client.WorkflowRun
 	DescribeWorkflowExecution(ctx context.Context, workflowID, runID string) (*workflowservice.DescribeWorkflowExecutionResponse, error)
+	GetWorkflowHistory(ctx context.Context, workflowID string, runID string, isLongPoll bool, filterType enumspb.HistoryEventFilterType) client.HistoryEventIterator
 }
 
 // laneJob is one event on its way to a lane, or, for the failed event
@@ -86,23 +87,62 @@ type ordering struct {
 	lastRun map[LaneKey]string  // lane run that last accepted an event of the key
 	head    map[LaneKey]string  // retry workflow started outside the lane by the failure that blocked the key
 	recheck map[LaneKey]recheck // when the sweeper looks at the key again
+	// recovered is the lost lane run (closed without completing) whose
+	// events were last sent again (lanelost.go).
+	recovered map[LaneKey]string
 	// keyq is the sender's FIFO of each key, in partition order. A key is in
 	// keyq while it is scheduled: waiting in ready for a drainer, or being
 	// drained (its slice may then be empty while the last event is sent).
 	keyq  map[LaneKey][]laneJob
 	ready []LaneKey // scheduled keys without a drainer yet, in order
 	wake  chan struct{}
+	// jobs counts the events in keyq and being sent; at Options.LaneMaxQueued
+	// the partition worker waits (room) before its next batch.
+	jobs int
+	room chan struct{}
 }
 
 func newOrdering() *ordering {
 	return &ordering{
-		blocked: map[LaneKey]struct{}{},
-		queued:  map[LaneKey]int{},
-		lastRun: map[LaneKey]string{},
-		head:    map[LaneKey]string{},
-		recheck: map[LaneKey]recheck{},
-		keyq:    map[LaneKey][]laneJob{},
-		wake:    make(chan struct{}, 1),
+		blocked:   map[LaneKey]struct{}{},
+		queued:    map[LaneKey]int{},
+		lastRun:   map[LaneKey]string{},
+		head:      map[LaneKey]string{},
+		recheck:   map[LaneKey]recheck{},
+		recovered: map[LaneKey]string{},
+		keyq:      map[LaneKey][]laneJob{},
+		wake:      make(chan struct{}, 1),
+		room:      make(chan struct{}, 1),
+	}
+}
+
+// waitRoom holds the partition worker while its sender holds LaneMaxQueued
+// events or more (full lanes): backpressure, never a drop. False when the
+// partition stopped first.
+func (p *partition) waitRoom() bool {
+	o := p.ord
+	for {
+		o.mu.Lock()
+		n := o.jobs
+		o.mu.Unlock()
+		if n < p.b.opts.LaneMaxQueued {
+			return true
+		}
+		p.log.Debug("lanes full: partition held", "queuedForLanes", n)
+		select {
+		case <-o.room:
+		case <-p.ctx.Done():
+			return false
+		}
+	}
+}
+
+// jobDoneLocked counts one event of the sender as sent; the caller holds o.mu.
+func (o *ordering) jobDoneLocked() {
+	o.jobs--
+	select {
+	case o.room <- struct{}{}:
+	default:
 	}
 }
 
@@ -166,6 +206,9 @@ func (p *partition) releaseOrdering() {
 	p.ord.blocked = map[LaneKey]struct{}{}
 	p.ord.mu.Unlock()
 }
+
+// laneFullMaxWait caps the wait between tries of an event whose lane is full.
+const laneFullMaxWait = 2 * time.Second
 
 // errRerun rolls a batch back so it runs again with more pairs held.
 var errRerun = errors.New("rerun: a later event of a failed key was applied")
@@ -327,6 +370,7 @@ func (p *partition) applyOrdered(seg *segment, items []item, last *kgo.Record) b
 			heads[bk.LaneKey] = bk.Head
 		}
 	}
+	p.countSkipped(items, outcomes)
 	var jobs []laneJob
 	for _, oc := range outcomes {
 		switch oc.Status {
@@ -361,6 +405,7 @@ func (p *partition) applyOrdered(seg *segment, items []item, last *kgo.Record) b
 	}
 	for _, j := range jobs {
 		seg.pending.Add(1)
+		o.jobs++
 		o.queued[j.key]++
 		q, scheduled := o.keyq[j.key]
 		if !scheduled {
@@ -448,6 +493,9 @@ func (p *partition) drainKey(k LaneKey) {
 		if !send(j) {
 			return // stopped: the event is not committed
 		}
+		o.mu.Lock()
+		o.jobDoneLocked()
+		o.mu.Unlock()
 		j.seg.pending.Add(-1)
 	}
 }
@@ -462,9 +510,16 @@ func (p *partition) drainKey(k LaneKey) {
 func (p *partition) startHead(j laneJob) bool {
 	b, o := p.b, p.ord
 	log := p.eventLog(j.rec, j.in)
-	outage, ok := p.startUntilDurable(log, j.in)
-	if !ok {
+	outage, end := p.startUntilDurable(log, j.in)
+	switch end {
+	case handoffStopped:
 		return false
+	case handoffDeadLettered:
+		// No head workflow exists, so the sweeper finds the head settled.
+		o.mu.Lock()
+		o.unqueueLocked(j.key)
+		o.mu.Unlock()
+		return true
 	}
 	// The head cannot settle before its attempt 2: no sweeper check of the
 	// key until then.
@@ -502,7 +557,8 @@ func laneStartOptions(taskQueue string, k LaneKey) client.StartWorkflowOptions {
 func (p *partition) enqueueLane(ctx context.Context, k LaneKey, in workflows.RetryInput) (runID string, refused bool, err error) {
 	lc := p.b.opts.Lanes
 	op := lc.NewWithStartWorkflowOperation(laneStartOptions(p.b.opts.TaskQueue, k), workflows.LaneWorkflowName,
-		workflows.LaneInput{Projection: k.Projection, ForkID: k.ForkID, EntityID: k.EntityID})
+		workflows.LaneInput{Projection: k.Projection, ForkID: k.ForkID, EntityID: k.EntityID,
+			MaxQueued: p.b.opts.LaneMaxQueued, MaxQueuedBytes: p.b.opts.LaneMaxQueuedBytes})
 	h, err := lc.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 		StartWorkflowOperation: op,
 		UpdateOptions: client.UpdateWorkflowOptions{
@@ -527,6 +583,12 @@ func (p *partition) enqueueLane(ctx context.Context, k LaneKey, in workflows.Ret
 	return runID, false, err
 }
 
+// isLaneFull reports the enqueue validator's refusal of a lane at its bound.
+func isLaneFull(err error) bool {
+	var ae *temporal.ApplicationError
+	return errors.As(err, &ae) && ae.Type() == workflows.LaneFullErrorType
+}
+
 func isLaneClosing(err error) bool {
 	var ae *temporal.ApplicationError
 	if errors.As(err, &ae) && ae.Message() == workflows.ErrLaneClosing.Error() {
@@ -544,6 +606,7 @@ func (p *partition) sendToLane(j laneJob) bool {
 	b, o := p.b, p.ord
 	log := p.eventLog(j.rec, j.in).With("laneId", j.key.laneID())
 	bo := newBackoff(b.opts.MinBackoff, b.opts.MaxBackoff)
+	full := newBackoff(b.opts.MinBackoff, laneFullMaxWait)
 	var outage time.Time
 	retry := func(what string, err error) bool {
 		if p.ctx.Err() != nil {
@@ -564,6 +627,24 @@ func (p *partition) sendToLane(j laneJob) bool {
 		runID, refused, err := p.enqueueLane(ctx, j.key, j.in)
 		cancel()
 		if err != nil {
+			switch {
+			case isLaneFull(err):
+				// Backpressure from a live lane: it drains once its head settles.
+				b.m.laneFull.Inc()
+				log.Debug("lane is full: the event waits in the bridge", "error", err.Error())
+				if full.wait(p.ctx) != nil {
+					return false
+				}
+				continue
+			case isRefusal(err):
+				if !p.deadLetterRefused(log, j.in, err) {
+					return false
+				}
+				o.mu.Lock()
+				o.unqueueLocked(j.key)
+				o.mu.Unlock()
+				return true
+			}
 			if !retry("cannot add event to its lane", err) {
 				return false
 			}

@@ -19,6 +19,8 @@ type metrics struct {
 	committed    *prometheus.GaugeVec   // label partition
 	laneHandoffs *prometheus.CounterVec // label role: head|held
 	laneRefused  prometheus.Counter
+	laneFull     prometheus.Counter
+	lanesLost    prometheus.Counter
 	unblocked    *prometheus.CounterVec // label via: refusal|lane_closed
 	blockedKeys  prometheus.Gauge
 	heldInline   prometheus.Counter
@@ -53,6 +55,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "lane_handoffs_total", Help: "Events of blocked keys handed off: the failure that blocked its key, started as a retry workflow of its own (role=head), or a later event of a blocked key added to its lane (role=held)."}, []string{"role"}),
 		laneRefused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "lane_refusals_total", Help: "Lane enqueue updates refused because the lane was closing."}),
+		laneFull: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "lane_full_total", Help: "Lane enqueue updates refused because the lane held its bound (CAUSET_LANE_MAX_QUEUED or its byte budget); the event waits in the bridge."}),
+		lanesLost: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "lanes_lost_total", Help: "Lanes found closed without completing (terminated, failed, timed out, canceled): their unstarted events are sent again, or the key stays blocked. Alert on any increase."}),
 		unblocked: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "keys_unblocked_total", Help: "Blocked keys cleared, after a lane refusal (via=refusal) or once the key's lane completed (via=lane_closed)."}, []string{"via"}),
 		blockedKeys: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
@@ -61,7 +67,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "held_total", Help: "(projection, event) pairs held back from inline apply because their key was blocked."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.laneHandoffs, m.laneRefused, m.unblocked, m.blockedKeys, m.heldInline)
+		reg.MustRegister(m.laneHandoffs, m.laneRefused, m.laneFull, m.lanesLost, m.unblocked, m.blockedKeys, m.heldInline)
 		reg.MustRegister(m.consumed, m.applied, m.skipped, m.failed, m.handedOff, m.handoffRetry,
 			m.deadLettered, m.outages, m.inflight, m.lag, m.committed)
 	}

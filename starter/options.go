@@ -18,6 +18,11 @@ import (
 // (3000 drained a backlog ~20 % faster than 1000; 5000 no faster).
 const DefaultMaxPollRecords = 3000
 
+// DefaultLaneMaxQueuedBytes bounds a lane's queue in JSON bytes: half of
+// Temporal's default 2 MiB blob limit, leaving room for the one event a
+// lane always takes and for the input's other fields.
+const DefaultLaneMaxQueuedBytes = 1 << 20
+
 // Options configure a Bridge.
 type Options struct {
 	// Brokers are the Kafka seed brokers. Required.
@@ -103,11 +108,20 @@ type Options struct {
 	// bridge, and the partition once too many are held. Optional, defaults
 	// to config.DefaultLaneMaxQueued.
 	LaneMaxQueued int
+	// LaneMaxQueuedBytes bounds the JSON bytes of the events waiting in one
+	// lane, its continue-as-new input, well under Temporal's 2 MiB blob
+	// limit. Optional, defaults to DefaultLaneMaxQueuedBytes.
+	LaneMaxQueuedBytes int
 	// Probe answers whether the database is reachable (a trivial query). A
 	// batch that fails as a whole is an outage only if Probe fails too;
 	// otherwise its events are isolated and each fails or applies on its
 	// own. Optional: without it every batch-level error counts as an outage.
 	Probe func(ctx context.Context) error
+	// TemporalProbe answers whether Temporal is reachable (a health check).
+	// A start that fails while Temporal answers is retried
+	// maxHealthyStartFailures times, then the event is dead-lettered.
+	// Optional: without it every failed start counts as an outage.
+	TemporalProbe func(ctx context.Context) error
 	// KafkaOptions are added to the Kafka client's options (TLS, SASL, kprom
 	// hooks, ...). Optional.
 	KafkaOptions []kgo.Opt
@@ -198,6 +212,9 @@ func (o *Options) setDefaults() {
 	if o.LaneMaxQueued == 0 {
 		o.LaneMaxQueued = config.DefaultLaneMaxQueued
 	}
+	if o.LaneMaxQueuedBytes == 0 {
+		o.LaneMaxQueuedBytes = DefaultLaneMaxQueuedBytes
+	}
 }
 
 // validate returns one clear error for the first invalid option.
@@ -219,8 +236,8 @@ func (o *Options) validate() error {
 		return fmt.Errorf("starter: Options.MaxPollRecords %d is invalid: want at least 1", o.MaxPollRecords)
 	case o.ReplayWindow < 0:
 		return fmt.Errorf("starter: Options.ReplayWindow %s is invalid: want a positive duration", o.ReplayWindow)
-	case o.MaxBufferedBytes < 1 || o.LaneMaxQueued < 1:
-		return errors.New("starter: Options.MaxBufferedBytes and LaneMaxQueued must be positive")
+	case o.MaxBufferedBytes < 1 || o.LaneMaxQueued < 1 || o.LaneMaxQueuedBytes < 1:
+		return errors.New("starter: Options.MaxBufferedBytes, LaneMaxQueued and LaneMaxQueuedBytes must be positive")
 	case o.SessionTimeout < 6*time.Second:
 		return fmt.Errorf("starter: Options.SessionTimeout %s is invalid: want at least 6s (Kafka's group.min.session.timeout.ms)", o.SessionTimeout)
 	case o.CommitInterval < 0 || o.MinBackoff < 0 || o.MaxBackoff < o.MinBackoff || o.StartTimeout < 0:

@@ -2,6 +2,7 @@ package starter
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -9,7 +10,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.temporal.io/api/serviceerror"
 
+	"github.com/causet/projection-retry/activities"
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/event"
@@ -190,6 +193,9 @@ func (p *partition) run() {
 		case <-p.ctx.Done():
 			return
 		}
+		if p.ord != nil && !p.waitRoom() {
+			return
+		}
 		if !p.process(bt) {
 			return
 		}
@@ -221,7 +227,8 @@ func (p *partition) recordLog(rec *kgo.Record) *slog.Logger {
 	return p.log.With("offset", rec.Offset)
 }
 
-// item is a decoded event that some projection lists.
+// item is a decoded event; projections are the cached catalog's answer to
+// which projections list it (the apply decides with the catalog it uses).
 type item struct {
 	rec         *kgo.Record
 	env         event.Envelope
@@ -234,8 +241,8 @@ type poison struct {
 	err error
 }
 
-// batch is a partition batch, decoded: the events some projection lists,
-// and the records to dead-letter.
+// batch is a partition batch, decoded: its events, and the records to
+// dead-letter.
 type batch struct {
 	last     *kgo.Record
 	items    []item
@@ -253,12 +260,10 @@ func (p *partition) decode(recs []*kgo.Record) *batch {
 			bt.poisoned = append(bt.poisoned, poison{rec: rec, err: err})
 			continue
 		}
-		projs := b.opts.Engine.Projections(env.EventType)
-		if len(projs) == 0 {
-			b.m.skipped.Inc()
-			continue
-		}
-		bt.items = append(bt.items, item{rec: rec, env: env, projections: projs})
+		// Whether a projection lists the event is decided by the apply, in
+		// its transaction, against the catalog version it applies with: the
+		// cached answer kept here may be a deploy behind.
+		bt.items = append(bt.items, item{rec: rec, env: env, projections: b.opts.Engine.Projections(env.EventType)})
 	}
 	return bt
 }
@@ -284,8 +289,15 @@ func (p *partition) process(bt *batch) bool {
 	if len(items) > 0 {
 		switch b.opts.Mode {
 		case config.ModeWorkflow:
+			// The workflow applies later; the skip is decided here, against
+			// the catalog as it is now, not a cache a deploy behind.
+			p.refreshCatalog()
 			for _, it := range items {
-				for _, proj := range it.projections {
+				projs := b.opts.Engine.Projections(it.env.EventType)
+				if len(projs) == 0 {
+					b.m.skipped.Inc()
+				}
+				for _, proj := range projs {
 					if !p.handOff(seg, it.rec, p.retryInput(it, proj, nil)) {
 						return false
 					}
@@ -328,6 +340,7 @@ func (p *partition) applyInline(seg *segment, items []item, last *kgo.Record) bo
 		return p.isolate(seg, items, res.err, p.applyInline)
 	}
 
+	p.countSkipped(items, outcomes)
 	for _, o := range outcomes {
 		switch o.Status {
 		case StatusApplied, StatusDuplicate:
@@ -341,6 +354,45 @@ func (p *partition) applyInline(seg *segment, items []item, last *kgo.Record) bo
 		}
 	}
 	return true
+}
+
+// countSkipped counts the events no projection listed in the apply.
+func (p *partition) countSkipped(items []item, outcomes []Outcome) {
+	matched := make([]bool, len(items))
+	n := len(items)
+	for _, o := range outcomes {
+		if !matched[o.Index] {
+			matched[o.Index] = true
+			n--
+		}
+	}
+	p.b.m.skipped.Add(float64(n))
+}
+
+// catalogRefresher is an Engine that can reload its catalog cache now.
+type catalogRefresher interface {
+	Refresh(ctx context.Context) error
+}
+
+// refreshCatalog brings the engine's catalog cache up to the database's,
+// retrying while the database is unreachable (workflow mode decides skips
+// from it).
+func (p *partition) refreshCatalog() {
+	r, ok := p.b.opts.Engine.(catalogRefresher)
+	if !ok {
+		return
+	}
+	bo := newBackoff(p.b.opts.MinBackoff, p.b.opts.MaxBackoff)
+	for {
+		err := r.Refresh(p.ctx)
+		if err == nil || p.ctx.Err() != nil {
+			return
+		}
+		p.log.Warn("cannot read the projection catalog, retrying with backoff", "dependency", "database", "error", err.Error())
+		if bo.wait(p.ctx) != nil {
+			return
+		}
+	}
 }
 
 // firstAttempt is the record of a failed inline attempt 1.
@@ -363,6 +415,13 @@ func (p *partition) isolate(seg *segment, items []item, cause error, apply func(
 	}
 	it := items[0]
 	startedAt := time.Now().UTC()
+	if len(it.projections) == 0 {
+		// The cache lists no projection for it, so no retry workflow can be
+		// named: it can never be applied here, dead-letter it now.
+		r := activities.BuildRecord(workflows.DeadLetterInput{Event: it.env, Key: it.rec.Key, Source: sourceOf(it.rec),
+			Attempts: []workflows.Attempt{{Number: 1, StartedAt: startedAt, ErrorKind: string(projection.KindSQL), Error: errString(cause)}}}, startedAt)
+		return p.publishDeadLetter(p.recordLog(it.rec), "event", it.rec.Key, r)
+	}
 	for _, proj := range it.projections {
 		o := Outcome{Projection: proj, Status: StatusFailed, ErrorKind: string(projection.KindSQL), Err: cause}
 		p.b.m.failed.WithLabelValues(o.ErrorKind).Inc()
@@ -457,7 +516,7 @@ func (p *partition) retryInput(it item, projection string, first *workflows.Atte
 		Event:        it.env,
 		Projection:   projection,
 		Key:          it.rec.Key,
-		Source:       workflows.Source{Topic: it.rec.Topic, Partition: it.rec.Partition, Offset: it.rec.Offset},
+		Source:       sourceOf(it.rec),
 		Mode:         p.b.opts.Mode,
 		FirstAttempt: first,
 		Retry:        p.b.opts.Retry,
@@ -487,12 +546,14 @@ func (p *partition) handOff(seg *segment, rec *kgo.Record, in workflows.RetryInp
 			b.m.inflight.Dec()
 		}()
 		log := p.eventLog(rec, in)
-		outage, ok := p.startUntilDurable(log, in)
-		if !ok {
-			return // stopped: not handed off, not committed
+		outage, end := p.startUntilDurable(log, in)
+		switch end {
+		case handoffStopped:
+			return // not handed off, not committed
+		case handoffStarted:
+			b.m.handedOff.WithLabelValues(string(in.Mode)).Inc()
+			logHandOff(log, in, outage)
 		}
-		b.m.handedOff.WithLabelValues(string(in.Mode)).Inc()
-		logHandOff(log, in, outage)
 		seg.pending.Add(-1)
 	}()
 	return true
@@ -505,21 +566,47 @@ func (p *partition) eventLog(rec *kgo.Record, in workflows.RetryInput) *slog.Log
 
 // startUntilDurable starts in's retry workflow, retrying with capped
 // backoff while Temporal is unavailable (offsets stop at the event
-// meanwhile). It returns when the outage began (zero if there was none),
-// or false when the partition was stopped first.
-func (p *partition) startUntilDurable(log *slog.Logger, in workflows.RetryInput) (time.Time, bool) {
+// meanwhile). An event whose workflow Temporal refuses (classifyStart) is
+// dead-lettered here instead. It returns when an outage began (zero if there
+// was none) and how the hand-off ended.
+func (p *partition) startUntilDurable(log *slog.Logger, in workflows.RetryInput) (time.Time, handoffEnd) {
+	b := p.b
+	return p.untilStarted(log, in, func(ctx context.Context) error {
+		return startRetryWorkflow(ctx, b.opts.Starter, b.opts.TaskQueue, in)
+	})
+}
+
+// untilStarted runs start until it succeeds, classifying each failure once:
+// throttling or a Temporal that does not answer its probe is an outage
+// (wait, retry the same start); a refusal of the event's workflow itself
+// (invalid argument: an ID, search attribute or input Temporal cannot store)
+// or failures while Temporal answers, maxHealthyStartFailures times, make
+// the event invalid: it is dead-lettered at once.
+func (p *partition) untilStarted(log *slog.Logger, in workflows.RetryInput, start func(ctx context.Context) error) (time.Time, handoffEnd) {
 	b := p.b
 	bo := newBackoff(b.opts.MinBackoff, b.opts.MaxBackoff)
 	var outage time.Time
+	healthy := 0
 	for {
 		ctx, cancel := context.WithTimeout(p.ctx, b.opts.StartTimeout)
-		err := startRetryWorkflow(ctx, b.opts.Starter, b.opts.TaskQueue, in)
+		err := start(ctx)
 		cancel()
 		if err == nil {
-			return outage, true
+			return outage, handoffStarted
 		}
 		if p.ctx.Err() != nil {
-			return outage, false
+			return outage, handoffStopped
+		}
+		refused := isRefusal(err)
+		if !refused && !isThrottled(err) && p.temporalAnswers() {
+			healthy++
+			refused = healthy >= maxHealthyStartFailures
+		}
+		if refused {
+			if !p.deadLetterRefused(log, in, err) {
+				return outage, handoffStopped
+			}
+			return outage, handoffDeadLettered
 		}
 		b.m.handoffRetry.Inc()
 		if outage.IsZero() {
@@ -531,9 +618,66 @@ func (p *partition) startUntilDurable(log *slog.Logger, in workflows.RetryInput)
 			log.Debug("still cannot start retry workflow", "dependency", "temporal", "error", err.Error())
 		}
 		if bo.wait(p.ctx) != nil {
-			return outage, false
+			return outage, handoffStopped
 		}
 	}
+}
+
+// handoffEnd is how handing an event to Temporal ended.
+type handoffEnd int
+
+const (
+	handoffStarted      handoffEnd = iota // its workflow is durable (or its lane took it)
+	handoffDeadLettered                   // Temporal refused it: dead-lettered as invalid_event
+	handoffStopped                        // the partition stopped first: not committed
+)
+
+// maxHealthyStartFailures bounds the failed starts of one event while
+// Temporal answers its probe: past it the event, not Temporal, is at fault.
+const maxHealthyStartFailures = 5
+
+// isRefusal reports a start Temporal refused because of the request itself:
+// retrying the same request can never succeed.
+func isRefusal(err error) bool {
+	var ia *serviceerror.InvalidArgument
+	return errors.As(err, &ia)
+}
+
+// isThrottled reports a start refused for capacity (rate limits): Temporal
+// answers but is saturated, an outage of capacity.
+func isThrottled(err error) bool {
+	var re *serviceerror.ResourceExhausted
+	return errors.As(err, &re)
+}
+
+// temporalAnswers probes Temporal; without a probe every failed start
+// counts as an outage.
+func (p *partition) temporalAnswers() bool {
+	if p.b.opts.TemporalProbe == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(p.ctx, p.b.opts.StartTimeout)
+	defer cancel()
+	return p.b.opts.TemporalProbe(ctx) == nil
+}
+
+// deadLetterRefused writes an event whose retry workflow Temporal refused
+// to the DLQ as invalid_event, keeping its failed attempt 1 if it had one.
+func (p *partition) deadLetterRefused(log *slog.Logger, in workflows.RetryInput, cause error) bool {
+	now := time.Now().UTC()
+	msg := "temporal refused the retry workflow: " + cause.Error()
+	var attempts []workflows.Attempt
+	if in.FirstAttempt != nil {
+		attempts = append(attempts, *in.FirstAttempt)
+	}
+	attempts = append(attempts, workflows.Attempt{Number: len(attempts) + 1, StartedAt: now, ErrorKind: errorKindInvalid, Error: msg})
+	r := activities.BuildRecord(workflows.DeadLetterInput{
+		Event: in.Event, Key: in.Key, Projection: in.Projection, Attempts: attempts, Source: in.Source,
+	}, now)
+	if in.FirstAttempt != nil {
+		r.IRVersion = in.FirstAttempt.IRVersion
+	}
+	return p.publishDeadLetter(log, "refused event", in.Key, r)
 }
 
 // logHandOff writes, for a failed inline attempt 1, the contract's
@@ -556,38 +700,50 @@ func logHandOff(log *slog.Logger, in workflows.RetryInput, outage time.Time) {
 	log.Error("projection_dead_lettered", append(attrs, "event", "projection_dead_lettered")...)
 }
 
+func sourceOf(rec *kgo.Record) workflows.Source {
+	return workflows.Source{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}
+}
+
+// errorKindInvalid is the error kind of an event that can never succeed.
+const errorKindInvalid = "invalid_event"
+
 // deadLetterPoison writes a record that is not a valid envelope to the DLQ
 // (raw bytes kept, errorKind invalid_event) before its offset can be
-// committed, retrying while Kafka refuses it. False when stopped first.
+// committed. False when stopped first.
 func (p *partition) deadLetterPoison(rec *kgo.Record, cause error) bool {
-	b := p.b
 	now := time.Now().UTC()
 	r := dlq.Record{
 		RawValue:       rec.Value,
-		ErrorKind:      "invalid_event",
+		ErrorKind:      errorKindInvalid,
 		Error:          cause.Error(),
 		RetryCount:     0,
-		Attempts:       []workflows.Attempt{{Number: 1, StartedAt: now, ErrorKind: "invalid_event", Error: cause.Error()}},
+		Attempts:       []workflows.Attempt{{Number: 1, StartedAt: now, ErrorKind: errorKindInvalid, Error: cause.Error()}},
 		FirstFailedAt:  now,
 		DeadLetteredAt: now,
-		Source:         workflows.Source{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset},
+		Source:         sourceOf(rec),
 	}
-	log := p.recordLog(rec)
+	return p.publishDeadLetter(p.recordLog(rec), "poison record", rec.Key, r)
+}
+
+// publishDeadLetter writes r to the DLQ, retrying with capped backoff while
+// Kafka refuses it. False when stopped first.
+func (p *partition) publishDeadLetter(log *slog.Logger, what string, key []byte, r dlq.Record) bool {
+	b := p.b
 	bo := newBackoff(b.opts.MinBackoff, b.opts.MaxBackoff)
 	for {
 		ctx, cancel := context.WithTimeout(p.ctx, b.opts.StartTimeout)
-		at, err := b.dlq.Publish(ctx, rec.Key, r)
+		at, err := b.dlq.Publish(ctx, key, r)
 		cancel()
 		if err == nil {
 			b.m.deadLettered.Inc()
-			log.Warn("poison record dead-lettered", "event", "projection_dead_lettered", "errorKind", "invalid_event",
-				"error", cause.Error(), "dlqTopic", at.Topic, "dlqPartition", at.Partition, "dlqOffset", at.Offset)
+			log.Warn(what+" dead-lettered", "event", "projection_dead_lettered", "errorKind", r.ErrorKind,
+				"error", r.Error, "dlqTopic", at.Topic, "dlqPartition", at.Partition, "dlqOffset", at.Offset)
 			return true
 		}
 		if p.ctx.Err() != nil {
 			return false
 		}
-		log.Warn("cannot dead-letter poison record, retrying with backoff", "dependency", "kafka", "error", err.Error())
+		log.Warn("cannot dead-letter "+what+", retrying with backoff", "dependency", "kafka", "error", err.Error())
 		if bo.wait(p.ctx) != nil {
 			return false
 		}

@@ -136,6 +136,13 @@ func (p *partition) checkLane(k LaneKey, run, head string) {
 	defer p.wg.Done()
 	ctx, cancel := context.WithTimeout(p.ctx, p.b.opts.StartTimeout)
 	defer cancel()
+	// A lane this bridge sent events to is looked at first, so that a lost
+	// one is noticed while the head still retries; otherwise the head first,
+	// which saves a describe per check of a key without a lane.
+	laneFirst := run != ""
+	if laneFirst && !p.laneDone(ctx, k, run) {
+		return
+	}
 	if head != "" {
 		settled, err := p.headSettled(ctx, head)
 		if err != nil {
@@ -149,15 +156,7 @@ func (p *partition) checkLane(k LaneKey, run, head string) {
 			return
 		}
 	}
-	closed, err := p.laneClosed(ctx, k)
-	if err != nil {
-		if p.ctx.Err() == nil {
-			p.log.Debug("cannot check lane, next sweep retries", "laneId", k.laneID(), "error", err.Error())
-		}
-		return
-	}
-	if !closed {
-		p.ord.later(k)
+	if !laneFirst && !p.laneDone(ctx, k, run) {
 		return
 	}
 	o := p.ord
@@ -176,6 +175,28 @@ func (p *partition) checkLane(k LaneKey, run, head string) {
 	p.b.m.unblocked.WithLabelValues("lane_closed").Inc()
 	p.log.Info("lane closed: key unblocked", "event", "projection_key_unblocked",
 		"projectionName", k.Projection, "forkId", k.ForkID, "entityId", k.EntityID, "laneId", k.laneID())
+}
+
+// laneDone reports whether k's lane lets the key go: closed and completed,
+// or lost and already recovered. A lost lane not yet recovered is recovered
+// here (recoverLane); an open one is looked at again later.
+func (p *partition) laneDone(ctx context.Context, k LaneKey, run string) bool {
+	lane, err := p.laneState(ctx, k)
+	if err != nil {
+		if p.ctx.Err() == nil {
+			p.log.Debug("cannot check lane, next sweep retries", "laneId", k.laneID(), "error", err.Error())
+		}
+		return false
+	}
+	switch {
+	case lane.open:
+		p.ord.later(k)
+		return false
+	case lane.lost && !p.ord.wasRecovered(k, lane.runID):
+		p.recoverLane(ctx, k, run, lane)
+		return false
+	}
+	return true
 }
 
 // recheck is when the sweeper looks at a blocked key again.
@@ -203,29 +224,41 @@ func (o *ordering) forgetLocked(k LaneKey) {
 	delete(o.lastRun, k)
 	delete(o.head, k)
 	delete(o.recheck, k)
+	delete(o.recovered, k)
 }
 
-// laneClosed reports whether the latest run of k's lane is closed (or the
-// lane does not exist). A run that is running, paused or in a state this
-// code does not know counts as open.
-func (p *partition) laneClosed(ctx context.Context, k LaneKey) (bool, error) {
+// laneRun is what the sweeper knows of the latest run of a key's lane.
+type laneRun struct {
+	open   bool   // running (or in a state this code does not know)
+	lost   bool   // closed without completing: failed, terminated, timed out, canceled
+	runID  string // the run described
+	status enumspb.WorkflowExecutionStatus
+}
+
+// laneState describes the latest run of k's lane; a lane that does not
+// exist is closed.
+func (p *partition) laneState(ctx context.Context, k LaneKey) (laneRun, error) {
 	resp, err := p.b.opts.Lanes.DescribeWorkflowExecution(ctx, k.laneID(), "")
 	if err != nil {
 		var nf *serviceerror.NotFound
 		if errors.As(err, &nf) {
-			return true, nil
+			return laneRun{}, nil
 		}
-		return false, err
+		return laneRun{}, err
 	}
-	switch resp.GetWorkflowExecutionInfo().GetStatus() {
-	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED,
-		enumspb.WORKFLOW_EXECUTION_STATUS_FAILED,
+	info := resp.GetWorkflowExecutionInfo()
+	r := laneRun{runID: info.GetExecution().GetRunId(), status: info.GetStatus()}
+	switch r.status {
+	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
+	case enumspb.WORKFLOW_EXECUTION_STATUS_FAILED,
 		enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED,
 		enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED,
 		enumspb.WORKFLOW_EXECUTION_STATUS_TIMED_OUT:
-		return true, nil
+		r.lost = true
+	default:
+		r.open = true
 	}
-	return false, nil
+	return r, nil
 }
 
 // headSettled reports whether the retry workflow head has settled
