@@ -2,12 +2,18 @@ package starter
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
 
+	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/event"
 	"github.com/causet/projection-retry/workflows"
 )
@@ -94,4 +100,96 @@ func TestBridgeKafkaSkipDecidedByTheApply(t *testing.T) {
 	mu.Unlock()
 	require.EqualValues(t, 1, value(r.b.m.applied.WithLabelValues("applied")))
 	require.EqualValues(t, 1, value(r.b.m.skipped), "the event no projection listed in the apply is skipped")
+}
+
+// refusingStarter refuses, as Temporal does a request it can never accept,
+// the start of one event's workflow, and fails every start while down.
+type refusingStarter struct {
+	*recordingStarter
+	refuse string // event ID whose start is refused
+	calls  map[string]int
+	mu     sync.Mutex
+}
+
+func (s *refusingStarter) ExecuteWorkflow(ctx context.Context, o client.StartWorkflowOptions, wf any, args ...any) (client.WorkflowRun, error) {
+	s.mu.Lock()
+	s.calls[o.ID]++
+	s.mu.Unlock()
+	if in, ok := args[0].(workflows.RetryInput); ok && in.Event.EventID == s.refuse {
+		return nil, serviceerror.NewInvalidArgument("WorkflowId length exceeds limit (test)")
+	}
+	return s.recordingStarter.ExecuteWorkflow(ctx, o, wf, args...)
+}
+
+// A start Temporal refuses (invalid argument) can never succeed: the event
+// is dead-lettered as invalid_event at once and the partition moves on. A
+// start that fails while Temporal answers its probe is tried a bounded
+// number of times, then dead-lettered too; one that fails while the probe
+// fails is an outage, retried until Temporal is back.
+func TestBridgeKafkaStartErrorsClassified(t *testing.T) {
+	h := newHarness(t, harnessOptions{partitions: 1, noTemporal: true, followersDDL: followersNoColumn})
+	p := h.prefix
+	s := &refusingStarter{recordingStarter: newRecordingStarter(nil), refuse: p + "f-refused", calls: map[string]int{}}
+	var probeDown atomic.Bool
+	o := h.plainOptions(s)
+	o.MinBackoff, o.MaxBackoff = 10*time.Millisecond, 50*time.Millisecond
+	o.TemporalProbe = func(context.Context) error {
+		if probeDown.Load() {
+			return errors.New("temporal unreachable (test)")
+		}
+		return nil
+	}
+	r := h.start(o)
+
+	h.produce(envRecord(0, followed(p+"f-refused", "user-1", "artist-1")), envRecord(0, played(p+"after", "artist-1", 1, 1)))
+	h.waitCommittedToEnd(30 * time.Second)
+	require.Equal(t, 1, h.count(`SELECT count(*) FROM artist_stats`))
+	refusedID := workflows.RetryWorkflowID("artist_followers", "production", p+"f-refused")
+	s.mu.Lock()
+	require.Equal(t, 1, s.calls[refusedID], "a refusal is not retried")
+	s.mu.Unlock()
+	recs := h.dlqRecords(1)
+	require.Equal(t, "invalid_event", recs[0].ErrorKind)
+	require.Contains(t, recs[0].Error, "temporal refused the retry workflow")
+	require.Equal(t, "artist_followers", recs[0].ProjectionName)
+	require.Len(t, recs[0].Attempts, 2, "the failed inline attempt 1 and the refusal")
+	require.EqualValues(t, 1, value(r.b.m.deadLettered))
+
+	// Unavailable while the probe answers: bounded, then dead-lettered.
+	s.down.Store(true)
+	h.produce(envRecord(0, followed(p+"f-healthy", "user-2", "artist-1")))
+	h.waitCommittedToEnd(30 * time.Second)
+	require.Len(t, h.dlqRecords(2), 2)
+	require.EqualValues(t, maxHealthyStartFailures, s.fails.Load())
+
+	// Unavailable while the probe fails too: an outage, nothing dead-lettered.
+	probeDown.Store(true)
+	h.produce(envRecord(0, followed(p+"f-outage", "user-3", "artist-1")))
+	time.Sleep(2 * time.Second)
+	require.Greater(t, int(s.fails.Load()), maxHealthyStartFailures+5, "retried through the outage")
+	require.EqualValues(t, 2, value(r.b.m.deadLettered), "an outage dead-letters nothing")
+	s.down.Store(false)
+	probeDown.Store(false)
+	h.waitCommittedToEnd(30 * time.Second)
+	require.Contains(t, s.ids(), workflows.RetryWorkflowID("artist_followers", "production", p+"f-outage"))
+}
+
+// dlqRecords reads the DLQ topic from the start until it holds n records.
+func (h *harness) dlqRecords(n int) []dlq.Record {
+	h.t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(h.brokers...), kgo.ConsumeTopics(h.dlqTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	require.NoError(h.t, err)
+	defer cl.Close()
+	var out []dlq.Record
+	require.Eventually(h.t, func() bool {
+		ctx, cancel := context.WithTimeout(h.ctx, 500*time.Millisecond)
+		defer cancel()
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			rec, err := dlq.Decode(r.Value)
+			require.NoError(h.t, err)
+			out = append(out, rec)
+		})
+		return len(out) >= n
+	}, 30*time.Second, 10*time.Millisecond)
+	return out
 }

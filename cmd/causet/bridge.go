@@ -6,6 +6,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kprom"
+	"go.temporal.io/sdk/client"
 
 	"github.com/causet/projection-retry/starter"
 )
@@ -27,6 +28,7 @@ func (bridgeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	opts.Lanes = svc.temporal
 	opts.Blocks = starter.NewPostgresBlockStore(svc.pool)
 	opts.Probe = svc.pool.Ping
+	opts.TemporalProbe = temporalProbe(svc.temporal)
 	opts.Logger = logger
 	opts.Registerer = reg
 	if opts.KafkaOptions, err = cfg.KafkaSecurity.Opts(); err != nil {
@@ -43,4 +45,13 @@ func (bridgeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		return err
 	}
 	return b.Run(ctx)
+}
+
+// temporalProbe is the bridge's proof of a Temporal outage: the frontend's
+// health check.
+func temporalProbe(c client.Client) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := c.CheckHealth(ctx, &client.CheckHealthRequest{})
+		return err
+	}
 }

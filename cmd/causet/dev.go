@@ -133,6 +133,7 @@ func (c devCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	bopts.Lanes = tc
 	bopts.Blocks = starter.NewPostgresBlockStore(pool)
 	bopts.Probe = pool.Ping
+	bopts.TemporalProbe = temporalProbe(tc)
 	bopts.Logger = logger
 	bopts.Registerer = reg
 	bridge, err := starter.New(bopts)
