@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/causet/projection-retry/internal/testenv"
 	"github.com/causet/projection-retry/workflows"
 )
 
@@ -86,4 +87,42 @@ func TestBridgeKafkaOrderingTerminatedLaneRedelivers(t *testing.T) {
 	require.Equal(t, seq(1, 8), h.audit(artist), "every event applied once, in order")
 	require.Equal(t, 36, h.count(`SELECT plays::int FROM artist_stats WHERE artist_id = $1`, artist))
 	require.Eventually(t, func() bool { return h.blockedRows() == 0 }, 60*time.Second, 100*time.Millisecond)
+}
+
+// With Temporal's limits scaled down (continue-as-new suggested every 20
+// history events, blobs refused past 16 KiB), a hot key's lane keeps its
+// continue-as-new input under the blob limit: no lane is lost and every
+// event applies once, in order.
+func TestBridgeKafkaOrderingLaneUnderServerLimits(t *testing.T) {
+	h := newHarness(t, harnessOptions{partitions: 1, noTemporal: true})
+	h.temporal = testenv.TemporalWithLimits(t, map[string]string{
+		"limit.historyCount.suggestContinueAsNew": "20",
+		"limit.blobSize.error":                    "16384",
+		"limit.blobSize.warn":                     "8192",
+	})
+	h.taskQueue = testenv.TaskQueue(t)
+	_, err := h.pool.Exec(h.ctx, orderingDDL)
+	require.NoError(t, err)
+	h.startWorker()
+	o := h.options(nil)
+	o.Retry = shortRetry
+	o.Retry.MaxAttempts = 60
+	o.MaxBackoff = 200 * time.Millisecond
+	o.LaneMaxQueuedBytes = 8 << 10
+	r := h.start(o)
+
+	const artist = "artist-limits"
+	h.flag(artist, 1)
+	var recs []*kgo.Record
+	for n := 1; n <= 31; n++ {
+		recs = append(recs, envRecord(0, nth(h, artist, n)))
+	}
+	h.produce(recs...)
+	require.Eventually(t, func() bool { return value(r.b.m.laneFull) > 0 }, 60*time.Second, 50*time.Millisecond,
+		"the lane's byte budget is reached: the rest wait in the bridge")
+	h.unflag(artist)
+	require.Eventually(t, func() bool { return len(h.audit(artist)) == 31 }, 180*time.Second, 200*time.Millisecond)
+	require.Equal(t, seq(1, 31), h.audit(artist), "every event applied once, in order")
+	require.Zero(t, value(r.b.m.lanesLost), "no lane hit the server's limits")
+	h.waitCommittedToEnd(60 * time.Second)
 }

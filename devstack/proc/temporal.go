@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -89,6 +91,10 @@ type TemporalOptions struct {
 	// TempDirPrefix names the temp dir (os.MkdirTemp pattern prefix).
 	// Optional, defaults to "causet-temporal-".
 	TempDirPrefix string
+	// DynamicConfig sets server limits (`--dynamic-config-value KEY=VALUE`,
+	// VALUE in YAML), e.g. "limit.blobSize.error": "16384" to try limits at
+	// a small scale. Optional.
+	DynamicConfig map[string]string
 }
 
 // Temporal is a `temporal server start-dev` process (in-memory) with the
@@ -185,6 +191,9 @@ func startTemporal(ctx context.Context, opts TemporalOptions, ports []int) (*Tem
 	}
 	for _, sa := range SearchAttributes {
 		t.argv = append(t.argv, "--search-attribute", sa+"=Keyword")
+	}
+	for _, k := range slices.Sorted(maps.Keys(opts.DynamicConfig)) {
+		t.argv = append(t.argv, "--dynamic-config-value", k+"="+opts.DynamicConfig[k])
 	}
 	// One watchdog for the lifetime of t: it kills the process group of
 	// whichever server process is current (its PGID is in pgidFile while it

@@ -79,6 +79,30 @@ func Temporal(t testing.TB) TemporalServer {
 	return TemporalServer{HostPort: hostPort, Namespace: ns, Client: c, cli: cli}
 }
 
+// TemporalWithLimits starts a dev server of the test's own with the given
+// dynamic config (server limits scaled down, say) and returns a client for
+// it; the server stops when the test ends. Use it only for tests of
+// Temporal's limits: each such server costs seconds to start.
+func TemporalWithLimits(t testing.TB, dynamicConfig map[string]string) TemporalServer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	s, err := proc.StartTemporal(ctx, proc.TemporalOptions{Headless: true, DynamicConfig: dynamicConfig})
+	if err != nil {
+		unavailable(t, "no Temporal dev server: %v\n%s", err, temporalHowTo)
+	}
+	t.Cleanup(func() {
+		s.Halt()
+		s.Stop()
+	})
+	c, err := client.DialContext(ctx, client.Options{HostPort: s.HostPort, Namespace: s.Namespace, Logger: quietTemporalLogger()})
+	if err != nil {
+		t.Fatalf("connect to the dev server at %s: %v", s.HostPort, err)
+	}
+	t.Cleanup(c.Close)
+	return TemporalServer{HostPort: s.HostPort, Namespace: s.Namespace, Client: c, cli: s.CLI}
+}
+
 // CLI runs the temporal CLI (./bin/temporal of this repository, else
 // `temporal` on PATH) with args followed by --address and --namespace for this
 // server, and returns its stdout. On failure the error carries stderr. Example:
