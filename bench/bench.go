@@ -71,8 +71,9 @@ type Options struct {
 }
 
 // ShortRetry is the schedule of the inline, workflow-mode and peer runs:
-// 5 attempts, 20 ms × 2 (attempts at +0, 20, 60, 140, 300 ms).
-var ShortRetry = config.Retry{MaxAttempts: 5, Initial: 20 * time.Millisecond, Multiplier: 2, Max: time.Second}
+// 5 attempts a second apart (+0, 1, 2, 3, 4 s), the shortest delays
+// Temporal keeps.
+var ShortRetry = config.Retry{MaxAttempts: 5, Initial: time.Second, Multiplier: 1, Max: time.Second}
 
 // longRetry keeps handed-off workflows retrying for the in-flight phase.
 var longRetry = config.Retry{MaxAttempts: 5, Initial: 10 * time.Minute, Multiplier: 2, Max: 10 * time.Minute}

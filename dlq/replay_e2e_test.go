@@ -37,7 +37,7 @@ on:
 // fixedIR no longer writes the column the table lacks.
 var fixedIR = strings.Replace(brokenIR, ", followed_at: event.occurredAt", "", 1)
 
-var fastRetry = config.Retry{MaxAttempts: 2, Initial: 100 * time.Millisecond, Multiplier: 2, Max: time.Second}
+var fastRetry = config.Retry{MaxAttempts: 2, Initial: time.Second, Multiplier: 1, Max: time.Second}
 
 // TestKafkaReplayEndToEnd dead-letters three events (one left open, one whose
 // replay window expires, one discarded), deploys a fix and replays from the

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
@@ -114,7 +115,7 @@ func TestReplayerDecisions(t *testing.T) {
 		id("replaying"): {open: true, state: workflows.StateReplaying, runID: "r6"},
 		id("signalled"): {open: true, state: workflows.StateDeadLettered, runID: "r7", pending: true},
 	}}
-	retry := config.Retry{MaxAttempts: 3, Initial: 1, Multiplier: 2, Max: 10}
+	retry := config.Retry{MaxAttempts: 3, Initial: time.Second, Multiplier: 2, Max: 10 * time.Second}
 	rp, err := dlq.NewReplayer(dlq.ReplayerOptions{Client: f, TaskQueue: "tq", Retry: retry, Reason: "fixed", ReplayWindow: 42})
 	require.NoError(t, err)
 	ctx := context.Background()

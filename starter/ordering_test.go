@@ -52,8 +52,8 @@ END $$;
 CREATE TRIGGER follow_guard BEFORE INSERT ON artist_followers FOR EACH ROW EXECUTE FUNCTION follow_guard();
 `
 
-// shortRetry keeps lane tests fast: attempts at 0, +0.2, +0.6, +1.4, +2.4 s, ...
-var shortRetry = config.Retry{MaxAttempts: 10, Initial: 200 * time.Millisecond, Multiplier: 2, Max: time.Second}
+// shortRetry keeps lane tests short: an attempt a second (Temporal keeps no shorter delay).
+var shortRetry = config.Retry{MaxAttempts: 10, Initial: time.Second, Multiplier: 1, Max: time.Second}
 
 // orderedHarness is a harness with the ordering DDL, a running worker and
 // entity ordering.
@@ -210,7 +210,7 @@ func TestBridgeKafkaOrderingIncrementHeadRetrying(t *testing.T) {
 
 func TestBridgeKafkaOrderingHeadDeadLetters(t *testing.T) {
 	h, o := orderedHarness(t, 1)
-	o.Retry = config.Retry{MaxAttempts: 2, Initial: 200 * time.Millisecond, Multiplier: 2, Max: time.Second}
+	o.Retry = config.Retry{MaxAttempts: 2, Initial: time.Second, Multiplier: 2, Max: time.Second}
 	h.start(o)
 	const artist = "artist-dl"
 	h.flag(artist, 1)
@@ -281,7 +281,7 @@ func TestBridgeKafkaOrderingRestartKeepsBlock(t *testing.T) {
 // while that workflow retries, even though the key has no lane.
 func TestBridgeKafkaOrderingHeadOutlivesRestart(t *testing.T) {
 	h, o := orderedHarness(t, 1)
-	o.Retry = config.Retry{MaxAttempts: 60, Initial: 200 * time.Millisecond, Multiplier: 2, Max: time.Second}
+	o.Retry = config.Retry{MaxAttempts: 60, Initial: time.Second, Multiplier: 1, Max: time.Second}
 	const artist = "artist-ho"
 	h.flag(artist, 1)
 	oa := o

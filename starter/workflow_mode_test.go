@@ -48,7 +48,7 @@ func TestBridgeKafkaWorkflowModeEndToEnd(t *testing.T) {
 	h.startWorker()
 	o := h.options(nil)
 	o.Mode = config.ModeWorkflow
-	o.Retry = config.Retry{MaxAttempts: 2, Initial: 200 * time.Millisecond, Multiplier: 2, Max: 200 * time.Millisecond}
+	o.Retry = config.Retry{MaxAttempts: 2, Initial: time.Second, Multiplier: 1, Max: time.Second}
 	r := h.start(o)
 
 	var recs []*kgo.Record

@@ -23,7 +23,7 @@ type laneEnv struct {
 }
 
 // shortRetry keeps these runs short: attempts at +0, +0.3, +0.9 s.
-var shortRetry = config.Retry{MaxAttempts: 3, Initial: 300 * time.Millisecond, Multiplier: 2, Max: time.Second}
+var shortRetry = config.Retry{MaxAttempts: 3, Initial: time.Second, Multiplier: 1, Max: time.Second}
 
 func newLaneEnv(t *testing.T) *laneEnv {
 	w := newWorkerEnv(t, fixedIR)
