@@ -1,16 +1,19 @@
 package projection
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/common/ast"
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/common/types/traits"
@@ -38,21 +41,28 @@ type compiled struct {
 }
 
 type compiledOp struct {
-	kind  string
-	cols  []column // key columns first (in key order), then set, then increment columns (sorted)
-	sql   string   // the write; parameters are cols in order
-	table string   // the row lock this write takes is (table, first nkeys values)
-	nkeys int
+	kind      string
+	costLimit uint64
+	cols      []column // key columns first (in key order), then set, then increment columns (sorted)
+	sql       string   // the write; parameters are cols in order
+	table     string   // the row lock this write takes is (table, first nkeys values)
+	nkeys     int
 }
 
 type column struct {
 	name string
 	path string // e.g. on.TRACK_PLAYED.columns.plays_per_day
 	prg  cel.Program
+	// loops is set when the expression has a comprehension, the only part
+	// of an evaluation that checks the context.
+	loops bool
 }
 
-// compile validates doc and compiles its expressions and SQL.
-func compile(doc *Document, version int) (*compiled, error) {
+// compile validates doc and compiles its expressions and SQL. Unless
+// runtimeOnly, an expression whose worst-case cost (see envelopeSizes) is
+// over the cost limit is a problem.
+func compile(doc *Document, version int, opts ...Option) (*compiled, error) {
+	o := newOptions(opts)
 	c := &checker{}
 	checkShape(c, doc)
 	if doc == nil {
@@ -66,7 +76,7 @@ func compile(doc *Document, version int) (*compiled, error) {
 	for _, et := range sortedKeys(doc.On) {
 		op := doc.On[et]
 		base := "on." + et
-		cop := &compiledOp{kind: op.Op}
+		cop := &compiledOp{kind: op.Op, costLimit: o.costLimit}
 		var keyCols, setCols, incCols []column
 		prog := func(section, col, expr string, numeric bool) (column, bool) {
 			path := base + "." + section + "." + col
@@ -74,25 +84,41 @@ func compile(doc *Document, version int) (*compiled, error) {
 				c.add(path, "expression is empty")
 				return column{}, false
 			}
-			ast, iss := env.Compile(expr)
+			checked, iss := env.Compile(expr)
 			if iss != nil && iss.Err() != nil {
 				c.add(path, "CEL: %s", strings.ReplaceAll(iss.Err().Error(), "\n", " "))
 				return column{}, false
 			}
 			if numeric {
-				switch ast.OutputType().String() {
+				switch checked.OutputType().String() {
 				case "int", "uint", "double", "dyn":
 				default:
-					c.add(path, "increment expression has type %s, want a number", ast.OutputType())
+					c.add(path, "increment expression has type %s, want a number", checked.OutputType())
 					return column{}, false
 				}
 			}
-			prg, err := env.Program(ast, cel.EvalOptions(cel.OptOptimize))
+			if !o.runtimeOnly {
+				est, err := env.EstimateCost(checked, envelopeSizes{})
+				switch {
+				case err != nil:
+					c.add(path, "CEL cost estimate: %v", err)
+					return column{}, false
+				case est.Max == math.MaxUint64:
+					c.add(path, "worst-case CEL cost is unbounded (cost limit %d)", o.costLimit)
+					return column{}, false
+				case est.Max > o.costLimit:
+					c.add(path, "worst-case CEL cost %d exceeds the cost limit %d", est.Max, o.costLimit)
+					return column{}, false
+				}
+			}
+			prg, err := env.Program(checked, cel.EvalOptions(cel.OptOptimize),
+				cel.CostLimit(o.costLimit), cel.CostTracking(dispatchCosts{}), cel.InterruptCheckFrequency(interruptCheckFrequency))
 			if err != nil {
 				c.add(path, "CEL: %v", err)
 				return column{}, false
 			}
-			return column{name: col, path: path, prg: prg}, true
+			loops := len(ast.MatchDescendants(ast.NavigateAST(checked.NativeRep()), ast.KindMatcher(ast.ComprehensionKind))) > 0
+			return column{name: col, path: path, prg: prg, loops: loops}, true
 		}
 		for _, k := range doc.Key {
 			if expr, ok := op.Columns[k]; ok {
@@ -199,11 +225,27 @@ func (e *EvalError) Unwrap() error { return e.Err }
 // jsonText marks a value that is already JSON (a CEL map or list).
 type jsonText string
 
-// eval evaluates the operation's columns for one event.
-func (op *compiledOp) eval(activation interpreter.Activation) ([]any, error) {
+// eval evaluates the operation's columns for one event. An evaluation that
+// ctx stops returns ctx's error, not an *EvalError: the event is not at
+// fault.
+func (op *compiledOp) eval(ctx context.Context, activation interpreter.Activation) ([]any, error) {
 	vals := make([]any, len(op.cols))
 	for i, col := range op.cols {
-		out, _, err := col.prg.Eval(activation)
+		var out ref.Val
+		var err error
+		if col.loops {
+			out, _, err = col.prg.ContextEval(ctx, activation)
+		} else {
+			// Bounded by the cost limit, and faster than ContextEval.
+			out, _, err = col.prg.Eval(activation)
+		}
+		var cancel interpreter.EvalCancelledError
+		switch {
+		case errors.As(err, &cancel) && cancel.Cause == interpreter.CostLimitExceeded:
+			return nil, &EvalError{Path: col.path, Err: fmt.Errorf("CEL cost limit %d exceeded", op.costLimit)}
+		case err != nil && ctx.Err() != nil:
+			return nil, fmt.Errorf("%s: %w", col.path, ctx.Err())
+		}
 		if err == nil && types.IsError(out) {
 			if e, ok := out.Value().(error); ok {
 				err = e

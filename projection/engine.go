@@ -65,6 +65,8 @@ type ApplyOptions struct {
 type Engine struct {
 	pool   *pgxpool.Pool
 	logger *slog.Logger
+	// costLimit bounds each evaluation of an expression.
+	costLimit uint64
 
 	mu    sync.RWMutex
 	state *catalogState
@@ -87,7 +89,12 @@ type catalogState struct {
 // apply also reads the one-row catalog counter, so a deploy that returned
 // before an apply started is always used by it, even if a notification was
 // missed. Close stops the listener; the pool stays open.
-func NewEngine(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (*Engine, error) {
+//
+// Each evaluation of an expression may spend the cost limit (WithCostLimit,
+// default DefaultCostLimit); one that goes past it fails its event as
+// ir_eval. Documents are not rejected here for their cost estimate: Deploy
+// checks that, and the limit bounds what was deployed before.
+func NewEngine(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, opts ...Option) (*Engine, error) {
 	if pool == nil {
 		return nil, errors.New("projection engine: pool is required")
 	}
@@ -97,7 +104,7 @@ func NewEngine(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (*E
 	if err := EnsureSchema(ctx, pool); err != nil {
 		return nil, err
 	}
-	e := &Engine{pool: pool, logger: logger, state: &catalogState{version: -1}}
+	e := &Engine{pool: pool, logger: logger, costLimit: newOptions(opts).costLimit, state: &catalogState{version: -1}}
 	if err := e.Refresh(ctx); err != nil {
 		return nil, err
 	}
@@ -171,7 +178,7 @@ func (e *Engine) refresh(ctx context.Context, q querier, v int64) (*catalogState
 	for _, d := range deps {
 		c := old.byName[d.Name]
 		if c == nil || c.version != d.Version {
-			c, err = compile(d.Document, d.Version)
+			c, err = compile(d.Document, d.Version, WithCostLimit(e.costLimit), runtimeOnly())
 			if err != nil {
 				st.broken[d.Name] = fmt.Errorf("projection %s version %d: %w", d.Name, d.Version, err)
 				e.logger.Error("deployed projection does not compile", "projectionName", d.Name, "irVersion", d.Version, "error", err.Error())
@@ -273,9 +280,10 @@ func (e *Engine) ApplyWith(ctx context.Context, projection string, ev event.Enve
 	return res[0], err
 }
 
-// Deploy deploys doc (see the package-level Deploy) and refreshes the cache.
+// Deploy deploys doc (see the package-level Deploy) under the engine's cost
+// limit and refreshes the cache.
 func (e *Engine) Deploy(ctx context.Context, doc *Document) (int, error) {
-	v, err := Deploy(ctx, e.pool, doc)
+	v, err := Deploy(ctx, e.pool, doc, WithCostLimit(e.costLimit))
 	if err != nil {
 		return 0, err
 	}
@@ -504,7 +512,7 @@ func (c *evalCache) check() {
 
 // evaluate computes the pair's column values and binds them to its
 // statement's parameter types; a failure becomes p.prefail.
-func (p *pair) evaluate() {
+func (p *pair) evaluate(ctx context.Context) {
 	if p.done || p.prefail != nil {
 		return
 	}
@@ -516,9 +524,9 @@ func (p *pair) evaluate() {
 		}
 		p.ec.activation = act
 	}
-	vals, err := p.op.eval(p.ec.activation)
+	vals, err := p.op.eval(ctx, p.ec.activation)
 	if err != nil {
-		p.prefail = &ApplyError{Kind: KindIREval, Err: err}
+		p.prefail = &ApplyError{Kind: Classify(err), Err: err}
 		return
 	}
 	p.vals = vals
@@ -592,6 +600,7 @@ func (e *Engine) execPairs(ctx context.Context, conn *pgx.Conn, ledgerSD *pgconn
 		window    = len(pending)
 		badStmts  []string
 		evaluated = false
+		evalErr   error
 	)
 	for len(pending) > 0 {
 		chunk := pending[:min(window, len(pending))]
@@ -614,11 +623,20 @@ func (e *Engine) execPairs(ctx context.Context, conn *pgx.Conn, ledgerSD *pgconn
 		if !evaluated {
 			// While the database inserts the ledger rows.
 			for _, p := range pending {
-				p.evaluate()
+				if ctx.Err() != nil {
+					break
+				}
+				p.evaluate(ctx)
 			}
+			// Evaluation the context cut short left pairs without values:
+			// the attempt is lost.
+			evalErr = ctx.Err()
 			evaluated = true
 		}
 		rs, err := mrr.ReadAll()
+		if err == nil {
+			err = evalErr
+		}
 		if err == nil && len(rs) != len(control)+1 {
 			err = fmt.Errorf("ledger insert returned %d results, want %d", len(rs), len(control)+1)
 		}

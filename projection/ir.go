@@ -49,6 +49,14 @@
 // fails with "division by zero" when days is 0; a missing key fails with
 // "no such key: x". Both are ir_eval errors.
 //
+// Each evaluation of an expression may spend a CEL cost limit
+// (DefaultCostLimit, or WithCostLimit); one that goes past it fails with
+// "CEL cost limit N exceeded", an ir_eval error. Validate (and so Parse and
+// Deploy) rejects an expression whose worst-case cost over any valid
+// envelope is over the limit: comprehensions over payload lists and maps,
+// and operations whose cost is the product of two payload sizes such as
+// event.payload.a.contains(event.payload.b).
+//
 // Results are converted for PostgreSQL: int → int64, uint → uint64, double →
 // float64, string, bool, bytes → []byte, timestamp → time.Time, null → NULL,
 // maps and lists → JSON text. A value bound to a json/jsonb column is always
@@ -147,7 +155,8 @@ func (e *ValidationError) Error() string {
 // Parse decodes a YAML (1.2: `on` is a plain key) or JSON document, rejects
 // unknown fields with their path, and validates it. Expressions written as
 // YAML numbers, booleans or null (e.g. `plays: 1`) are taken as CEL literals.
-func Parse(data []byte) (*Document, error) {
+// opts are Validate's.
+func Parse(data []byte, opts ...Option) (*Document, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, errors.New("empty projection document")
 	}
@@ -179,7 +188,7 @@ func Parse(data []byte) (*Document, error) {
 		}
 		return nil, fmt.Errorf("decode projection document: %w", err)
 	}
-	if err := Validate(&doc); err != nil {
+	if err := Validate(&doc, opts...); err != nil {
 		return nil, err
 	}
 	return &doc, nil
@@ -273,13 +282,14 @@ func checkFields(c *checker, m map[string]any) {
 	}
 }
 
-// ParseFile reads and parses one document; errors name the file.
-func ParseFile(path string) (*Document, error) {
+// ParseFile reads and parses one document; errors name the file. opts are
+// Validate's.
+func ParseFile(path string, opts ...Option) (*Document, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	doc, err := Parse(data)
+	doc, err := Parse(data, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -287,9 +297,11 @@ func ParseFile(path string) (*Document, error) {
 }
 
 // Validate checks a document, compiling its CEL expressions. The error, a
-// *ValidationError, names the path of every fault.
-func Validate(doc *Document) error {
-	_, err := compile(doc, 0)
+// *ValidationError, names the path of every fault. An expression whose
+// worst-case CEL cost over any valid envelope is unbounded or over the cost
+// limit (WithCostLimit, default DefaultCostLimit) is a fault.
+func Validate(doc *Document, opts ...Option) error {
+	_, err := compile(doc, 0, opts...)
 	return err
 }
 

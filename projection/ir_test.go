@@ -235,7 +235,7 @@ func evalEvent(t *testing.T, op *compiledOp, ev event.Envelope) ([]any, error) {
 	require.NoError(t, err)
 	act, err := interpreter.NewActivation(map[string]any{"event": fields})
 	require.NoError(t, err)
-	return op.eval(act)
+	return op.eval(context.Background(), act)
 }
 
 func TestAdapt(t *testing.T) {

@@ -64,9 +64,10 @@ func EnsureSchema(ctx context.Context, pool *pgxpool.Pool) error {
 // Deploy validates doc and stores it as version N+1 of its projection
 // (N = newest deployed version, 0 if none), then notifies NotifyChannel.
 // Concurrent deploys are serialized; once Deploy returns, every later apply
-// uses the new version. It creates the schema if needed.
-func Deploy(ctx context.Context, pool *pgxpool.Pool, doc *Document) (int, error) {
-	if err := Validate(doc); err != nil {
+// uses the new version. It creates the schema if needed. opts are
+// Validate's.
+func Deploy(ctx context.Context, pool *pgxpool.Pool, doc *Document, opts ...Option) (int, error) {
+	if err := Validate(doc, opts...); err != nil {
 		return 0, err
 	}
 	body, err := json.Marshal(doc)

@@ -72,7 +72,7 @@ func (c devCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	engine, err := projection.NewEngine(ctx, pool, logger)
+	engine, err := projection.NewEngine(ctx, pool, logger, projection.WithCostLimit(cfg.IRCostLimit))
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/projection"
 )
 
@@ -35,13 +36,18 @@ type projectionsDeployCmd struct {
 
 type projectionsListCmd struct{}
 
-// parseProjectionFiles parses every file, printing one line per file; it
+// parseProjectionFiles parses every file against the CEL cost limit the
+// worker will apply (CAUSET_IR_COST_LIMIT), printing one line per file; it
 // fails if any is invalid.
 func parseProjectionFiles(files []string) ([]*projection.Document, error) {
+	cfg, err := config.FromEnv()
+	if err != nil {
+		return nil, err
+	}
 	var docs []*projection.Document
 	bad := 0
 	for _, f := range files {
-		doc, err := projection.ParseFile(f)
+		doc, err := projection.ParseFile(f, projection.WithCostLimit(cfg.IRCostLimit))
 		if err != nil {
 			bad++
 			var ve *projection.ValidationError
@@ -71,6 +77,10 @@ func (c projectionsValidateCmd) Run(ctx context.Context, logger *slog.Logger) er
 }
 
 func (c projectionsDeployCmd) Run(ctx context.Context, logger *slog.Logger) error {
+	cfg, err := config.FromEnv()
+	if err != nil {
+		return err
+	}
 	docs, err := parseProjectionFiles(c.Files)
 	if err != nil {
 		return fmt.Errorf("%w; nothing deployed", err)
@@ -81,7 +91,7 @@ func (c projectionsDeployCmd) Run(ctx context.Context, logger *slog.Logger) erro
 	}
 	defer pool.Close()
 	for i, doc := range docs {
-		v, err := projection.Deploy(ctx, pool, doc)
+		v, err := projection.Deploy(ctx, pool, doc, projection.WithCostLimit(cfg.IRCostLimit))
 		if err != nil {
 			return err
 		}

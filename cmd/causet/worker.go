@@ -99,7 +99,7 @@ func openService(ctx context.Context, logger *slog.Logger) (_ *service, err erro
 		return nil, err
 	}
 	s.closers = append(s.closers, s.pool.Close)
-	if s.engine, err = projection.NewEngine(ctx, s.pool, logger); err != nil {
+	if s.engine, err = projection.NewEngine(ctx, s.pool, logger, projection.WithCostLimit(s.cfg.IRCostLimit)); err != nil {
 		return nil, err
 	}
 	s.closers = append(s.closers, s.engine.Close)
