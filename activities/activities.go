@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"slices"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -53,10 +54,12 @@ func (a *Activities) logger() *slog.Logger {
 	return a.Logger
 }
 
-// ApplyProjection makes one attempt at applying the event. On failure it
-// records every attempt so far as heartbeat details, which the next attempt
-// reads back, and returns them all as the error's details, so the workflow
-// (and the UI) sees each attempt's time and error, not only the last.
+// ApplyProjection makes one attempt at applying the event. It records every
+// attempt so far, this one included, as heartbeat details when it starts and
+// again when it fails; the next attempt reads them back. On failure it returns
+// them all as the error's details, so the workflow (and the UI) sees each
+// attempt's time and error, not only the last; an attempt that times out
+// returns nothing, and its timeout carries the details instead.
 func (a *Activities) ApplyProjection(ctx context.Context, in workflows.ApplyInput) (workflows.ApplyOutput, error) {
 	info := activity.GetInfo(ctx)
 	number := in.FirstAttempt + int(info.Attempt) - 1
@@ -69,6 +72,12 @@ func (a *Activities) ApplyProjection(ctx context.Context, in workflows.ApplyInpu
 		// A decode failure only loses history of earlier attempts, never the event.
 		_ = activity.GetHeartbeatDetails(ctx, &earlier)
 	}
+	// An earlier attempt still marked as started never reported: it timed out.
+	earlier = workflows.SettleUnreported(earlier)
+	// Record this attempt before it runs: if it overruns its timeout, the
+	// timeout carries these details, and the workflow and the next attempt
+	// still see it with its number and start time.
+	activity.RecordHeartbeat(ctx, append(slices.Clip(earlier), workflows.Attempt{Number: number, Run: in.Run, StartedAt: started}))
 
 	var res projection.Result
 	err := in.Event.Validate()

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -62,6 +63,32 @@ const (
 	applyTimeout   = time.Minute
 	publishTimeout = 30 * time.Second
 )
+
+// Change IDs for workflow.GetVersion.
+const (
+	// changeSignalAtWindowEnd honours a replay or discard delivered in the
+	// workflow task in which the replay window's timer fired.
+	changeSignalAtWindowEnd = "signal-at-window-end"
+)
+
+// kindSQL is the contract's errorKind for an execution error, under which
+// it also files an attempt that ran past its timeout.
+const kindSQL = "sql"
+
+// SettleUnreported marks as timed out every attempt in attempts that started
+// but never reported its outcome. ApplyProjection records each attempt in its
+// heartbeat details as it starts, so an attempt that overran its
+// StartToClose timeout (or whose worker was lost, which the server also ends
+// as a timeout) is still there with its number and start time.
+func SettleUnreported(attempts []Attempt) []Attempt {
+	for i := range attempts {
+		if attempts[i].ErrorKind == "" {
+			attempts[i].ErrorKind = kindSQL
+			attempts[i].Error = fmt.Sprintf("attempt timed out after %s", applyTimeout)
+		}
+	}
+	return attempts
+}
 
 // deadLetterRetry never gives up: the record must not be lost, so the
 // workflow waits for the topic to come back rather than closing without it.
@@ -202,7 +229,7 @@ func (r *retryRun) runSchedule(ctx workflow.Context, plan config.Plan, run int, 
 		r.status.IRVersion = out.IRVersion
 		return true
 	}
-	r.status.Attempts = append(r.status.Attempts, failedAttempts(ctx, err, run)...)
+	r.status.Attempts = append(r.status.Attempts, failedAttempts(ctx, err, run, plan.FirstActivityAttempt)...)
 	if n := len(r.status.Attempts); n > 0 && r.status.Attempts[n-1].IRVersion != 0 {
 		r.status.IRVersion = r.status.Attempts[n-1].IRVersion
 	}
@@ -212,7 +239,31 @@ func (r *retryRun) runSchedule(ctx workflow.Context, plan config.Plan, run int, 
 // failedAttempts recovers every attempt of a failed activity: the activity
 // carries its earlier attempts forward and returns them all as the details
 // of its last ApplicationError, since history keeps only the last failure.
-func failedAttempts(ctx workflow.Context, err error, run int) []Attempt {
+// A last attempt that timed out returned nothing; its attempts, itself
+// included, are in the heartbeat details the timeout carries. first is the
+// overall number of the activity's first attempt.
+func failedAttempts(ctx workflow.Context, err error, run, first int) []Attempt {
+	// The timeout is checked first: its cause may be the previous attempt's
+	// ApplicationError, whose details lack the attempt that timed out.
+	var timeoutErr *temporal.TimeoutError
+	if errors.As(err, &timeoutErr) {
+		var attempts []Attempt
+		if timeoutErr.HasLastHeartbeatDetails() {
+			// A decode failure only loses the earlier attempts' history.
+			_ = timeoutErr.LastHeartbeatDetails(&attempts)
+		}
+		n := len(attempts)
+		if n > 0 && attempts[n-1].ErrorKind == "" {
+			return SettleUnreported(attempts)
+		}
+		// An attempt run by an older worker records no start: it is the one
+		// after the last recorded attempt.
+		next := first
+		if n > 0 {
+			next = attempts[n-1].Number + 1
+		}
+		return SettleUnreported(append(attempts, Attempt{Number: next, Run: run, StartedAt: workflow.Now(ctx)}))
+	}
 	var appErr *temporal.ApplicationError
 	if errors.As(err, &appErr) && appErr.HasDetails() {
 		var attempts []Attempt
@@ -220,9 +271,9 @@ func failedAttempts(ctx workflow.Context, err error, run int) []Attempt {
 			return attempts
 		}
 	}
-	// A timeout or a worker crash leaves no details: record what is known.
-	kind := "timeout"
-	if appErr != nil {
+	// A panic leaves no details: record what is known, as an execution error.
+	kind := kindSQL
+	if appErr != nil && appErr.Type() != "" {
 		kind = appErr.Type()
 	}
 	return []Attempt{{Number: 0, Run: run, StartedAt: workflow.Now(ctx), ErrorKind: kind, Error: err.Error()}}
@@ -296,9 +347,32 @@ func (r *retryRun) awaitDecision(ctx workflow.Context, replay, discard workflow.
 	}
 	sel.AddFuture(workflow.NewTimer(tctx, window), func(workflow.Future) {})
 	sel.Select(ctx)
+	if got == "" {
+		got = r.signalAtWindowEnd(ctx, replay, discard)
+	}
 	// Replay signals sent while this one was pending (a CLI signal and a bulk
 	// replay, say) ask for the same thing; one replay answers them all.
 	for replay.ReceiveAsync(nil) {
 	}
 	return got
+}
+
+// signalAtWindowEnd takes a replay or discard that arrived in the workflow
+// task in which the window's timer fired. The server accepted it, so its
+// sender was told it succeeded; closing as expired would silently drop it.
+// A replay wins over a discard, as it does in awaitDecision's selector.
+func (r *retryRun) signalAtWindowEnd(ctx workflow.Context, replay, discard workflow.ReceiveChannel) string {
+	if replay.Len() == 0 && discard.Len() == 0 {
+		return ""
+	}
+	if workflow.GetVersion(ctx, changeSignalAtWindowEnd, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return ""
+	}
+	var s ReplaySignal
+	if replay.ReceiveAsync(&s) {
+		r.status.LastReplayReason = s.Reason
+		return SignalReplay
+	}
+	discard.ReceiveAsync(nil)
+	return SignalDiscard
 }

@@ -4,17 +4,21 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/causet/projection-retry/activities"
@@ -90,14 +94,20 @@ func newHarness(t *testing.T, applyFailures, publishFailures int) *harness {
 
 func newHarnessWith(t *testing.T, applier activities.Applier, publisher *fakePublisher) *harness {
 	t.Helper()
+	a := &activities.Activities{Applier: applier, Publisher: publisher}
+	return newHarnessApply(t, a, publisher, a.ApplyProjection)
+}
+
+// newHarnessApply registers apply as the ApplyProjection activity.
+func newHarnessApply(t *testing.T, a *activities.Activities, publisher *fakePublisher, apply any) *harness {
+	t.Helper()
 	var s testsuite.WorkflowTestSuite
 	s.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
 	h := &harness{env: s.NewTestWorkflowEnvironment(), publisher: publisher}
 	h.env.SetStartTime(start)
 	h.env.RegisterWorkflowWithOptions(workflows.ProjectionRetryWorkflow, workflow.RegisterOptions{Name: workflows.RetryWorkflowName})
 	h.env.RegisterWorkflowWithOptions(workflows.ProjectionLaneWorkflow, workflow.RegisterOptions{Name: workflows.LaneWorkflowName})
-	a := &activities.Activities{Applier: applier, Publisher: publisher}
-	h.env.RegisterActivityWithOptions(a.ApplyProjection, activity.RegisterOptions{Name: workflows.ApplyProjectionActivity})
+	h.env.RegisterActivityWithOptions(apply, activity.RegisterOptions{Name: workflows.ApplyProjectionActivity})
 	h.env.RegisterActivityWithOptions(a.PublishDeadLetter, activity.RegisterOptions{Name: workflows.PublishDeadLetterActivity})
 	h.env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
 		if info.ActivityType.Name == workflows.ApplyProjectionActivity {
@@ -381,4 +391,170 @@ func TestStatusShowsNextRetryWhileRetrying(t *testing.T) {
 	require.NoError(t, h.env.GetWorkflowResult(&end))
 	require.Nil(t, end.NextRetryAt)
 	require.Empty(t, end.Schedule)
+}
+
+// errHang stands for an attempt that never returns: hangingApplier panics
+// with it and newTimeoutHarness ends the attempt as the server would.
+var errHang = errors.New("attempt hangs")
+
+// hangingApplier is a fakeApplier that hangs on the activity attempts in hang.
+type hangingApplier struct {
+	fakeApplier
+	hang map[int32]bool
+}
+
+func (f *hangingApplier) Apply(ctx context.Context, name string, ev event.Envelope) (projection.Result, error) {
+	if f.hang[activity.GetInfo(ctx).Attempt] {
+		panic(errHang)
+	}
+	return f.fakeApplier.Apply(ctx, name, ev)
+}
+
+// lastHeartbeat keeps each activity's last heartbeat details, as the server
+// does: a timeout carries them.
+type lastHeartbeat struct {
+	interceptor.WorkerInterceptorBase
+	mu   sync.Mutex
+	last map[string][]workflows.Attempt // by activity ID
+}
+
+func (l *lastHeartbeat) get(activityID string) []workflows.Attempt {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.last[activityID])
+}
+
+func (l *lastHeartbeat) InterceptActivity(_ context.Context, next interceptor.ActivityInboundInterceptor) interceptor.ActivityInboundInterceptor {
+	i := &heartbeatInbound{l: l}
+	i.Next = next
+	return i
+}
+
+type heartbeatInbound struct {
+	interceptor.ActivityInboundInterceptorBase
+	l *lastHeartbeat
+}
+
+func (i *heartbeatInbound) Init(outbound interceptor.ActivityOutboundInterceptor) error {
+	o := &heartbeatOutbound{l: i.l}
+	o.Next = outbound
+	return i.Next.Init(o)
+}
+
+type heartbeatOutbound struct {
+	interceptor.ActivityOutboundInterceptorBase
+	l *lastHeartbeat
+}
+
+func (o *heartbeatOutbound) RecordHeartbeat(ctx context.Context, details ...any) {
+	if len(details) == 1 {
+		if at, ok := details[0].([]workflows.Attempt); ok {
+			o.l.mu.Lock()
+			o.l.last[activity.GetInfo(ctx).ActivityID] = slices.Clone(at)
+			o.l.mu.Unlock()
+		}
+	}
+	o.Next.RecordHeartbeat(ctx, details...)
+}
+
+// newTimeoutHarness runs the real ApplyProjection, except that an attempt
+// the applier hangs on ends as the server ends it: with a StartToClose
+// timeout that carries the activity's last heartbeat details, caused by the
+// previous attempt's failure.
+func newTimeoutHarness(t *testing.T, failures int, hang ...int32) *harness {
+	t.Helper()
+	applier := &hangingApplier{
+		fakeApplier: fakeApplier{failures: failures, err: errors.New(`column "followed_at" of relation "artist_followers" does not exist`)},
+		hang:        map[int32]bool{},
+	}
+	for _, n := range hang {
+		applier.hang[n] = true
+	}
+	publisher := &fakePublisher{}
+	a := &activities.Activities{Applier: applier, Publisher: publisher}
+	beats := &lastHeartbeat{last: map[string][]workflows.Attempt{}}
+	var mu sync.Mutex
+	lastErr := map[string]error{} // by activity ID
+	apply := func(ctx context.Context, in workflows.ApplyInput) (out workflows.ApplyOutput, err error) {
+		id := activity.GetInfo(ctx).ActivityID
+		defer func() {
+			if p := recover(); p != nil {
+				if p != errHang {
+					panic(p)
+				}
+				var details []any
+				if at := beats.get(id); at != nil {
+					details = append(details, at)
+				}
+				mu.Lock()
+				err = temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_START_TO_CLOSE, lastErr[id], details...)
+				mu.Unlock()
+			}
+			if err != nil {
+				mu.Lock()
+				lastErr[id] = err
+				mu.Unlock()
+			}
+		}()
+		return a.ApplyProjection(ctx, in)
+	}
+	h := newHarnessApply(t, a, publisher, apply)
+	h.applier = &applier.fakeApplier
+	h.env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{beats}})
+	return h
+}
+
+// An attempt that times out returns no error details; the run still keeps
+// every attempt, the timed-out one included, in a contract errorKind.
+func TestTimedOutAttemptKeepsEveryAttempt(t *testing.T) {
+	const timedOut = "attempt timed out after 1m0s"
+	sqlErr := `column "followed_at" of relation "artist_followers" does not exist`
+	for _, tc := range []struct {
+		name string
+		mode config.Mode
+		hang []int32 // activity attempts that time out
+		want []string
+	}{
+		{"last attempt, workflow mode", config.ModeWorkflow, []int32{5}, []string{sqlErr, sqlErr, sqlErr, sqlErr, timedOut}},
+		{"last attempt, inline mode", config.ModeInline, []int32{4}, []string{"first failure", sqlErr, sqlErr, sqlErr, timedOut}},
+		{"a middle attempt", config.ModeWorkflow, []int32{3}, []string{sqlErr, sqlErr, timedOut, sqlErr, sqlErr}},
+		{"every attempt", config.ModeWorkflow, []int32{1, 2, 3, 4, 5}, []string{timedOut, timedOut, timedOut, timedOut, timedOut}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newTimeoutHarness(t, 100, tc.hang...)
+			h.env.ExecuteWorkflow(workflows.RetryWorkflowName, input(tc.mode, config.DefaultRetry()))
+			require.NoError(t, h.env.GetWorkflowError())
+			require.Len(t, h.publisher.records, 1)
+			rec := h.publisher.records[0]
+			require.Equal(t, 5, rec.RetryCount)
+			require.Equal(t, "sql", rec.ErrorKind)
+			require.Equal(t, tc.want[4], rec.Error)
+			require.Len(t, rec.Attempts, 5)
+			for i, a := range rec.Attempts {
+				require.Equal(t, i+1, a.Number)
+				require.Equal(t, "sql", a.ErrorKind, "attempt %d", i+1)
+				require.Equal(t, tc.want[i], a.Error, "attempt %d", i+1)
+				require.False(t, a.StartedAt.IsZero(), "attempt %d has its start time", i+1)
+			}
+			require.Equal(t, rec.Attempts[0].StartedAt, rec.FirstFailedAt)
+		})
+	}
+}
+
+// A timed-out attempt before the one that applies the event stays in the
+// run's attempts.
+func TestTimedOutAttemptBeforeSuccessIsKept(t *testing.T) {
+	h := newTimeoutHarness(t, 1, 2) // attempt 1 fails, 2 times out, 3 applies
+	h.env.ExecuteWorkflow(workflows.RetryWorkflowName, input(config.ModeWorkflow, config.DefaultRetry()))
+	require.NoError(t, h.env.GetWorkflowError())
+	var s workflows.Status
+	require.NoError(t, h.env.GetWorkflowResult(&s))
+	require.Equal(t, workflows.StateSucceeded, s.State)
+	require.Empty(t, h.publisher.records)
+	require.Len(t, s.Attempts, 3)
+	require.Equal(t, []int{1, 2, 3}, []int{s.Attempts[0].Number, s.Attempts[1].Number, s.Attempts[2].Number})
+	require.Equal(t, "sql", s.Attempts[1].ErrorKind)
+	require.Equal(t, "attempt timed out after 1m0s", s.Attempts[1].Error)
+	require.False(t, s.Attempts[1].StartedAt.IsZero())
+	require.Empty(t, s.Attempts[2].Error)
 }
