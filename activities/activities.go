@@ -159,7 +159,7 @@ func (a *Activities) logLine(ctx context.Context, name string, in workflows.Appl
 	a.logger().LogAttrs(ctx, level, name, append(attrs, extra...)...)
 }
 
-// PublishDeadLetter writes the DLQ record of DESIGN §7 and returns where it
+// PublishDeadLetter writes the DLQ record of CONTRACT §7 and returns where it
 // landed. Its retry policy never gives up, so a failure here is retried until
 // the topic accepts the record.
 func (a *Activities) PublishDeadLetter(ctx context.Context, in workflows.DeadLetterInput) (workflows.DLQCoordinates, error) {

@@ -54,7 +54,7 @@ const (
 var errWorkflowModeOrdering = fmt.Errorf("CAUSET_BRIDGE_MODE=workflow cannot keep entity order: set CAUSET_ORDERING=none with it " +
 	"(or use CAUSET_BRIDGE_MODE=inline, where CAUSET_ORDERING=entity holds a failing key's later events in its lane)")
 
-// Config is every setting of DESIGN §3 that the service reads itself. The
+// Config is every setting of CONTRACT §3 that the service reads itself. The
 // TEMPORAL_* variables are read by go.temporal.io/sdk/contrib/envconfig.
 type Config struct {
 	Retry             Retry

@@ -2,7 +2,7 @@ package config
 
 // The TEMPORAL_* variables are not parsed by this package: the worker and the
 // bridge load them with go.temporal.io/sdk/contrib/envconfig, Temporal's own
-// convention (DESIGN §3). These tests pin down what that loader does with the
+// convention (CONTRACT §3). These tests pin down what that loader does with the
 // variables we document, and dial a local TLS gRPC server that speaks enough
 // of the WorkflowService for client.Dial to prove TLS, mTLS and the API key
 // work end to end.
@@ -63,7 +63,7 @@ func TestTemporalEnvconfigOptions(t *testing.T) {
 	t.Run("nothing set", func(t *testing.T) {
 		o, err := loadTemporal(t)
 		require.NoError(t, err)
-		// Empty: cmd/causet fills in 127.0.0.1:7233 and "default" (DESIGN §3).
+		// Empty: cmd/causet fills in 127.0.0.1:7233 and "default" (CONTRACT §3).
 		require.Empty(t, o.HostPort)
 		require.Empty(t, o.Namespace)
 		require.Nil(t, o.Credentials)

@@ -19,7 +19,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// designEnv is every variable bridge and worker may be given: DESIGN.md §3,
+// designEnv is every variable bridge and worker may be given: docs/CONTRACT.md §3,
 // plus CAUSET_METRICS_ADDR and CAUSET_BRIDGE_MAX_INFLIGHT (config package).
 var designEnv = []string{
 	"PROJECTION_WORKER_MAX_RETRIES",
@@ -39,7 +39,7 @@ var designEnv = []string{
 	"CAUSET_METRICS_ADDR",
 }
 
-// temporalEnv is what go.temporal.io/sdk/contrib/envconfig reads (DESIGN §3:
+// temporalEnv is what go.temporal.io/sdk/contrib/envconfig reads (CONTRACT §3:
 // TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_*).
 var temporalEnv = []string{
 	"TEMPORAL_ADDRESS",
@@ -59,7 +59,7 @@ var temporalEnv = []string{
 	"TEMPORAL_PROFILE",
 }
 
-// searchAttributes are DESIGN §6's custom search attributes (Keyword).
+// searchAttributes are CONTRACT §6's custom search attributes (Keyword).
 var searchAttributes = []string{"CausetProjection", "CausetEventType", "CausetEntityId", "CausetForkId", "CausetRetryState"}
 
 // oneShots run to completion; they need no healthcheck.
@@ -283,7 +283,7 @@ func TestComposeCausetEnvMatchesDesign(t *testing.T) {
 		require.Equal(t, []string{cmd}, []string(s.Command), "service %s runs `causet %s`", name, cmd)
 		e := env(t, s, name)
 		for k := range e {
-			require.Contains(t, allowed, k, "service %s sets %s, which is not a variable of DESIGN §3 (typo?)", name, k)
+			require.Contains(t, allowed, k, "service %s sets %s, which is not a variable of CONTRACT §3 (typo?)", name, k)
 		}
 
 		// KAFKA_BROKERS: every seed is an internal advertised listener of the kafka service.

@@ -13,7 +13,7 @@ import (
 	"github.com/causet/projection-retry/event"
 )
 
-// ErrorKind classifies a failed apply (DESIGN §5 errorKind).
+// ErrorKind classifies a failed apply (CONTRACT §2 errorKind).
 type ErrorKind string
 
 const (

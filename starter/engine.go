@@ -25,7 +25,7 @@ const (
 	StatusHeld Status = "held"
 )
 
-// ErrorKindConnection is the error class of an unreachable database (DESIGN §5).
+// ErrorKindConnection is the error class of an unreachable database (CONTRACT §2).
 const ErrorKindConnection = "connection"
 
 // Outcome is the result of one (projection, event) pair of a batch.

@@ -21,7 +21,7 @@ import (
 	"github.com/causet/projection-retry/workflows"
 )
 
-// Ordering lanes (CAUSET_ORDERING=entity, DESIGN §6).
+// Ordering lanes (CAUSET_ORDERING=entity, CONTRACT §6).
 //
 // Each partition keeps the set of its blocked keys. The partition worker
 // decides, once per batch and under ord.mu, which pairs of the batch are

@@ -182,7 +182,7 @@ func TestKafkaWorkerEndToEnd(t *testing.T) {
 	}
 	require.NotNil(t, st.DLQ)
 
-	// The DLQ record, with every field of DESIGN §7.
+	// The DLQ record, with every field of CONTRACT §7.
 	rec, headers := readDLQ(t, ctx, brokers, dlqTopic)
 	require.Equal(t, 1, rec.SchemaVersion)
 	require.NotNil(t, rec.Event)

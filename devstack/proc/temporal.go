@@ -22,7 +22,7 @@ import (
 )
 
 // SearchAttributes are the custom Keyword search attributes the dev server is
-// started with (DESIGN §6; the canonical names live in package workflows).
+// started with (CONTRACT §6; the canonical names live in package workflows).
 var SearchAttributes = []string{
 	"CausetProjection",
 	"CausetEventType",
