@@ -101,6 +101,11 @@ func New(opts Options) (*Bridge, error) {
 		kgo.SessionTimeout(opts.SessionTimeout),
 		kgo.WithLogger(kslog.New(opts.Logger.With("component", "kgo"))),
 	}
+	// One fetch is what a partition can queue past MaxBufferedBytes before
+	// its fetching pauses: keep it a fraction of the bound.
+	if fetch := opts.MaxBufferedBytes / 4; fetch < 50<<20 {
+		kopts = append(kopts, kgo.FetchMaxBytes(int32(fetch)), kgo.FetchMaxPartitionBytes(int32(min(fetch, 1<<20))))
+	}
 	if opts.InstanceID != "" {
 		kopts = append(kopts, kgo.InstanceID(opts.InstanceID))
 	}
