@@ -1,5 +1,7 @@
 # Causet projection retries — developer and CI entry points.
 #
+#   make dev         the whole stack on embedded defaults with demo traffic
+#                    (installs the temporal CLI into ./bin first if needed)
 #   make tools       install the temporal CLI (dev server for tests) into ./bin
 #   make test        unit + integration tests (starts throwaway PostgreSQL,
 #                    Temporal dev server and in-process Kafka by itself)
@@ -20,7 +22,7 @@ KAFKA_TEST_PATTERN   ?= Kafka
 KAFKA_PORT           ?= 9092
 KAFKA_BROKERS        ?= 127.0.0.1:$(KAFKA_PORT)
 
-.PHONY: all tools test test-kafka lint build kafka-start kafka-stop kafka-status clean reliability
+.PHONY: all dev tools test test-kafka lint build kafka-start kafka-stop kafka-status clean reliability
 
 all: lint test build
 
@@ -51,6 +53,9 @@ lint:
 
 build:
 	$(GO) build -o bin/causet ./cmd/causet
+
+dev: tools build
+	./bin/causet dev --demo
 
 kafka-start:
 	KAFKA_PORT=$(KAFKA_PORT) scripts/kafka-broker.sh start

@@ -191,6 +191,27 @@ func temporalCLIName(stack *devstack.Stack) string {
 	return "./" + rel
 }
 
+// causetName is how the banner spells this program so that the printed
+// commands work as printed: ./bin/causet (or another path) as it was
+// started, "go run ./cmd/causet" under go run, "causet" when on PATH.
+func causetName() string {
+	exe := os.Args[0]
+	if strings.Contains(exe, string(filepath.Separator)+"go-build") {
+		return "go run ./cmd/causet"
+	}
+	if !strings.ContainsRune(exe, filepath.Separator) {
+		return exe
+	}
+	if wd, err := os.Getwd(); err == nil {
+		if abs, err := filepath.Abs(exe); err == nil {
+			if rel, err := filepath.Rel(wd, abs); err == nil && !strings.HasPrefix(rel, "..") {
+				return "./" + rel
+			}
+		}
+	}
+	return exe
+}
+
 // addressFlag is the --address flag the temporal CLI needs for the dev
 // server ("" when it listens on the CLI's default, or when the server is
 // TEMPORAL_ADDRESS, which the CLI reads itself).
@@ -256,14 +277,15 @@ func printDevBanner(out io.Writer, c devCmd, cfg config.Config, stack *devstack.
 	if stack.Kafka != nil {
 		fmt.Fprintf(&b, "  export KAFKA_BROKERS=%s\n", strings.Join(stack.KafkaBrokers, ","))
 	}
-	fmt.Fprintf(&b, "  causet produce events.jsonl      # JSON lines -> %s\n", cfg.EventsTopic)
+	self := causetName()
+	fmt.Fprintf(&b, "  %s produce events.jsonl      # JSON lines -> %s\n", self, cfg.EventsTopic)
 	if c.Demo {
 		fmt.Fprintf(&b, "\nDemo: %.3g events/s. ARTIST_FOLLOWED fails (artist_followers was created without followed_at:\n", c.Rate)
 		fmt.Fprintf(&b, "column \"followed_at\" does not exist) and TRACK_PLAYED with days 0 fails (division by zero).\n")
 		fmt.Fprintf(&b, "Each failure is retried at +1s, +3s, +7s, +15s, then dead-lettered (~15 s after it first fails).\n")
 		fmt.Fprintf(&b, "Fix the schema, then replay:\n  psql \"$DATABASE_URL\" -c '%s'\n", devstack.FixFollowersSQL)
 		fmt.Fprintf(&b, "Division by zero needs a new IR version (e.g. plays_per_day: \"event.payload.days == 0 ? 0 : event.payload.plays / event.payload.days\"):\n")
-		fmt.Fprintf(&b, "  causet projections deploy artist_stats.yaml\n")
+		fmt.Fprintf(&b, "  %s projections deploy artist_stats.yaml\n", self)
 	}
 	fmt.Fprintln(out, b.String())
 }
