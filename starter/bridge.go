@@ -28,7 +28,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
-	"github.com/twmb/franz-go/plugin/kslog"
 
 	"github.com/causet/projection-retry/dlq"
 )
@@ -99,7 +98,7 @@ func New(opts Options) (*Bridge, error) {
 		kgo.OnPartitionsLost(b.lost),
 		kgo.FetchMaxWait(500 * time.Millisecond),
 		kgo.SessionTimeout(opts.SessionTimeout),
-		kgo.WithLogger(kslog.New(opts.Logger.With("component", "kgo"))),
+		kgo.WithLogger(KafkaLogger(opts.Logger)),
 	}
 	// One fetch is what a partition can queue past MaxBufferedBytes before
 	// its fetching pauses: keep it a fraction of the bound.

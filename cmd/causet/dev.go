@@ -15,7 +15,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/plugin/kslog"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
@@ -106,7 +105,7 @@ func (c devCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	dlqProducer, err := newKafkaClient(cfg,
 		kgo.DefaultProduceTopic(cfg.DLQTopic),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.WithLogger(kslog.New(logger)),
+		kgo.WithLogger(starter.KafkaLogger(logger)),
 	)
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
@@ -295,7 +294,7 @@ func printDevBanner(out io.Writer, c devCmd, cfg config.Config, stack *devstack.
 func feedDemo(ctx context.Context, cfg config.Config, rate float64, logger *slog.Logger) error {
 	cl, err := newKafkaClient(cfg,
 		kgo.DefaultProduceTopic(cfg.EventsTopic),
-		kgo.WithLogger(kslog.New(logger)),
+		kgo.WithLogger(starter.KafkaLogger(logger)),
 	)
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)

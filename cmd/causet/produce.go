@@ -11,10 +11,10 @@ import (
 	"os"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/plugin/kslog"
 
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/starter"
 )
 
 // produceIn and produceOut are stdin and the summary's destination (tests swap them).
@@ -54,7 +54,7 @@ func (c produceCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	cl, err := newKafkaClient(cfg,
 		kgo.DefaultProduceTopic(cfg.EventsTopic),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.WithLogger(kslog.New(logger)),
+		kgo.WithLogger(starter.KafkaLogger(logger)),
 	)
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)

@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/plugin/kslog"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/contrib/envconfig"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/projection"
+	"github.com/causet/projection-retry/starter"
 	"github.com/causet/projection-retry/worker"
 )
 
@@ -38,7 +38,7 @@ func (workerCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	producer, err := newKafkaClient(cfg,
 		kgo.DefaultProduceTopic(cfg.DLQTopic),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.WithLogger(kslog.New(logger)),
+		kgo.WithLogger(starter.KafkaLogger(logger)),
 	)
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
