@@ -64,12 +64,16 @@ type Record struct {
 	// whole: the record keeps a prefix, the original size and its SHA-256,
 	// and Source locates the original on the events topic.
 	Truncated *Truncation `json:"truncated,omitempty"`
+	// TruncatedKey is set when the original key was longer than MaxKeyBytes
+	// and the DLQ record is keyed by its SHA-256 (hex) instead.
+	TruncatedKey *Truncation `json:"truncatedKey,omitempty"`
 }
 
 // Truncation describes what a bounded DLQ record left out.
 type Truncation struct {
-	// Field is "event" or "rawValue": which one was cut. A cut event is kept
-	// as a prefix of its JSON in RawValue.
+	// Field is "event", "rawValue" or "key": which one was cut. A cut event
+	// is kept as a prefix of its JSON in RawValue; a cut key is replaced by
+	// the SHA-256.
 	Field  string `json:"field"`
 	Size   int    `json:"size"`
 	SHA256 string `json:"sha256"`
@@ -80,6 +84,11 @@ type Truncation struct {
 // the broker refuses would block its partition (poison records) or its
 // workflow (PublishDeadLetter) for ever.
 const MaxValueBytes = 900 << 10
+
+// MaxKeyBytes bounds a DLQ record's key, which is otherwise the original
+// record's: a longer key is replaced by its SHA-256 in hex, which keeps
+// records of one key together and the record within the broker's limit.
+const MaxKeyBytes = 1 << 10
 
 // maxErrorBytes bounds each error text kept in a record.
 const maxErrorBytes = 8 << 10
@@ -109,8 +118,13 @@ func Decode(value []byte) (Record, error) {
 	return r, nil
 }
 
-// KafkaRecord builds the Kafka record for r on topic, keyed by the original key.
+// KafkaRecord builds the Kafka record for r on topic, keyed by the original
+// key, or by its SHA-256 (hex) when longer than MaxKeyBytes.
 func (r Record) KafkaRecord(topic string, key []byte) (*kgo.Record, error) {
+	if len(key) > MaxKeyBytes {
+		r.TruncatedKey = truncation("key", key)
+		key = []byte(r.TruncatedKey.SHA256)
+	}
 	value, err := r.encode()
 	if err != nil {
 		return nil, err
@@ -152,8 +166,7 @@ func (r Record) encode() ([]byte, error) {
 	if r.Event != nil {
 		whole, field = []byte(*r.Event), "event"
 	}
-	sum := sha256.Sum256(whole)
-	r.Truncated = &Truncation{Field: field, Size: len(whole), SHA256: hex.EncodeToString(sum[:])}
+	r.Truncated = truncation(field, whole)
 	r.Event, r.RawValue = nil, nil
 	rest, err := json.Marshal(r)
 	if err != nil {
@@ -166,6 +179,12 @@ func (r Record) encode() ([]byte, error) {
 	}
 	r.RawValue = whole[:min(room, len(whole))]
 	return json.Marshal(r)
+}
+
+// truncation describes whole, what field held before it was cut or replaced.
+func truncation(field string, whole []byte) *Truncation {
+	sum := sha256.Sum256(whole)
+	return &Truncation{Field: field, Size: len(whole), SHA256: hex.EncodeToString(sum[:])}
 }
 
 func cut(s string, n int) string {

@@ -1,6 +1,7 @@
 package dlq
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -63,6 +64,55 @@ func TestRecordStaysWithinKafkaMessageSize(t *testing.T) {
 				require.ErrorIs(t, err, ErrNotReplayable)
 				require.ErrorContains(t, err, "did not fit the record")
 			}
+		})
+	}
+}
+
+func TestRecordKeyIsBounded(t *testing.T) {
+	ev := json.RawMessage(`{"eventId":"e1","eventType":"A","entityId":"u","forkId":"f","payload":{}}`)
+	bigEvent := json.RawMessage(`{"eventId":"e1","eventType":"A","entityId":"u","forkId":"f","payload":{"s":"` + strings.Repeat("y", 1<<20) + `"}}`)
+	hexOf := func(b []byte) string {
+		sum := sha256.Sum256(b)
+		return hex.EncodeToString(sum[:])
+	}
+	tests := []struct {
+		name  string
+		event *json.RawMessage
+		key   []byte
+		cut   bool // the key is replaced by its SHA-256
+	}{
+		{"no key", &ev, nil, false},
+		{"short key", &ev, []byte("user-123"), false},
+		{"key at the bound", &ev, bytes.Repeat([]byte("k"), MaxKeyBytes), false},
+		{"key one byte over", &ev, bytes.Repeat([]byte("k"), MaxKeyBytes+1), true},
+		{"binary key of 8 MiB", &ev, bytes.Repeat([]byte{0, 0xff, ':'}, 8<<20/3), true},
+		{"long key and an event too large", &bigEvent, bytes.Repeat([]byte("k"), 4<<10), true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Record{Event: tc.event, ProjectionName: "p", ForkID: "f", ErrorKind: "sql"}
+			kr, err := r.KafkaRecord("dlq", tc.key)
+			require.NoError(t, err)
+			require.LessOrEqual(t, len(kr.Key), MaxKeyBytes)
+			require.LessOrEqual(t, len(kr.Value), MaxValueBytes)
+			got, err := Decode(kr.Value)
+			require.NoError(t, err)
+			require.Equal(t, len(*tc.event) > MaxValueBytes, got.Truncated != nil, "the event is cut independently of the key")
+			if !tc.cut {
+				require.Equal(t, tc.key, kr.Key)
+				require.Nil(t, got.TruncatedKey)
+				return
+			}
+			require.Equal(t, hexOf(tc.key), string(kr.Key))
+			require.Equal(t, &Truncation{Field: "key", Size: len(tc.key), SHA256: hexOf(tc.key)}, got.TruncatedKey)
+			require.Nil(t, r.TruncatedKey, "the caller's record is left as it was")
+
+			again, err := r.KafkaRecord("dlq", tc.key)
+			require.NoError(t, err)
+			require.Equal(t, kr.Key, again.Key, "the same key gives the same short key")
+			replayed, err := r.KafkaRecord("dlq", kr.Key)
+			require.NoError(t, err)
+			require.Equal(t, kr.Key, replayed.Key, "a short key is kept when a replay dead-letters again")
 		})
 	}
 }

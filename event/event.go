@@ -21,6 +21,29 @@ const MaxSize = 1 << 20
 // maxDepth bounds JSON nesting so a hostile payload cannot exhaust the stack.
 const maxDepth = 64
 
+// Limits of the identifying fields, in bytes. They keep a workflow ID
+// (projection-retry:<projection>:<forkId>:<eventId> or
+// projection-lane:<projection>:<forkId>:<entityId>, a projection name being at
+// most 63 bytes and each escaped field at most 3 times its length) under
+// Temporal's 1000-byte ID limit, the CausetEventType, CausetEntityId and
+// CausetForkId keyword search attributes under 255 characters (SQL
+// visibility's keyword columns), and the dedupe ledger's primary key
+// (projection, fork_id, event_id) far below PostgreSQL's ~2.7 KB btree entry.
+const (
+	MaxEventIDBytes   = 200
+	MaxEventTypeBytes = 200 // as long as an IR's source_events entry may be
+	MaxEntityIDBytes  = 200
+	MaxForkIDBytes    = 100
+	MaxIntentIDBytes  = 200
+)
+
+// MaxEncodedPayloadBytes bounds the payload as a workflow input encodes it
+// (EncodedSize). Temporal refuses a payload over 2 MiB. A retry workflow's
+// input and each of its activities' inputs hold the event once, but a lane's
+// continue-as-new input holds its 1 MiB queue budget plus the one event a
+// lane always admits, so one event must stay well under 1 MiB.
+const MaxEncodedPayloadBytes = 512 << 10
+
 // Envelope is one event as published by causet-runtime.
 type Envelope struct {
 	EventID    string          `json:"eventId"`
@@ -63,7 +86,7 @@ func Decode(value []byte) (Envelope, error) {
 	if !utf8.Valid(value) {
 		return env, invalid("record value is not valid UTF-8")
 	}
-	if err := checkDepth(value); err != nil {
+	if err := checkBytes(value); err != nil {
 		return env, err
 	}
 	dec := json.NewDecoder(bytes.NewReader(value))
@@ -76,6 +99,12 @@ func Decode(value []byte) (Envelope, error) {
 	p, err := env.checkShape()
 	if err != nil {
 		return Envelope{}, err
+	}
+	if err := env.checkLengths(); err != nil {
+		return Envelope{}, err
+	}
+	if n := EncodedSize(p); n > MaxEncodedPayloadBytes {
+		return Envelope{}, invalid("payload encodes to %d bytes as a workflow input, more than the %d allowed", n, MaxEncodedPayloadBytes)
 	}
 	// The decoder has checked the payload's syntax: what Fields could still
 	// refuse is a number, checked here without building the map the
@@ -114,6 +143,71 @@ func (e Envelope) checkShape() ([]byte, error) {
 	}
 	return p, nil
 }
+
+// checkLengths applies the Max*Bytes limits. Decode applies them, not
+// Validate: an event admitted before they existed may still be retried and
+// replayed under the workflow ID it already has.
+func (e Envelope) checkLengths() error {
+	for _, f := range []struct {
+		name, value string
+		max         int
+	}{
+		{"eventId", e.EventID, MaxEventIDBytes}, {"eventType", e.EventType, MaxEventTypeBytes},
+		{"entityId", e.EntityID, MaxEntityIDBytes}, {"forkId", e.ForkID, MaxForkIDBytes},
+		{"intentId", e.IntentID, MaxIntentIDBytes},
+	} {
+		if len(f.value) > f.max {
+			return invalid("%s is %d bytes, more than the %d allowed", f.name, len(f.value), f.max)
+		}
+	}
+	return nil
+}
+
+// EncodedSize is the size of raw, a JSON value, once encoding/json encodes
+// it as a json.RawMessage, as the Temporal SDK's JSON converter does inside a
+// workflow input: whitespace between tokens is dropped, and '<', '>', '&'
+// (1 byte) and U+2028, U+2029 (3 bytes) become 6-byte \u escapes, so an
+// input can be up to 6 times the size of the record. Exact for valid JSON;
+// of a whole record value, within a few bytes of its Envelope's encoding
+// (which drops unknown fields and normalizes occurredAt).
+func EncodedSize(raw []byte) int {
+	n := len(raw)
+	inString, escaped := false, false
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		if !encodeSpecial[c] {
+			escaped = false
+			continue
+		}
+		switch {
+		case c == '<' || c == '>' || c == '&':
+			n += 5
+		case c == 0xE2:
+			// Checked wherever it is, as encoding/json does.
+			if i+2 < len(raw) && raw[i+1] == 0x80 && raw[i+2]&^1 == 0xA8 {
+				n += 3
+				i += 2
+			}
+		case escaped:
+			escaped = false
+		case c == '\\':
+			escaped = inString
+		case c == '"':
+			inString = !inString
+		case !inString: // whitespace
+			n--
+		}
+	}
+	return n
+}
+
+// encodeSpecial marks the bytes EncodedSize looks at.
+var encodeSpecial = func() (t [256]bool) {
+	for _, c := range []byte("<>&\xe2\\\" \t\n\r") {
+		t[c] = true
+	}
+	return t
+}()
 
 // Fields returns the envelope as a map for expression evaluation. Integral
 // JSON numbers become int64 (so integer division by zero is an error, as
@@ -223,13 +317,20 @@ func checkNumbers(b []byte) error {
 	return nil
 }
 
-// checkDepth rejects nesting deeper than maxDepth before the decoder recurses.
-func checkDepth(b []byte) error {
+// checkBytes rejects, before the decoder runs, NUL anywhere (a 0 byte or
+// \u0000, which PostgreSQL text and jsonb cannot hold) and nesting deeper
+// than maxDepth (the decoder recurses).
+func checkBytes(b []byte) error {
 	depth, inString, escaped := 0, false, false
-	for _, c := range b {
+	for i, c := range b {
 		switch {
+		case c == 0:
+			return invalid("NUL byte at offset %d (PostgreSQL text cannot hold it)", i)
 		case escaped:
 			escaped = false
+			if c == 'u' && bytes.HasPrefix(b[i+1:], []byte("0000")) {
+				return invalid("NUL (\\u0000) at offset %d (PostgreSQL text cannot hold it)", i-1)
+			}
 		case inString && c == '\\':
 			escaped = true
 		case c == '"':

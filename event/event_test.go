@@ -2,6 +2,7 @@ package event
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -83,8 +84,20 @@ func FuzzDecode(f *testing.F) {
 		if env.EventID == "" || env.EventType == "" || env.EntityID == "" || env.ForkID == "" {
 			t.Fatalf("accepted an envelope without required fields: %+v", env)
 		}
+		if len(env.EventID) > MaxEventIDBytes || len(env.EventType) > MaxEventTypeBytes || len(env.EntityID) > MaxEntityIDBytes ||
+			len(env.ForkID) > MaxForkIDBytes || len(env.IntentID) > MaxIntentIDBytes {
+			t.Fatalf("accepted an envelope over a field limit: %+v", env)
+		}
+		for _, s := range []string{env.EventID, env.EventType, env.EntityID, env.ForkID, env.IntentID} {
+			if strings.IndexByte(s, 0) >= 0 {
+				t.Fatalf("accepted a field with NUL: %q", s)
+			}
+		}
 		if _, err := env.Fields(); err != nil {
 			t.Fatalf("accepted envelope has unusable fields: %v", err)
+		}
+		if n := EncodedSize(env.Payload); n > MaxEncodedPayloadBytes {
+			t.Fatalf("accepted a payload that encodes to %d bytes", n)
 		}
 	})
 }
@@ -124,13 +137,167 @@ func FuzzCheckNumbers(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if !json.Valid(b) || checkDepth(b) != nil {
+		if !json.Valid(b) || checkBytes(b) != nil {
 			return
 		}
 		_, decodeErr := decodeValue(b)
 		checkErr := checkNumbers(b)
 		if (decodeErr == nil) != (checkErr == nil) {
 			t.Fatalf("%q: decoding says %v, checkNumbers says %v", b, decodeErr, checkErr)
+		}
+	})
+}
+
+// envelope is a valid record whose field name is set to value, raw JSON.
+func envelope(name, value string) string {
+	fields := map[string]string{"eventId": `"1"`, "eventType": `"A"`, "entityId": `"e"`, "forkId": `"f"`, "payload": `{}`}
+	fields[name] = value
+	var b strings.Builder
+	b.WriteString("{")
+	for i, k := range []string{"eventId", "eventType", "entityId", "forkId", "intentId", "payload"} {
+		if v, ok := fields[k]; ok {
+			if i > 0 {
+				b.WriteString(",")
+			}
+			b.WriteString(`"` + k + `":` + v)
+		}
+	}
+	b.WriteString("}")
+	return b.String()
+}
+
+func TestDecodeRefusesNUL(t *testing.T) {
+	tests := []struct {
+		name, value, want string // want "" when accepted
+	}{
+		{"eventId", envelope("eventId", `"a\u0000b"`), `NUL (\u0000) at offset 13`},
+		{"eventType", envelope("eventType", `"\u0000"`), "NUL (\\u0000)"},
+		{"entityId", envelope("entityId", `"e\u0000"`), "NUL (\\u0000)"},
+		{"forkId", envelope("forkId", `"\u0000f"`), "NUL (\\u0000)"},
+		{"intentId", envelope("intentId", `"i\u0000"`), "NUL (\\u0000)"},
+		{"payload value", envelope("payload", `{"a":{"b":["x\u0000"]}}`), "NUL (\\u0000)"},
+		{"payload key", envelope("payload", `{"\u0000":1}`), "NUL (\\u0000)"},
+		{"unknown field", `{"x\u0000":1,` + envelope("eventId", `"1"`)[1:], "NUL (\\u0000)"},
+		{"after an escaped backslash", envelope("eventId", `"\\\u0000"`), "NUL (\\u0000)"},
+		{"raw 0 byte", envelope("eventId", "\"a\x00\""), "NUL byte at offset 13"},
+		{"escaped backslash before u0000", envelope("eventId", `"\\u0000"`), ""},
+		{"other control escape", envelope("payload", `{"a":"\u0001\u0010"}`), ""},
+		{"u0000 as text", envelope("payload", `{"u0000":"\\u0000"}`), ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Decode([]byte(tc.value))
+			if tc.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.want)
+			require.True(t, IsInvalid(err))
+		})
+	}
+}
+
+func TestDecodeFieldLimits(t *testing.T) {
+	tests := []struct {
+		field string
+		max   int
+	}{
+		{"eventId", MaxEventIDBytes},
+		{"eventType", MaxEventTypeBytes},
+		{"entityId", MaxEntityIDBytes},
+		{"forkId", MaxForkIDBytes},
+		{"intentId", MaxIntentIDBytes},
+	}
+	for _, tc := range tests {
+		t.Run(tc.field, func(t *testing.T) {
+			_, err := Decode([]byte(envelope(tc.field, `"`+strings.Repeat("x", tc.max)+`"`)))
+			require.NoError(t, err, "at the limit")
+
+			_, err = Decode([]byte(envelope(tc.field, `"`+strings.Repeat("x", tc.max+1)+`"`)))
+			require.ErrorContains(t, err, fmt.Sprintf("%s is %d bytes, more than the %d allowed", tc.field, tc.max+1, tc.max))
+			require.True(t, IsInvalid(err))
+
+			// Limits are in bytes, not characters.
+			_, err = Decode([]byte(envelope(tc.field, `"x`+strings.Repeat("é", tc.max/2)+`"`)))
+			require.ErrorContains(t, err, fmt.Sprintf("%s is %d bytes", tc.field, tc.max+1))
+		})
+	}
+}
+
+func TestDecodeEncodedPayloadLimit(t *testing.T) {
+	// str is a payload {"s":"…"} whose string holds n copies of s.
+	str := func(s string, n int) string { return `{"s":"` + strings.Repeat(s, n) + `"}` }
+	fill := MaxEncodedPayloadBytes - len(str("", 0))
+	tests := []struct {
+		name, payload string
+		wantSize      int // the encoded size in the error; 0 when accepted
+	}{
+		{"at the limit", str("x", fill), 0},
+		{"one byte over", str("x", fill+1), MaxEncodedPayloadBytes + 1},
+		{"350 KB of < is 2.1 MB encoded", str("<", 350_000), len(str("", 0)) + 6*350_000},
+		{"350 KB of x", str("x", 350_000), 0},
+		{"& and > count 6", str("&>", fill/12+1), len(str("", 0)) + 12*(fill/12+1)},
+		{"U+2028 counts 6", str("\u2028", fill/6+1), len(str("", 0)) + 6*(fill/6+1)},
+		{"escaped < counts as written", str(`\u003c`, fill/6), 0},
+		{"whitespace between tokens is free", "{\n  " + strings.Repeat(" ", 400<<10) + `"s" : "` + strings.Repeat("x", fill) + "\"\n}", 0},
+		{"spaces in strings count", str(" ", fill+1), MaxEncodedPayloadBytes + 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			value := []byte(envelope("payload", tc.payload))
+			require.LessOrEqual(t, len(value), MaxSize)
+			_, err := Decode(value)
+			if tc.wantSize == 0 {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, fmt.Sprintf("payload encodes to %d bytes as a workflow input, more than the %d allowed", tc.wantSize, MaxEncodedPayloadBytes))
+			require.True(t, IsInvalid(err))
+		})
+	}
+}
+
+func TestEncodedSize(t *testing.T) {
+	tests := []struct {
+		raw  string
+		want int
+	}{
+		{`{}`, 2},
+		{` { "a" : [ 1 , 2 ] } `, len(`{"a":[1,2]}`)},
+		{`{"a b":"c d"}`, len(`{"a b":"c d"}`)},
+		{`{"<":"a&b>"}`, len(`{"\u003c":"a\u0026b\u003e"}`)},
+		{`{"q":"\"<\\"}`, len(`{"q":"\"\u003c\\"}`)},
+		{"{\"s\":\"\u2028\u2029\u2027\"}", len(`{"s":"\u2028\u2029`) + 3 + 2},
+		{"[\"\\\\\", \" \"]", len(`["\\"," "]`)},
+		{"{\"é\":\"ü\"}\n", len("{\"é\":\"ü\"}")},
+	}
+	for _, tc := range tests {
+		t.Run(tc.raw, func(t *testing.T) {
+			require.True(t, json.Valid([]byte(tc.raw)))
+			require.Equal(t, tc.want, EncodedSize([]byte(tc.raw)))
+			enc, err := json.Marshal(json.RawMessage(tc.raw))
+			require.NoError(t, err)
+			require.Len(t, enc, tc.want, "as encoding/json encodes it")
+		})
+	}
+}
+
+// FuzzEncodedSize: for valid JSON, EncodedSize is the length encoding/json
+// gives the value as a json.RawMessage (what the SDK's converter writes).
+func FuzzEncodedSize(f *testing.F) {
+	for _, s := range []string{`{"a":"<>&"}`, " [ 1 ,\t2 ]\n", "\"\u2028\u2029\"", `"\\\"<"`, valid} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if !json.Valid(b) {
+			return
+		}
+		enc, err := json.Marshal(json.RawMessage(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := EncodedSize(b); got != len(enc) {
+			t.Fatalf("%q: EncodedSize %d, encoding/json %d bytes", b, got, len(enc))
 		}
 	})
 }

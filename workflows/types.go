@@ -4,6 +4,7 @@
 package workflows
 
 import (
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -12,7 +13,7 @@ import (
 	"github.com/causet/projection-retry/event"
 )
 
-// Names of the Temporal contract (DESIGN §6).
+// Names of the Temporal contract (CONTRACT §6).
 const (
 	RetryWorkflowName = "ProjectionRetryWorkflow"
 	LaneWorkflowName  = "ProjectionLaneWorkflow"
@@ -48,15 +49,29 @@ var SearchAttributeNames = []string{
 }
 
 // RetryWorkflowID is the idempotent ID of the retry workflow of one
-// (projection, fork, event): starting it twice finds the same run.
+// (projection, fork, event): starting it twice finds the same run. Fields are
+// escaped (idField), so distinct triples never share an ID.
 func RetryWorkflowID(projection, forkID, eventID string) string {
-	return "projection-retry:" + projection + ":" + forkID + ":" + eventID
+	return "projection-retry:" + idField(projection) + ":" + idField(forkID) + ":" + idField(eventID)
 }
 
-// LaneWorkflowID is the ID of the ordering lane of one (projection, fork, entity).
+// LaneWorkflowID is the ID of the ordering lane of one (projection, fork,
+// entity), its fields escaped as in RetryWorkflowID.
 func LaneWorkflowID(projection, forkID, entityID string) string {
-	return "projection-lane:" + projection + ":" + forkID + ":" + entityID
+	return "projection-lane:" + idField(projection) + ":" + idField(forkID) + ":" + idField(entityID)
 }
+
+// idField escapes the separator ':' as %3A and the escape '%' as %25, and
+// nothing else, so a field without either keeps the ID it had before IDs
+// were escaped.
+func idField(s string) string {
+	if !strings.ContainsAny(s, "%:") {
+		return s
+	}
+	return idEscaper.Replace(s)
+}
+
+var idEscaper = strings.NewReplacer("%", "%25", ":", "%3A")
 
 // Source locates the event's record on the events topic.
 type Source struct {
