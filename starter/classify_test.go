@@ -3,6 +3,7 @@ package starter
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -192,4 +193,23 @@ func (h *harness) dlqRecords(n int) []dlq.Record {
 		return len(out) >= n
 	}, 30*time.Second, 10*time.Millisecond)
 	return out
+}
+
+// A record key over dlq.MaxKeyBytes would ride in every workflow input of
+// the event: the record is invalid, dead-lettered at once, and the
+// partition moves on.
+func TestBridgeKafkaOversizedKeyIsInvalid(t *testing.T) {
+	h := newHarness(t, harnessOptions{partitions: 1, noTemporal: true})
+	s := newRecordingStarter(nil)
+	r := h.start(h.plainOptions(s))
+	bad := envRecord(0, played(h.prefix+"big-key", "artist-1", 1, 1))
+	bad.Key = []byte(strings.Repeat("k", dlq.MaxKeyBytes+1))
+	h.produce(bad, envRecord(0, played(h.prefix+"after", "artist-2", 1, 1)))
+	h.waitCommittedToEnd(30 * time.Second)
+	recs := h.dlqRecords(1)
+	require.Equal(t, "invalid_event", recs[0].ErrorKind)
+	require.Contains(t, recs[0].Error, "record key is 1025 bytes")
+	require.Equal(t, 1, h.count(`SELECT count(*) FROM artist_stats`), "only the event after it applied")
+	require.EqualValues(t, 1, value(r.b.m.deadLettered))
+	require.Zero(t, s.calls.Load())
 }

@@ -2,6 +2,7 @@ package starter
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/event"
 	"github.com/causet/projection-retry/workflows"
 )
@@ -250,6 +252,10 @@ func (p *partition) decode(recs []*kgo.Record) *batch {
 	for _, rec := range recs {
 		b.m.consumed.Inc()
 		env, err := event.Decode(rec.Value)
+		if err == nil && len(rec.Key) > dlq.MaxKeyBytes {
+			// Workflow inputs carry the key: bounded like the event.
+			err = &event.InvalidError{Reason: fmt.Sprintf("record key is %d bytes, more than the %d allowed", len(rec.Key), dlq.MaxKeyBytes)}
+		}
 		if err != nil {
 			bt.poisoned = append(bt.poisoned, poison{rec: rec, err: err})
 			continue

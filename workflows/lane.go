@@ -20,6 +20,10 @@ const (
 	QueryLaneStatus = "status"
 )
 
+// escapedIDsChange versions the child IDs, whose fields are escaped since
+// this change: a lane that started a child under the plain ID replays with it.
+const escapedIDsChange = "escaped-ids"
+
 // laneAwaitHandedOverChange versions runChild's wait for a retry workflow
 // that existed before the lane got its event.
 const laneAwaitHandedOverChange = "lane-await-handed-over"
@@ -125,7 +129,7 @@ func ProjectionLaneWorkflow(ctx workflow.Context, in LaneInput) (LaneStatus, err
 					return st, err
 				}
 			}
-			st.Current = RetryWorkflowID(next.Projection, next.Event.ForkID, next.Event.EventID)
+			st.Current = laneChildID(ctx, next)
 			if err := runChild(ctx, next, st.Current, settled); err != nil {
 				return st, err
 			}
@@ -215,4 +219,12 @@ func inputSize(ev RetryInput) int {
 		return 0
 	}
 	return len(b)
+}
+
+// laneChildID is the ID of the retry workflow the lane runs for in.
+func laneChildID(ctx workflow.Context, in RetryInput) string {
+	if workflow.GetVersion(ctx, escapedIDsChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return "projection-retry:" + in.Projection + ":" + in.Event.ForkID + ":" + in.Event.EventID
+	}
+	return RetryWorkflowID(in.Projection, in.Event.ForkID, in.Event.EventID)
 }
