@@ -175,7 +175,7 @@ func (p *partition) applyThroughOutage(items []item, last *kgo.Record, apply fun
 		if err == nil {
 			err = firstConnectionError(outcomes)
 		}
-		if p.databaseAnswers() {
+		if p.answers(b.opts.Probe) {
 			if healthy++; healthy >= maxHealthyRetries {
 				return nil, applyResult{verdict: verdictIsolate, err: err}
 			}
@@ -195,15 +195,15 @@ func (p *partition) applyThroughOutage(items []item, last *kgo.Record, apply fun
 	}
 }
 
-// databaseAnswers probes the database; without a probe every batch-level
-// failure counts as an outage.
-func (p *partition) databaseAnswers() bool {
-	if p.b.opts.Probe == nil {
+// answers runs a dependency's probe (Options.Probe, TemporalProbe): the
+// proof of an outage. Without a probe every failure counts as one.
+func (p *partition) answers(probe func(context.Context) error) bool {
+	if probe == nil {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(p.ctx, p.b.opts.StartTimeout)
 	defer cancel()
-	return p.b.opts.Probe(ctx) == nil
+	return probe(ctx) == nil
 }
 
 func firstConnectionError(outcomes []Outcome) error {

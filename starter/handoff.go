@@ -159,7 +159,7 @@ func (p *partition) untilStarted(log *slog.Logger, in workflows.RetryInput, star
 			return outage, handoffStopped
 		}
 		refused := isRefusal(err)
-		if !refused && !isThrottled(err) && p.temporalAnswers() {
+		if !refused && !isThrottled(err) && p.answers(b.opts.TemporalProbe) {
 			healthy++
 			refused = healthy >= maxHealthyStartFailures
 		}
@@ -209,17 +209,6 @@ func isRefusal(err error) bool {
 func isThrottled(err error) bool {
 	var re *serviceerror.ResourceExhausted
 	return errors.As(err, &re)
-}
-
-// temporalAnswers probes Temporal; without a probe every failed start
-// counts as an outage.
-func (p *partition) temporalAnswers() bool {
-	if p.b.opts.TemporalProbe == nil {
-		return false
-	}
-	ctx, cancel := context.WithTimeout(p.ctx, p.b.opts.StartTimeout)
-	defer cancel()
-	return p.b.opts.TemporalProbe(ctx) == nil
 }
 
 // deadLetterRefused writes an event whose retry workflow Temporal refused
