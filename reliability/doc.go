@@ -1,17 +1,22 @@
-// Package reliability holds the reliability suite of issue 8: scenarios that
-// kill, stop and break the bridge, the worker, PostgreSQL, Temporal and Kafka
-// while events flow, then count what was lost, applied twice, dead-lettered
-// and started as workflows. The scenarios are Go tests in this package; they
-// are heavy, so they skip unless CAUSET_RELIABILITY is set:
+// Package reliability holds the reliability suite: scenarios that kill,
+// stop and break the bridge, the worker, PostgreSQL, Temporal and Kafka
+// while events flow, block a key with thousands of events behind it and
+// terminate its lane from outside, then count what was lost, applied twice,
+// applied out of order, dead-lettered and started as workflows. The
+// scenarios are Go tests in this package; they are heavy, so they skip
+// unless CAUSET_RELIABILITY is set:
 //
-//	CAUSET_RELIABILITY=1 go test -v -timeout 60m ./reliability/   # full profile
-//	CAUSET_RELIABILITY=short go test -v ./reliability/             # CI profile
-//	scripts/reliability.sh [--short]                               # all, with the summary line
+//	CAUSET_RELIABILITY=1 go test -v -timeout 150m ./reliability/   # full profile
+//	CAUSET_RELIABILITY=short go test -v ./reliability/              # CI profile
+//	scripts/reliability.sh [--short]                                # all, with the summary line
 //
-// CAUSET_RELIABILITY_PROFILE=short|full overrides the profile. Each scenario
+// Scenarios 1-7 run once per ordering, as subtests "entity" (CAUSET_ORDERING
+// unset: the default) and "none"; the short profile runs only "entity".
+// CAUSET_RELIABILITY_PROFILE=short|full overrides the profile and
+// CAUSET_RELIABILITY_ORDERINGS=entity,none the orderings. Each scenario run
 // prints one machine-readable line to stdout:
 //
-//	RELIABILITY scenario=<name> passed=<bool> lost=<n> double_applied=<n> duplicate_workflows=<n> ...
+//	RELIABILITY scenario=<name>/<ordering> passed=<bool> lost=<n> double_applied=<n> duplicate_workflows=<n> ...
 //
 // which scripts/reliability.sh aggregates. See RELIABILITY.md for the figures.
 package reliability

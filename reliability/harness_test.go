@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -72,6 +74,40 @@ func pick[T any](p profile, short, full T) T {
 		return short
 	}
 	return full
+}
+
+// ordering is the bridge's CAUSET_ORDERING for a scenario run.
+type ordering string
+
+const (
+	// orderingEntity is the default: CAUSET_ORDERING is left unset.
+	orderingEntity ordering = "entity"
+	orderingNone   ordering = "none"
+)
+
+// forOrderings runs scenario once per ordering, as subtests named "entity"
+// and "none". The short profile runs only the orderings in short;
+// CAUSET_RELIABILITY_ORDERINGS (e.g. "none" or "entity,none") overrides the
+// profile's choice.
+func forOrderings(t *testing.T, p profile, short []ordering, scenario func(t *testing.T, o ordering)) {
+	want := []ordering{orderingEntity, orderingNone}
+	if p == profileShort {
+		want = short
+	}
+	if v := strings.TrimSpace(os.Getenv("CAUSET_RELIABILITY_ORDERINGS")); v != "" {
+		want = nil
+		for _, f := range strings.Split(v, ",") {
+			want = append(want, ordering(strings.TrimSpace(f)))
+		}
+	}
+	for _, o := range []ordering{orderingEntity, orderingNone} {
+		t.Run(string(o), func(t *testing.T) {
+			if !slices.Contains(want, o) {
+				t.Skipf("ordering %s is not in this profile (full profile, or CAUSET_RELIABILITY_ORDERINGS=%s)", o, o)
+			}
+			scenario(t, o)
+		})
+	}
 }
 
 // ---------------------------------------------------------------- report
@@ -173,12 +209,40 @@ on:
     op: increment
     columns:
       event_id: event.eventId
+      entity_id: event.entityId
+      seq: event.sequence
       ratio: event.payload.one / event.payload.d
     increment:
       n: event.payload.one
 `
 
-const relDDL = `CREATE TABLE rel_effects (event_id text PRIMARY KEY, ratio bigint, n bigint NOT NULL DEFAULT 0)`
+// relDDL also keeps, per entity, the order in which its events were
+// applied, in rel_order: n counts them, last_seq is the highest sequence of
+// the latest transaction that wrote one, and inversions counts events
+// applied in a later transaction than an event of the entity with a higher
+// sequence. Within one transaction the engine writes rows in key order (its
+// lock order), which is no inversion: the transaction commits as a whole.
+// With entity ordering an entity's events must apply in sequence order.
+const relDDL = `
+CREATE TABLE rel_effects (event_id text PRIMARY KEY, entity_id text, seq bigint, ratio bigint, n bigint NOT NULL DEFAULT 0);
+CREATE TABLE rel_order (entity_id text PRIMARY KEY, n bigint NOT NULL, last_seq bigint NOT NULL, last_tx bigint NOT NULL,
+  before_seq bigint NOT NULL, inversions bigint NOT NULL DEFAULT 0);
+CREATE FUNCTION rel_order_fn() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  -- before_seq: the highest sequence applied by earlier transactions.
+  INSERT INTO rel_order AS o (entity_id, n, last_seq, last_tx, before_seq)
+  VALUES (NEW.entity_id, 1, NEW.seq, txid_current(), -1)
+  ON CONFLICT (entity_id) DO UPDATE SET
+    n = o.n + 1,
+    last_tx = EXCLUDED.last_tx,
+    last_seq = CASE WHEN o.last_tx = EXCLUDED.last_tx THEN greatest(o.last_seq, EXCLUDED.last_seq) ELSE EXCLUDED.last_seq END,
+    before_seq = CASE WHEN o.last_tx = EXCLUDED.last_tx THEN o.before_seq ELSE greatest(o.before_seq, o.last_seq) END,
+    inversions = o.inversions + (EXCLUDED.last_seq <
+      CASE WHEN o.last_tx = EXCLUDED.last_tx THEN o.before_seq ELSE greatest(o.before_seq, o.last_seq) END)::int;
+  RETURN NULL;
+END $$;
+CREATE TRIGGER rel_order AFTER INSERT ON rel_effects FOR EACH ROW EXECUTE FUNCTION rel_order_fn();
+`
 
 const relProjection = "rel_effects"
 
@@ -201,12 +265,16 @@ type stack struct {
 	prefix     string
 	producer   *kgo.Client
 	partitions int32
+	ordering   ordering
+	srv        *testenv.TemporalServer // nil when the scenario runs its own Temporal
 	// env overrides for every process started from this stack.
 	env map[string]string
 }
 
 type stackOptions struct {
 	partitions int32
+	// ordering of the bridges; "" is the default (entity).
+	ordering ordering
 	// brokers: when nil, testenv.Kafka(t).
 	brokers []string
 	// temporal: host:port of a Temporal frontend; when empty, testenv.Temporal.
@@ -230,7 +298,10 @@ func newStack(t *testing.T, o stackOptions) *stack {
 		dir = filepath.Join(keep, t.Name())
 		require.NoError(t, os.MkdirAll(dir, 0o755))
 	}
-	s := &stack{t: t, ctx: ctx, bin: causetBin(t), dir: dir, partitions: o.partitions,
+	if o.ordering == "" {
+		o.ordering = orderingEntity
+	}
+	s := &stack{t: t, ctx: ctx, bin: causetBin(t), dir: dir, partitions: o.partitions, ordering: o.ordering,
 		prefix: fmt.Sprintf("r%x", time.Now().UnixNano()), env: map[string]string{}}
 
 	s.dbURL = testenv.PostgresURL(t)
@@ -258,7 +329,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 
 	if o.temporal == "" {
 		srv := testenv.Temporal(t)
-		s.temporal, s.namespace, s.tc = srv.HostPort, srv.Namespace, srv.Client
+		s.temporal, s.namespace, s.tc, s.srv = srv.HostPort, srv.Namespace, srv.Client, &srv
 	} else {
 		s.temporal, s.namespace = o.temporal, "default"
 		s.tc = dialTemporal(t, o.temporal)
@@ -316,9 +387,15 @@ func (s *stack) createTopic(topic string, partitions int32, configs map[string]*
 	}, 60*time.Second, 50*time.Millisecond)
 }
 
-// procEnv is the environment of a causet subprocess of this stack.
+// procEnv is the environment of a causet subprocess of this stack. In the
+// entity ordering CAUSET_ORDERING is left unset, so the default is what runs.
 func (s *stack) procEnv(extra map[string]string) []string {
-	env := os.Environ()
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CAUSET_ORDERING=") {
+			env = append(env, kv)
+		}
+	}
 	base := map[string]string{
 		"DATABASE_URL":                       s.dbURL,
 		"KAFKA_BROKERS":                      strings.Join(s.brokers, ","),
@@ -326,7 +403,6 @@ func (s *stack) procEnv(extra map[string]string) []string {
 		"CAUSET_DLQ_TOPIC":                   s.dlqTopic,
 		"CAUSET_CONSUMER_GROUP":              s.group,
 		"CAUSET_TASK_QUEUE":                  s.taskQueue,
-		"CAUSET_ORDERING":                    "none",
 		"CAUSET_BRIDGE_MODE":                 "inline",
 		"TEMPORAL_ADDRESS":                   s.temporal,
 		"TEMPORAL_NAMESPACE":                 s.namespace,
@@ -335,13 +411,15 @@ func (s *stack) procEnv(extra map[string]string) []string {
 		"PROJECTION_WORKER_RETRY_MULTIPLIER": "2",
 		"PROJECTION_WORKER_RETRY_MAX_MS":     "30000",
 	}
+	if s.ordering == orderingNone {
+		base["CAUSET_ORDERING"] = "none"
+	}
 	for k, v := range s.env {
 		base[k] = v
 	}
 	for k, v := range extra {
 		base[k] = v
 	}
-	base["CAUSET_METRICS_ADDR"] = "127.0.0.1:" + strconv.Itoa(freePort(s.t))
 	keys := make([]string, 0, len(base))
 	for k := range base {
 		keys = append(keys, k)
@@ -353,8 +431,8 @@ func (s *stack) procEnv(extra map[string]string) []string {
 	return env
 }
 
-// shortSchedule makes failing events dead-letter within ~1.5 s:
-// attempts at 0, 0.1, 0.3, 0.7, 1.5 s.
+// shortSchedule makes failing events dead-letter within ~3 s: attempts at
+// 0, 0.1, 1.1, 2.1, 3.1 s (Temporal keeps no activity retry delay under 1 s).
 var shortSchedule = map[string]string{
 	"PROJECTION_WORKER_RETRY_INITIAL_MS": "100",
 	"PROJECTION_WORKER_RETRY_MULTIPLIER": "2",
@@ -365,11 +443,12 @@ var shortSchedule = map[string]string{
 
 // proc is a causet subprocess.
 type proc struct {
-	name string
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-	err  error
+	name    string
+	cmd     *exec.Cmd
+	log     string
+	metrics string // host:port of its /metrics
+	done    chan struct{}
+	err     error
 }
 
 var procSeq struct {
@@ -385,11 +464,16 @@ func (s *stack) start(name string, extra map[string]string, args ...string) *pro
 	procSeq.n++
 	n := procSeq.n
 	procSeq.Unlock()
-	p := &proc{name: name, log: filepath.Join(s.dir, fmt.Sprintf("%s-%d.log", name, n)), done: make(chan struct{})}
+	p := &proc{name: name, log: filepath.Join(s.dir, fmt.Sprintf("%s-%d.log", name, n)), done: make(chan struct{}),
+		metrics: "127.0.0.1:" + strconv.Itoa(freePort(s.t))}
 	f, err := os.Create(p.log)
 	require.NoError(s.t, err)
+	withMetrics := map[string]string{"CAUSET_METRICS_ADDR": p.metrics}
+	for k, v := range extra {
+		withMetrics[k] = v
+	}
 	p.cmd = exec.Command(s.bin, args...)
-	p.cmd.Env = s.procEnv(extra)
+	p.cmd.Env = s.procEnv(withMetrics)
 	p.cmd.Stdout, p.cmd.Stderr = f, f
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	require.NoError(s.t, p.cmd.Start())
@@ -463,56 +547,173 @@ func (p *proc) logCount(s string) int {
 	return strings.Count(string(b), s)
 }
 
+// logEvents returns the process' JSON log lines whose "event" is ev.
+func (p *proc) logEvents(ev string) []map[string]any {
+	b, _ := os.ReadFile(p.log)
+	var out []map[string]any
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.Contains(line, `"`+ev+`"`) {
+			continue
+		}
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) == nil && m["event"] == ev {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// metric sums the samples of a Prometheus metric on the process' /metrics
+// (-1 when it cannot be read).
+func (p *proc) metric(name string) float64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.metrics+"/metrics", nil)
+	if err != nil {
+		return -1
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	sum := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+" ") && !strings.HasPrefix(line, name+"{") {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
+
 // ---------------------------------------------------------------- events
 
 // evt is one produced event and where it landed.
 type evt struct {
 	id        string
-	fails     bool
+	entity    string
+	seq       int64 // the envelope's sequence; grows with production order
+	fails     bool  // payload.d = 0: fails every attempt
 	partition int32
 	offset    int64
 }
 
-// relEvent builds the record of event i (fails when d = 0).
-func (s *stack) relEvent(i int, fails bool) (*kgo.Record, string) {
-	id := fmt.Sprintf("%s-%d", s.prefix, i)
-	d := 1
-	if fails {
-		d = 0
-	}
-	entity := fmt.Sprintf("ent-%d", i%997)
-	v := fmt.Sprintf(`{"eventId":%q,"eventType":"REL_EVENT","entityId":%q,"forkId":"production","sequence":%d,"occurredAt":"2026-12-02T12:00:00Z","payload":{"one":1,"d":%d}}`,
-		id, entity, i, d)
-	return &kgo.Record{Partition: int32(i) % s.partitions, Key: []byte(entity), Value: []byte(v)}, id
+// entities is how many entities the generated stream spreads over. All of
+// an entity's events go to one partition, keyed by the entity, as a
+// producer keyed by entity would send them.
+const entities = 997
+
+// mix describes a generated stream. Event i has sequence i and is a failing
+// "head" when i%every == every/2; the follow events after a head are of its
+// entity, so that with entity ordering they wait in the key's lane behind
+// it; in every laneFails-th group the second follower fails too (a failure
+// inside a lane). The other events are of entity i%entities: a head's
+// entity also sees events long after it, once its key may be unblocked.
+type mix struct {
+	every, follow, laneFails int
 }
 
-// produceRange produces events [from, to) (failing when failing(i)) and
-// records them in into.
-func (s *stack) produceRange(from, to int, failing func(int) bool, into *eventLog) {
+// twoPercent is the stream of most scenarios: 2 % heads, each followed by
+// three events of its entity, and one failing follower per ten heads.
+var twoPercent = mix{every: 50, follow: 3, laneFails: 10}
+
+func (m mix) head(i int) bool { return m.every > 0 && i%m.every == m.every/2 }
+
+// group returns the head whose followers i belongs to (i itself if it is
+// one), or -1.
+func (m mix) group(i int) int {
+	for j := i; j >= 0 && j >= i-m.follow; j-- {
+		if m.head(j) {
+			return j
+		}
+	}
+	return -1
+}
+
+func (m mix) fails(i int) bool {
+	if m.head(i) {
+		return true
+	}
+	g := m.group(i)
+	return g >= 0 && m.laneFails > 0 && m.follow >= 2 && i == g+2 && (g/m.every)%m.laneFails == 0
+}
+
+func (m mix) entity(i int) int {
+	if g := m.group(i); g >= 0 {
+		return g % entities
+	}
+	return i % entities
+}
+
+// succeeding counts the events of [0, n) that do not fail.
+func (m mix) succeeding(n int) int {
+	c := 0
+	for i := 0; i < n; i++ {
+		if !m.fails(i) {
+			c++
+		}
+	}
+	return c
+}
+
+// relEvt is event i of the stream m.
+func (s *stack) relEvt(i int, m mix) evt {
+	ent := m.entity(i)
+	return evt{id: fmt.Sprintf("%s-%d", s.prefix, i), entity: fmt.Sprintf("ent-%d", ent), seq: int64(i),
+		fails: m.fails(i), partition: int32(ent) % s.partitions}
+}
+
+// record is e's record: on e.partition, keyed by its entity.
+func (s *stack) record(e evt) *kgo.Record {
+	d := 1
+	if e.fails {
+		d = 0
+	}
+	v := fmt.Sprintf(`{"eventId":%q,"eventType":"REL_EVENT","entityId":%q,"forkId":"production","sequence":%d,"occurredAt":"2026-12-02T12:00:00Z","payload":{"one":1,"d":%d}}`,
+		e.id, e.entity, e.seq, d)
+	return &kgo.Record{Partition: e.partition, Key: []byte(e.entity), Value: []byte(v)}
+}
+
+// produce produces evs, in order, and records where each landed in into.
+func (s *stack) produce(evs []evt, into *eventLog) {
 	s.t.Helper()
-	recs := make([]*kgo.Record, 0, to-from)
-	ids := make([]string, 0, to-from)
-	for i := from; i < to; i++ {
-		r, id := s.relEvent(i, failing(i))
-		recs = append(recs, r)
-		ids = append(ids, id)
+	recs := make([]*kgo.Record, len(evs))
+	index := make(map[*kgo.Record]int, len(evs))
+	for k, e := range evs {
+		recs[k] = s.record(e)
+		index[recs[k]] = k
 	}
 	res := s.producer.ProduceSync(s.ctx, recs...)
 	require.NoError(s.t, res.FirstErr())
 	// ProduceSync's results come in completion order, not input order.
-	index := make(map[*kgo.Record]int, len(recs))
-	for k, r := range recs {
-		index[r] = k
-	}
 	for _, r := range res {
-		k := index[r.Record]
-		into.add(evt{id: ids[k], fails: failing(from + k), partition: r.Record.Partition, offset: r.Record.Offset})
+		e := evs[index[r.Record]]
+		e.partition, e.offset = r.Record.Partition, r.Record.Offset
+		into.add(e)
 	}
 }
 
-// producePaced produces n events in batches over about d, in a goroutine;
-// the returned channel closes when all are produced.
-func (s *stack) producePaced(n int, d time.Duration, failing func(int) bool, into *eventLog) <-chan struct{} {
+// produceRange produces events [from, to) of the stream m.
+func (s *stack) produceRange(from, to int, m mix, into *eventLog) {
+	s.t.Helper()
+	evs := make([]evt, 0, to-from)
+	for i := from; i < to; i++ {
+		evs = append(evs, s.relEvt(i, m))
+	}
+	s.produce(evs, into)
+}
+
+// producePaced produces n events of m in batches over about d, in a
+// goroutine; the returned channel closes when all are produced.
+func (s *stack) producePaced(n int, d time.Duration, m mix, into *eventLog) <-chan struct{} {
 	done := make(chan struct{})
 	const batch = 250
 	batches := (n + batch - 1) / batch
@@ -521,7 +722,7 @@ func (s *stack) producePaced(n int, d time.Duration, failing func(int) bool, int
 		defer close(done)
 		for b := 0; b < batches; b++ {
 			from, to := b*batch, min((b+1)*batch, n)
-			s.produceRange(from, to, failing, into)
+			s.produceRange(from, to, m, into)
 			time.Sleep(gap)
 		}
 	}()
@@ -543,8 +744,6 @@ func (l *eventLog) all() []evt {
 }
 
 func (l *eventLog) len() int { l.mu.Lock(); defer l.mu.Unlock(); return len(l.ev) }
-
-func every(n int) func(int) bool { return func(i int) bool { return n > 0 && i%n == n/2 } }
 
 // ---------------------------------------------------------------- observing
 
@@ -712,15 +911,20 @@ type execution struct {
 	start             time.Time
 }
 
-// workflowsOnQueue lists every run started on the stack's task queue.
-func (s *stack) workflowsOnQueue() []execution {
+// workflowsOnQueue lists every run of workflow type typ ("" for any)
+// started on the stack's task queue.
+func (s *stack) workflowsOnQueue(typ string) []execution {
 	s.t.Helper()
+	query := fmt.Sprintf("TaskQueue = %q", s.taskQueue)
+	if typ != "" {
+		query += fmt.Sprintf(" AND WorkflowType = %q", typ)
+	}
 	var out []execution
 	var token []byte
 	for {
 		ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
 		resp, err := s.tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
-			Namespace: s.namespace, Query: fmt.Sprintf("TaskQueue = %q", s.taskQueue), NextPageToken: token, PageSize: 1000,
+			Namespace: s.namespace, Query: query, NextPageToken: token, PageSize: 1000,
 		})
 		cancel()
 		require.NoError(s.t, err)
@@ -763,27 +967,111 @@ func wfID(eventID string) string {
 	return workflows.RetryWorkflowID(relProjection, "production", eventID)
 }
 
+// laneID is the lane workflow of one entity of rel_effects.
+func laneID(entity string) string {
+	return workflows.LaneWorkflowID(relProjection, "production", entity)
+}
+
+// laneStatus queries a lane's status; false when it cannot (no open run).
+func (s *stack) laneStatus(id string) (workflows.LaneStatus, bool) {
+	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+	defer cancel()
+	var st workflows.LaneStatus
+	v, err := s.tc.QueryWorkflow(ctx, id, "", workflows.QueryLaneStatus)
+	if err != nil || v.Get(&st) != nil {
+		return st, false
+	}
+	return st, true
+}
+
+// terminate terminates a workflow's open run as an operator would, with
+// `temporal workflow terminate` (through the SDK client when the scenario's
+// Temporal has no CLI at hand); it returns how.
+func (s *stack) terminate(id, reason string) string {
+	s.t.Helper()
+	if s.srv != nil {
+		_, err := s.srv.CLI("workflow", "terminate", "--workflow-id", id, "--reason", reason)
+		if err == nil {
+			return "cli"
+		}
+		if !strings.Contains(err.Error(), "CLI not found") {
+			require.NoError(s.t, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+	defer cancel()
+	require.NoError(s.t, s.tc.TerminateWorkflow(ctx, id, "", reason))
+	return "client"
+}
+
+// entityOrder is an entity's row of rel_order.
+type entityOrder struct{ n, lastSeq, inversions int64 }
+
+func (s *stack) orderOf(entity string) entityOrder {
+	s.t.Helper()
+	var o entityOrder
+	err := s.pool.QueryRow(s.ctx, `SELECT n, last_seq, inversions FROM rel_order WHERE entity_id = $1`, entity).
+		Scan(&o.n, &o.lastSeq, &o.inversions)
+	if err != nil && !strings.Contains(err.Error(), "no rows") {
+		require.NoError(s.t, err)
+	}
+	return o
+}
+
+// blockedKeys counts the keys the bridges hold blocked (-1 when unknown).
+func (s *stack) blockedKeys() int {
+	if s.tryCount(`SELECT count(*) FROM pg_class WHERE relname = 'causet_blocked_keys'`) == 0 {
+		return 0
+	}
+	return s.tryCount(`SELECT count(*) FROM causet_blocked_keys`)
+}
+
 // ---------------------------------------------------------------- verdict
 
 // verdict compares the world with the produced events.
 type verdict struct {
+	ordering                                ordering
 	produced, succeeded, failing            int
 	lost, doubleApplied, appliedFailing     int
 	ledger                                  int
 	workflows, dupWorkflows, missingWF      int
-	unexpectedWF                            int
+	unexpectedWF, laned, lanedEarlier       int
+	lanes, laneRuns                         int
+	inversions                              int
 	dlq, dlqDup, dlqMissing, dlqUnexpect    int
 	examplesLost, examplesDouble, exDLQMiss []string
+	examplesUnexpected, examplesInversions  []string
 }
 
 // verify checks effects, ledger, workflows and DLQ against the events.
 // checkWF/checkDLQ turn off the workflow/DLQ parts.
+//
+// Workflows are counted by ID among the ProjectionRetryWorkflow runs of the
+// task queue: a failing event must have exactly one. With entity ordering an
+// event of an entity that has a failing event may also have one: it ran in
+// the key's lane, as a child. That is normally an event after the failure;
+// after a crash it can also be an earlier one, redelivered from the last
+// committed offset while its key is already blocked by the later failure
+// (it was applied before the crash, so its child finds it in the ledger).
+// Any other event must not have one. Lanes are counted apart: a key has a
+// lane run each time it is blocked with later events, plus its
+// continue-as-new runs.
 func (s *stack) verify(events []evt, checkWF, checkDLQ bool) verdict {
 	s.t.Helper()
-	var v verdict
+	v := verdict{ordering: s.ordering}
 	v.produced = len(events)
 	app := s.applied()
 	failing := map[string]bool{}
+	firstFailure := map[string]int64{} // entity -> sequence of its first failing event
+	byWF := map[string]evt{}           // retry workflow ID -> its event
+	for _, e := range events {
+		byWF[wfID(e.id)] = e
+		if e.fails {
+			if f, ok := firstFailure[e.entity]; !ok || e.seq < f {
+				firstFailure[e.entity] = e.seq
+			}
+		}
+	}
 	for _, e := range events {
 		if e.fails {
 			v.failing++
@@ -808,17 +1096,27 @@ func (s *stack) verify(events []evt, checkWF, checkDLQ bool) verdict {
 		}
 	}
 	v.ledger = s.countSQL(`SELECT count(*) FROM causet_projection_applied WHERE projection = $1`, relProjection)
+	v.inversions = s.countSQL(`SELECT coalesce(sum(inversions), 0)::int FROM rel_order`)
+	if v.inversions > 0 {
+		rows, err := s.pool.Query(s.ctx, `SELECT entity_id || ':' || inversions FROM rel_order WHERE inversions > 0 ORDER BY inversions DESC LIMIT 5`)
+		require.NoError(s.t, err)
+		for rows.Next() {
+			var x string
+			require.NoError(s.t, rows.Scan(&x))
+			v.examplesInversions = append(v.examplesInversions, x)
+		}
+		rows.Close()
+	}
 	if checkWF {
 		runs := map[string]int{}
-		for _, e := range s.workflowsOnQueue() {
+		for _, e := range s.workflowsOnQueue(workflows.RetryWorkflowName) {
 			runs[e.id]++
 		}
 		v.workflows = len(runs)
-		for id, n := range runs {
+		for _, n := range runs {
 			if n > 1 {
 				v.dupWorkflows += n - 1
 			}
-			_ = id
 		}
 		for id := range failing {
 			if runs[wfID(id)] == 0 {
@@ -826,14 +1124,27 @@ func (s *stack) verify(events []evt, checkWF, checkDLQ bool) verdict {
 			}
 		}
 		for id := range runs {
-			ok := false
-			if strings.HasPrefix(id, "projection-retry:"+relProjection+":production:") {
-				ok = failing[strings.TrimPrefix(id, "projection-retry:"+relProjection+":production:")]
-			}
-			if !ok {
+			e, known := byWF[id]
+			switch {
+			case known && e.fails:
+			case known && s.ordering == orderingEntity && entityFailed(firstFailure, e):
+				v.laned++
+				if !hasFailedBefore(firstFailure, e) {
+					v.lanedEarlier++
+				}
+			default:
 				v.unexpectedWF++
+				if len(v.examplesUnexpected) < 5 {
+					v.examplesUnexpected = append(v.examplesUnexpected, id)
+				}
 			}
 		}
+		lanes := map[string]bool{}
+		for _, e := range s.workflowsOnQueue(workflows.LaneWorkflowName) {
+			lanes[e.id] = true
+			v.laneRuns++
+		}
+		v.lanes = len(lanes)
 	}
 	if checkDLQ {
 		counts := map[string]int{}
@@ -861,6 +1172,16 @@ func (s *stack) verify(events []evt, checkWF, checkDLQ bool) verdict {
 	return v
 }
 
+func entityFailed(firstFailure map[string]int64, e evt) bool {
+	_, ok := firstFailure[e.entity]
+	return ok
+}
+
+func hasFailedBefore(firstFailure map[string]int64, e evt) bool {
+	f, ok := firstFailure[e.entity]
+	return ok && f < e.seq
+}
+
 // report puts the verdict into the result and asserts it.
 func (r *result) verdict(v verdict, checkWF, checkDLQ bool) {
 	t := r.t
@@ -872,10 +1193,15 @@ func (r *result) verdict(v verdict, checkWF, checkDLQ bool) {
 	r.fig("failing", v.failing)
 	r.fig("ledger_rows", v.ledger)
 	r.fig("failing_applied", v.appliedFailing)
+	r.fig("order_inversions", v.inversions)
 	if checkWF {
 		r.fig("workflows", v.workflows)
 		r.fig("missing_workflows", v.missingWF)
 		r.fig("unexpected_workflows", v.unexpectedWF)
+		r.fig("laned_events", v.laned)
+		r.fig("laned_redelivered_before_failure", v.lanedEarlier)
+		r.fig("lanes", v.lanes)
+		r.fig("lane_runs", v.laneRuns)
 	}
 	if checkDLQ {
 		r.fig("dlq_records", v.dlq)
@@ -887,15 +1213,58 @@ func (r *result) verdict(v verdict, checkWF, checkDLQ bool) {
 	require.Zero(t, v.doubleApplied, "double-applied events, e.g. %v", v.examplesDouble)
 	require.Zero(t, v.appliedFailing, "failing events have no effect")
 	require.Equal(t, v.succeeded, v.ledger, "one ledger row per successful event")
+	if v.ordering == orderingEntity {
+		require.Zero(t, v.inversions, "an entity's events applied out of sequence order (entity:inversions) %v", v.examplesInversions)
+	}
 	if checkWF {
 		require.Zero(t, v.dupWorkflows, "duplicate workflow runs")
 		require.Zero(t, v.missingWF, "failing events without a workflow")
-		require.Zero(t, v.unexpectedWF, "workflows for events that did not fail")
+		require.Zero(t, v.unexpectedWF, "workflows for events that did not fail (nor followed a failure of their entity), e.g. %v", v.examplesUnexpected)
 	}
 	if checkDLQ {
 		require.Zero(t, v.dlqDup, "DLQ records twice")
 		require.Zero(t, v.dlqMissing, "failing events missing from the DLQ, e.g. %v", v.exDLQMiss)
 		require.Zero(t, v.dlqUnexpect, "DLQ records of events that should not be there")
+	}
+}
+
+// progress describes where a scenario stands, for a failure message: each
+// partition's committed and end offsets, the rows applied, the blocked keys
+// and the open retry and lane workflows.
+func (s *stack) progress() string {
+	ends := s.endOffsets(s.topic)
+	c := s.committed()
+	var parts []string
+	for p := int32(0); p < s.partitions; p++ {
+		parts = append(parts, fmt.Sprintf("p%d=%d/%d", p, c[p], ends[p]))
+	}
+	open := func(typ string) int {
+		n := 0
+		for _, e := range s.workflowsOnQueue(typ) {
+			if e.status == "Running" {
+				n++
+			}
+		}
+		return n
+	}
+	return fmt.Sprintf("committed %s; rows %d; blocked keys %d; open retry workflows %d; open lanes %d",
+		strings.Join(parts, " "), s.tryCount(`SELECT count(*) FROM rel_effects`), s.blockedKeys(),
+		open(workflows.RetryWorkflowName), open(workflows.LaneWorkflowName))
+}
+
+// waitApplied waits until every succeeding event of evs has its row: with
+// entity ordering the events in a lane apply only after their key's head
+// settled, possibly after the last DLQ record landed.
+func (s *stack) waitApplied(evs []evt, within time.Duration) {
+	want := 0
+	for _, e := range evs {
+		if !e.fails {
+			want++
+		}
+	}
+	deadline := time.Now().Add(within)
+	for s.tryCount(`SELECT count(*) FROM rel_effects`) < want && time.Now().Before(deadline) {
+		time.Sleep(250 * time.Millisecond)
 	}
 }
 

@@ -6,11 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/sdk/client"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -25,30 +20,41 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
 
 	"github.com/causet/projection-retry/dlq"
+	"github.com/causet/projection-retry/event"
 	"github.com/causet/projection-retry/internal/testenv"
 	"github.com/causet/projection-retry/workflows"
 )
+
+// killEvery paces scenario 1's production: after a kill -9 the dead member
+// keeps its partitions until its group session expires (the bridge's
+// session timeout, 15 s), so each kill stalls them about that long; paced at
+// this rate, every kill hits flowing events.
+const killEvery = 20 * time.Second
 
 // Scenario 1: kill -9 the bridge N times at random moments while events
 // (2% failing) flow.
 func TestReliability1BridgeKill9(t *testing.T) {
 	p := gate(t)
-	r := newResult(t, "bridge_kill9")
+	forOrderings(t, p, []ordering{orderingEntity}, func(t *testing.T, o ordering) { bridgeKill9(t, p, o) })
+}
+
+func bridgeKill9(t *testing.T, p profile, o ordering) {
+	r := newResult(t, "bridge_kill9/"+string(o))
 	n := pick(p, 5000, 50000)
 	kills := pick(p, 5, 20)
-	s := newStack(t, stackOptions{partitions: 6})
+	s := newStack(t, stackOptions{partitions: 6, ordering: o})
 	s.env = shortSchedule
-	fails := every(50) // 2%
 
 	w := s.worker(nil)
 	var events eventLog
-	// Production spans roughly the kill phase.
-	// After a kill -9 the dead member keeps its partitions until its group
-	// session expires (45 s, franz-go's default), so each kill costs ~45 s:
-	// production is paced over that many so every kill hits flowing events.
-	produced := s.producePaced(n, time.Duration(kills)*45*time.Second, fails, &events)
+	produced := s.producePaced(n, time.Duration(kills)*killEvery, twoPercent, &events)
 	whileFlowing := 0
 
 	b := s.bridge(nil)
@@ -57,17 +63,17 @@ func TestReliability1BridgeKill9(t *testing.T) {
 	start := time.Now()
 	for k := 0; k < kills; k++ {
 		// Wait until this bridge makes progress (it joined the group and
-		// applies events), then kill it at a random moment 0-3 s later.
-		before := s.tryCount(`SELECT count(*) FROM causet_projection_applied`)
+		// applies events itself: with entity ordering the worker applies
+		// lane events too), then kill it at a random moment 0-3 s later.
 		t0 := time.Now()
 		for time.Since(t0) < 3*time.Minute {
-			if c := s.tryCount(`SELECT count(*) FROM causet_projection_applied`); c > before {
+			if b.metric("causet_bridge_applied_total") > 0 {
 				break
 			}
 			select {
 			case <-produced:
 				// Nothing left to apply: kill anyway (the commit path is still exercised).
-				if s.tryCount(`SELECT count(*) FROM causet_projection_applied`) >= n-n/50 {
+				if s.tryCount(`SELECT count(*) FROM causet_projection_applied`) >= twoPercent.succeeding(n) {
 					goto kill
 				}
 			default:
@@ -90,7 +96,7 @@ func TestReliability1BridgeKill9(t *testing.T) {
 	}
 	<-produced
 	drain := time.Now()
-	require.True(t, s.waitCommittedToEnd(10*time.Minute), "offsets not committed to the end; bridge log:\n%s", b.logTail(30))
+	require.True(t, s.waitCommittedToEnd(10*time.Minute), "offsets not committed to the end: %s; bridge log:\n%s", s.progress(), b.logTail(30))
 	r.fig("drain_after_last_kill_s", time.Since(drain).Round(time.Second).Seconds())
 	evs := events.all()
 	failing := 0
@@ -100,6 +106,7 @@ func TestReliability1BridgeKill9(t *testing.T) {
 		}
 	}
 	got := s.waitDLQCount(int64(failing), 5*time.Minute)
+	s.waitApplied(evs, 5*time.Minute)
 	time.Sleep(2 * time.Second) // a late duplicate would show up now
 	require.False(t, w.exited(), "worker exited:\n%s", w.logTail(30))
 	v := s.verify(evs, true, true)
@@ -117,15 +124,18 @@ func TestReliability1BridgeKill9(t *testing.T) {
 // schedule continues: 5 attempts in all, one DLQ record.
 func TestReliability2WorkerKill9DuringBackoff(t *testing.T) {
 	p := gate(t)
-	r := newResult(t, "worker_kill9_backoff")
-	_ = p
-	s := newStack(t, stackOptions{partitions: 3})
+	forOrderings(t, p, []ordering{orderingEntity}, workerKill9DuringBackoff)
+}
+
+func workerKill9DuringBackoff(t *testing.T, o ordering) {
+	r := newResult(t, "worker_kill9_backoff/"+string(o))
+	s := newStack(t, stackOptions{partitions: 3, ordering: o})
 	// The default schedule: attempts at 0, 1, 3, 7, 15 s.
 	w := s.worker(nil)
 	b := s.bridge(nil)
 	var events eventLog
-	const n, failEvery = 300, 100 // 3 failing events
-	s.produceRange(0, n, every(failEvery), &events)
+	const n = 300
+	s.produceRange(0, n, mix{every: 100, follow: 3}, &events) // 3 failing events, each with 3 followers
 	var failing []string
 	for _, e := range events.all() {
 		if e.fails {
@@ -200,6 +210,7 @@ func TestReliability2WorkerKill9DuringBackoff(t *testing.T) {
 	}
 	require.False(t, b.exited())
 	require.False(t, w.exited(), "restarted worker exited:\n%s", w.logTail(30))
+	s.waitApplied(events.all(), time.Minute)
 	v := s.verify(events.all(), true, true)
 	r.fig("attempts_per_event", 5)
 	r.verdict(v, true, true)
@@ -209,16 +220,20 @@ func TestReliability2WorkerKill9DuringBackoff(t *testing.T) {
 // because of it, nothing lost.
 func TestReliability3PostgresOutage(t *testing.T) {
 	p := gate(t)
-	r := newResult(t, "postgres_outage")
+	forOrderings(t, p, []ordering{orderingEntity}, func(t *testing.T, o ordering) { postgresOutage(t, p, o) })
+}
+
+func postgresOutage(t *testing.T, p profile, o ordering) {
+	r := newResult(t, "postgres_outage/"+string(o))
 	outage := pick(p, 15*time.Second, 30*time.Second)
 	n := pick(p, 6000, 20000)
-	s := newStack(t, stackOptions{partitions: 6})
+	s := newStack(t, stackOptions{partitions: 6, ordering: o})
 	// Default schedule (0, 1, 3, 7, 15 s): shorter than the outage, so any
 	// event handed to Temporal because of the outage would dead-letter.
 	w := s.worker(nil)
 	b := s.bridge(nil)
 	var events eventLog
-	produced := s.producePaced(n, outage+20*time.Second, func(int) bool { return false }, &events)
+	produced := s.producePaced(n, outage+20*time.Second, mix{}, &events)
 	require.Eventually(t, func() bool { return s.tryCount(`SELECT count(*) FROM rel_effects`) > n/5 },
 		2*time.Minute, 100*time.Millisecond)
 	testenv.StopPostgres(t)
@@ -228,12 +243,12 @@ func TestReliability3PostgresOutage(t *testing.T) {
 	testenv.StartPostgres(t)
 	r.fig("pg_restart_s", time.Since(stoppedAt).Round(100*time.Millisecond).Seconds())
 	<-produced
-	require.True(t, s.waitCommittedToEnd(5*time.Minute), "offsets not committed to the end:\n%s", b.logTail(30))
+	require.True(t, s.waitCommittedToEnd(5*time.Minute), "offsets not committed to the end: %s\n%s", s.progress(), b.logTail(30))
 	time.Sleep(20 * time.Second) // anything handed to Temporal would finish its schedule now
 	require.False(t, b.exited(), "bridge exited:\n%s", b.logTail(30))
 	require.False(t, w.exited(), "worker exited:\n%s", w.logTail(30))
 	v := s.verify(events.all(), false, true)
-	wfs := s.workflowsOnQueue()
+	wfs := s.workflowsOnQueue("")
 	r.fig("workflows_started", len(wfs))
 	r.fig("bridge_outage_log_lines", b.logCount(`"event":"bridge_outage"`))
 	r.verdict(v, false, true)
@@ -245,10 +260,14 @@ func TestReliability3PostgresOutage(t *testing.T) {
 // the workflow shows dead_lettered only once the DLQ coordinates exist.
 func TestReliability4DLQPublishFails(t *testing.T) {
 	p := gate(t)
-	r := newResult(t, "dlq_publish_fails")
-	failFor := pick(p, 10*time.Second, 10*time.Second)
+	forOrderings(t, p, nil, dlqPublishFails)
+}
+
+func dlqPublishFails(t *testing.T, o ordering) {
+	r := newResult(t, "dlq_publish_fails/"+string(o))
+	const failFor = 10 * time.Second
 	cluster := testenv.KafkaCluster(t)
-	s := newStack(t, stackOptions{partitions: 3, brokers: cluster.ListenAddrs()})
+	s := newStack(t, stackOptions{partitions: 3, brokers: cluster.ListenAddrs(), ordering: o})
 	s.env = shortSchedule
 
 	var failing atomic.Bool
@@ -294,7 +313,7 @@ func TestReliability4DLQPublishFails(t *testing.T) {
 	w := s.worker(nil)
 	b := s.bridge(nil)
 	var events eventLog
-	s.produceRange(0, 500, every(100), &events) // 5 failing
+	s.produceRange(0, 500, mix{every: 100, follow: 3}, &events) // 5 failing, each with 3 followers
 	var ids []string
 	for _, e := range events.all() {
 		if e.fails {
@@ -378,8 +397,9 @@ func TestReliability4DLQPublishFails(t *testing.T) {
 	r.fig("dead_lettered_before_coordinates", early.Load())
 	r.fig("waited_in_publish_after_attempt5", sawRetryingAfter5.Load())
 	require.Zero(t, early.Load(), "a workflow showed dead_lettered (or closed) before its DLQ record existed")
-	require.True(t, s.waitCommittedToEnd(time.Minute))
+	require.True(t, s.waitCommittedToEnd(time.Minute), "offsets not committed to the end: %s", s.progress())
 	require.False(t, b.exited())
+	s.waitApplied(events.all(), time.Minute)
 	v := s.verify(events.all(), true, true)
 	r.verdict(v, true, true)
 }
@@ -466,17 +486,20 @@ func tailFile(path string, n int) string {
 // not handed off; all are handed off after the restart.
 func TestReliability5TemporalOutage(t *testing.T) {
 	p := gate(t)
-	r := newResult(t, "temporal_outage")
+	forOrderings(t, p, nil, func(t *testing.T, o ordering) { temporalOutage(t, p, o) })
+}
+
+func temporalOutage(t *testing.T, p profile, o ordering) {
+	r := newResult(t, "temporal_outage/"+string(o))
 	outage := pick(p, 15*time.Second, 30*time.Second)
 	n := pick(p, 5000, 10000)
 	dev := startTemporalDev(t)
-	s := newStack(t, stackOptions{partitions: 6, temporal: dev.hostPort})
+	s := newStack(t, stackOptions{partitions: 6, temporal: dev.hostPort, ordering: o})
 	s.env = shortSchedule
 	w := s.worker(nil)
 	b := s.bridge(nil)
 	var events eventLog
-	fails := every(50)
-	produced := s.producePaced(n, outage+20*time.Second, fails, &events)
+	produced := s.producePaced(n, outage+20*time.Second, twoPercent, &events)
 	require.Eventually(t, func() bool { return s.tryCount(`SELECT count(*) FROM rel_effects`) > n/5 },
 		2*time.Minute, 100*time.Millisecond)
 	dev.stop()
@@ -492,7 +515,7 @@ func TestReliability5TemporalOutage(t *testing.T) {
 	dev.start()
 	r.fig("outage_s", time.Since(stoppedAt).Round(100*time.Millisecond).Seconds())
 	<-produced
-	require.True(t, s.waitCommittedToEnd(5*time.Minute), "offsets not committed to the end:\n%s", b.logTail(30))
+	require.True(t, s.waitCommittedToEnd(5*time.Minute), "offsets not committed to the end: %s\n%s", s.progress(), b.logTail(30))
 	evs := events.all()
 	failingN := 0
 	for _, e := range evs {
@@ -502,12 +525,26 @@ func TestReliability5TemporalOutage(t *testing.T) {
 	}
 	got := s.waitDLQCount(int64(failingN), 5*time.Minute)
 	r.fig("dlq_end_offset", got)
+	s.waitApplied(evs, 5*time.Minute)
 	time.Sleep(2 * time.Second)
 	// Every failing event the bridge committed past during the outage must
-	// have had its workflow started before the outage.
-	passed, unhanded, failingDuringOutage := 0, 0, 0
+	// have had its workflow started before the outage. With entity ordering
+	// an event after a failure of its entity is handed off when its lane
+	// accepts it, and its workflow may start later: those are left to the
+	// end-state checks.
+	firstFailure := map[string]int64{}
+	for _, e := range evs {
+		if f, ok := firstFailure[e.entity]; e.fails && (!ok || e.seq < f) {
+			firstFailure[e.entity] = e.seq
+		}
+	}
+	passed, unhanded, failingDuringOutage, inLanes := 0, 0, 0, 0
 	for _, e := range evs {
 		if !e.fails {
+			continue
+		}
+		if o == orderingEntity && hasFailedBefore(firstFailure, e) {
+			inLanes++
 			continue
 		}
 		if e.offset >= maxCommitted[e.partition] {
@@ -531,6 +568,7 @@ func TestReliability5TemporalOutage(t *testing.T) {
 	r.fig("failing_committed_past_during_outage", passed)
 	r.fig("committed_past_unhanded", unhanded)
 	r.fig("failing_behind_commit_at_outage", failingDuringOutage)
+	r.fig("failing_in_lanes_not_checked", inLanes)
 	r.fig("bridge_temporal_outage_log_lines", b.logCount(`"dependency":"temporal"`))
 	require.False(t, b.exited(), "bridge exited:\n%s", b.logTail(30))
 	require.False(t, w.exited(), "worker exited:\n%s", w.logTail(30))
@@ -543,14 +581,18 @@ func TestReliability5TemporalOutage(t *testing.T) {
 // Scenario 6: three bridges in one group, one killed.
 func TestReliability6ThreeBridgesOneKilled(t *testing.T) {
 	p := gate(t)
-	r := newResult(t, "three_bridges_one_killed")
+	forOrderings(t, p, nil, func(t *testing.T, o ordering) { threeBridgesOneKilled(t, p, o) })
+}
+
+func threeBridgesOneKilled(t *testing.T, p profile, o ordering) {
+	r := newResult(t, "three_bridges_one_killed/"+string(o))
 	n := pick(p, 6000, 20000)
-	s := newStack(t, stackOptions{partitions: 6})
+	s := newStack(t, stackOptions{partitions: 6, ordering: o})
 	s.env = shortSchedule
 	w := s.worker(nil)
 	bs := []*proc{s.bridge(nil), s.bridge(nil), s.bridge(nil)}
 	var events eventLog
-	produced := s.producePaced(n, 60*time.Second, every(50), &events)
+	produced := s.producePaced(n, 60*time.Second, twoPercent, &events)
 	require.Eventually(t, func() bool { return s.tryCount(`SELECT count(*) FROM rel_effects`) > n/4 },
 		3*time.Minute, 100*time.Millisecond)
 	// Kill the bridge holding the most recent work: any of them works.
@@ -559,7 +601,7 @@ func TestReliability6ThreeBridgesOneKilled(t *testing.T) {
 	killedAt := time.Now()
 	r.fig("killed_at_applied", s.tryCount(`SELECT count(*) FROM rel_effects`))
 	<-produced
-	require.True(t, s.waitCommittedToEnd(5*time.Minute), "offsets not committed to the end")
+	require.True(t, s.waitCommittedToEnd(5*time.Minute), "offsets not committed to the end: %s", s.progress())
 	r.fig("drain_after_kill_s", time.Since(killedAt).Round(time.Second).Seconds())
 	evs := events.all()
 	failingN := 0
@@ -570,6 +612,7 @@ func TestReliability6ThreeBridgesOneKilled(t *testing.T) {
 	}
 	got := s.waitDLQCount(int64(failingN), 5*time.Minute)
 	r.fig("dlq_end_offset", got)
+	s.waitApplied(evs, 5*time.Minute)
 	time.Sleep(2 * time.Second)
 	for _, b := range bs {
 		if b != victim {
@@ -613,20 +656,28 @@ func badInputs(prefix string) []badInput {
 		{name: "payload_10mb", value: []byte(env(prefix+"-10mb", blob)), partition: 1, invalid: true},
 		// Within the default 1 MB broker limit, but its DLQ record (base64) is not.
 		{name: "not_json_800kb", value: []byte(strings.Repeat("not json ", 800_000/9)), partition: 2, invalid: true},
-		// A valid envelope just under event.MaxSize (1 MiB) that fails every
-		// attempt: its DLQ record (the envelope + attempts) exceeds 1 MB.
-		{name: "valid_1mb_failing", value: []byte(env(prefix+"-valid1mb", `{"one":1,"d":0,"blob":"`+strings.Repeat("y", 1_040_000)+`"}`)),
+		// A valid envelope just under event.MaxSize (1 MiB): its payload is
+		// past what a workflow input may carry (event.MaxEncodedPayloadBytes).
+		{name: "valid_1mb", value: []byte(env(prefix+"-valid1mb", `{"one":1,"d":0,"blob":"`+strings.Repeat("y", 1_040_000)+`"}`)),
+			partition: 3, invalid: true},
+		// The largest payload a workflow input carries, failing every attempt:
+		// retried through Temporal and dead-lettered whole.
+		{name: "valid_500kb_failing", value: []byte(env(prefix+"-valid500kb", `{"one":1,"d":0,"blob":"`+strings.Repeat("y", event.MaxEncodedPayloadBytes-1000)+`"}`)),
 			partition: 3, kind: "ir_eval"},
 	}
 }
 
 // Scenario 7: bad input on the events topic.
 func TestReliability7BadInput(t *testing.T) {
-	gate(t)
-	r := newResult(t, "bad_input")
+	p := gate(t)
+	forOrderings(t, p, []ordering{orderingEntity, orderingNone}, badInputScenario)
+}
+
+func badInputScenario(t *testing.T, o ordering) {
+	r := newResult(t, "bad_input/"+string(o))
 	big := "16777216"
 	const parts = 4
-	s := newStack(t, stackOptions{partitions: parts,
+	s := newStack(t, stackOptions{partitions: parts, ordering: o,
 		topicConfig:  map[string]*string{"max.message.bytes": &big},
 		producerOpts: []kgo.Opt{kgo.ProducerBatchMaxBytes(16 << 20)},
 	})
@@ -643,11 +694,7 @@ func TestReliability7BadInput(t *testing.T) {
 	// A good event after the bad ones on each partition: offsets move on.
 	var events eventLog
 	for p := int32(0); p < parts; p++ {
-		rec, id := s.relEvent(int(p), false)
-		rec.Partition = p
-		res := s.producer.ProduceSync(s.ctx, rec)
-		require.NoError(t, res.FirstErr())
-		events.add(evt{id: id, partition: p, offset: res[0].Record.Offset})
+		s.produce([]evt{{id: fmt.Sprintf("%s-good-%d", s.prefix, p), entity: fmt.Sprintf("ent-%d", p), seq: int64(p), partition: p}}, &events)
 	}
 	// Sample the bridge's memory while it works.
 	var peakRSS int64
@@ -673,8 +720,8 @@ func TestReliability7BadInput(t *testing.T) {
 	for p := int32(0); p < parts; p++ {
 		r.fig(fmt.Sprintf("committed_p%d", p), fmt.Sprintf("%d/%d", committed[p], ends[p]))
 	}
-	// The failing valid event goes through Temporal (short schedule: 1.5 s).
-	time.Sleep(5 * time.Second)
+	// The failing valid event goes through Temporal (short schedule: ~3 s).
+	time.Sleep(8 * time.Second)
 
 	dl := s.readDLQ()
 	perInput := map[string]int{}

@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# Reliability suite (issue 8): kills, outages, broker faults, bad input and
-# fuzzing, with nothing lost. See RELIABILITY.md.
+# Reliability suite: kills, outages, broker faults, bad input, hot keys, lost
+# lanes and fuzzing, with nothing lost. See RELIABILITY.md.
 #
-#   scripts/reliability.sh            full profile: scenarios 1-7 (+ 8 security
-#                                     tests, + the two fuzzers), ~30 min on 2 cores
-#   scripts/reliability.sh --short    CI profile: scenarios 1-3 and 7 (5,000
-#                                     events / 5 kills, 15 s outages) + fuzzers
+#   scripts/reliability.sh            full profile: scenarios 1-7, 9 and 10, each
+#                                     in both orderings where it applies (entity,
+#                                     the default, and none), + 8 security tests
+#                                     + the two fuzzers; about an hour on 2 cores
+#   scripts/reliability.sh --short    CI profile: scenarios 1-3, 9 and 10 in the
+#                                     default configuration (entity ordering), 7
+#                                     in both, smaller sizes, + the fuzzers; ~10 min
 #
 # Environment: FUZZTIME (default 30s), RELIABILITY_RUN (a -run pattern that
-# replaces the profile's), GO (default go). The last line of the output is
-# exactly:
+# replaces the profile's), CAUSET_RELIABILITY_ORDERINGS (e.g. "entity,none":
+# the orderings to run, instead of the profile's), GO (default go). The last
+# line of the output is exactly:
 #
 #   reliability: scenarios=<n> passed=<n> lost=<n> double_applied=<n> duplicate_workflows=<n>
 #
@@ -23,20 +27,26 @@ profile=full
 case "${1:-}" in
   --short) profile=short ;;
   --full | "") profile=full ;;
-  -h | --help) sed -n '2,17p' "$0"; exit 0 ;;
+  -h | --help) sed -n '2,21p' "$0"; exit 0 ;;
   *) echo "usage: $0 [--short|--full]" >&2; exit 2 ;;
 esac
 
+# Which orderings each scenario runs is decided by the tests from the
+# profile: in the short profile the default (entity), and both for 7.
 if [[ $profile == short ]]; then
-  run=${RELIABILITY_RUN:-'^TestReliability(1|2|3|7)'}
-  timeout=25m
+  run=${RELIABILITY_RUN:-'^TestReliability(1BridgeKill9|2WorkerKill9DuringBackoff|3PostgresOutage|7BadInput|9HotKey|10LaneTerminated)$'}
+  timeout=30m
 else
   run=${RELIABILITY_RUN:-'^TestReliability'}
-  timeout=90m
+  timeout=150m
 fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/causet-reliability.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+keep=false
+# The subprocess logs (bridge, worker) of every scenario are kept when the
+# run fails, for a post-mortem.
+trap '[[ $keep == true ]] || rm -rf "$work"' EXIT
+export CAUSET_RELIABILITY_LOGS=${CAUSET_RELIABILITY_LOGS:-$work/logs}
 log="$work/reliability.log"
 touch "$log"
 
@@ -97,12 +107,15 @@ summary=$(grep -E '^RELIABILITY scenario=' "$log" | awk '
 read -r n passed lost dbl dup <<<"$summary"
 
 echo
+echo "== wall time ${SECONDS}s"
 echo "== per scenario"
 grep -E '^RELIABILITY scenario=' "$log" | sed 's/^RELIABILITY /  /'
 status=0
 if [[ $rc -ne 0 || $n -ne $passed || $n -eq 0 ]]; then
   status=1
+  keep=true
   [[ $rc -ne 0 ]] && echo "go test exited with status $rc"
+  echo "subprocess logs: $CAUSET_RELIABILITY_LOGS"
 fi
 echo "reliability: scenarios=$n passed=$passed lost=$lost double_applied=$dbl duplicate_workflows=$dup"
 exit $status
