@@ -69,8 +69,9 @@ kafka-status:
 clean:
 	rm -f bin/causet
 
-# Reliability suite (issue 8, RELIABILITY.md): kill -9, outages, DLQ faults,
-# bad input, fuzzers, security tests. Full profile; `scripts/reliability.sh
-# --short` is the CI profile (scenarios 1-3 and 7).
+# Reliability suite (RELIABILITY.md): kill -9, outages, DLQ faults, bad
+# input, hot keys, lost lanes, fuzzers, security tests, in the default
+# configuration and with CAUSET_ORDERING=none. Full profile;
+# `scripts/reliability.sh --short` is the CI profile.
 reliability: tools
 	scripts/reliability.sh

@@ -1,10 +1,20 @@
 package config
 
 import (
+	"context"
+	"errors"
+	"os"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/causet/projection-retry/internal/testenv"
 )
 
 func env(kv ...string) Lookup {
@@ -52,11 +62,11 @@ func TestScheduleFromEnv(t *testing.T) {
 		delays  []time.Duration
 	}{
 		{"defaults", env(), secs(0, 1, 3, 7, 15), secs(1, 2, 4, 8)},
-		{"500ms x3 max 2s", env(
-			"PROJECTION_WORKER_RETRY_INITIAL_MS", "500",
-			"PROJECTION_WORKER_RETRY_MULTIPLIER", "3",
-			"PROJECTION_WORKER_RETRY_MAX_MS", "2000",
-		), secs(0, 0.5, 2, 4, 6), secs(0.5, 1.5, 2, 2)},
+		{"1500ms x1.5 max 3s", env(
+			"PROJECTION_WORKER_RETRY_INITIAL_MS", "1500",
+			"PROJECTION_WORKER_RETRY_MULTIPLIER", "1.5",
+			"PROJECTION_WORKER_RETRY_MAX_MS", "3000",
+		), secs(0, 1.5, 3.75, 6.75, 9.75), secs(1.5, 2.25, 3, 3)},
 		{"single attempt", env("PROJECTION_WORKER_MAX_RETRIES", "1"), secs(0), nil},
 		{"capped at 30s", env("PROJECTION_WORKER_MAX_RETRIES", "8"), secs(0, 1, 3, 7, 15, 31, 61, 91), secs(1, 2, 4, 8, 16, 30, 30)},
 		{"multiplier 1", env("PROJECTION_WORKER_MAX_RETRIES", "3", "PROJECTION_WORKER_RETRY_MULTIPLIER", "1"), secs(0, 1, 2), secs(1, 1)},
@@ -132,6 +142,11 @@ func TestBadValues(t *testing.T) {
 		{"PROJECTION_WORKER_MAX_RETRIES", "0", `PROJECTION_WORKER_MAX_RETRIES="0" is invalid`},
 		{"PROJECTION_WORKER_RETRY_INITIAL_MS", "-5", `PROJECTION_WORKER_RETRY_INITIAL_MS="-5" is invalid: want a whole number of milliseconds`},
 		{"PROJECTION_WORKER_RETRY_INITIAL_MS", "1.5", `PROJECTION_WORKER_RETRY_INITIAL_MS="1.5" is invalid`},
+		// Temporal runs a delay under 1s as up to about 1s (see
+		// MinRetryDelay): such delays are refused, not silently stretched.
+		{"PROJECTION_WORKER_RETRY_INITIAL_MS", "1", `PROJECTION_WORKER_RETRY_INITIAL_MS=1 is invalid: want at least 1000 (Temporal stretches shorter activity retries and timers to as much as 1s)`},
+		{"PROJECTION_WORKER_RETRY_INITIAL_MS", "200", `PROJECTION_WORKER_RETRY_INITIAL_MS=200 is invalid: want at least 1000 (Temporal stretches shorter activity retries and timers to as much as 1s)`},
+		{"PROJECTION_WORKER_RETRY_INITIAL_MS", "999", `PROJECTION_WORKER_RETRY_INITIAL_MS=999 is invalid: want at least 1000`},
 		{"PROJECTION_WORKER_RETRY_MULTIPLIER", "0.5", `PROJECTION_WORKER_RETRY_MULTIPLIER="0.5" is invalid: want a number from 1 to 100`},
 		{"PROJECTION_WORKER_RETRY_MULTIPLIER", "NaN", `PROJECTION_WORKER_RETRY_MULTIPLIER="NaN" is invalid`},
 		{"PROJECTION_WORKER_RETRY_MAX_MS", "500", `PROJECTION_WORKER_RETRY_MAX_MS=500 is invalid: want at least PROJECTION_WORKER_RETRY_INITIAL_MS (1000)`},
@@ -158,6 +173,156 @@ func TestBadValues(t *testing.T) {
 			require.Error(t, err)
 			require.Contains(t, err.Error(), tc.want)
 			require.NotContains(t, err.Error(), "\n", "one line")
+		})
+	}
+}
+
+// TestRetryFloor pins the 1s floor on the schedule that showed it: Temporal
+// ran INITIAL_MS=200, MAX_MS=500 as attempts at 0, 1, 2 s, not 0, 0.2, 0.7 s.
+func TestRetryFloor(t *testing.T) {
+	_, err := Load(env(
+		"PROJECTION_WORKER_MAX_RETRIES", "3",
+		"PROJECTION_WORKER_RETRY_INITIAL_MS", "200",
+		"PROJECTION_WORKER_RETRY_MULTIPLIER", "3",
+		"PROJECTION_WORKER_RETRY_MAX_MS", "500",
+	))
+	require.EqualError(t, err, "PROJECTION_WORKER_RETRY_INITIAL_MS=200 is invalid: want at least 1000 "+
+		"(Temporal stretches shorter activity retries and timers to as much as 1s)")
+
+	for _, initial := range []time.Duration{0, -time.Second, time.Millisecond, MinRetryDelay - time.Millisecond} {
+		r := Retry{MaxAttempts: 3, Initial: initial, Multiplier: 2, Max: 30 * time.Second}
+		require.ErrorContains(t, r.Validate(), "want at least 1000", initial)
+	}
+	// Max below the floor is caught as Max < Initial.
+	_, err = Load(env("PROJECTION_WORKER_RETRY_MAX_MS", "500"))
+	require.ErrorContains(t, err, "PROJECTION_WORKER_RETRY_MAX_MS=500 is invalid")
+
+	// The floor itself, non-whole seconds and MAX_RETRIES=1 with the floor are fine.
+	for _, kv := range [][]string{
+		{"PROJECTION_WORKER_RETRY_INITIAL_MS", "1000", "PROJECTION_WORKER_RETRY_MAX_MS", "1000"},
+		{"PROJECTION_WORKER_RETRY_INITIAL_MS", "1500", "PROJECTION_WORKER_RETRY_MULTIPLIER", "1.5"},
+		{"PROJECTION_WORKER_MAX_RETRIES", "1", "PROJECTION_WORKER_RETRY_INITIAL_MS", "1000"},
+	} {
+		_, err := Load(env(kv...))
+		require.NoError(t, err, kv)
+	}
+	for _, mode := range []Mode{ModeInline, ModeWorkflow} {
+		for _, d := range DefaultRetry().Plan(mode).Delays {
+			require.GreaterOrEqual(t, d, MinRetryDelay)
+		}
+	}
+}
+
+// planRunInput is planRunWorkflow's input.
+type planRunInput struct {
+	Retry Retry
+	Mode  Mode
+	// Attempt1 is when attempt 1 started outside the workflow (inline mode).
+	Attempt1 time.Time
+}
+
+// planRunWorkflow runs a Plan the way ProjectionRetryWorkflow does: in inline
+// mode it sleeps until Attempt1+FirstWait, then it runs one activity with the
+// plan's retry policy and lets Temporal time the rest. The activity always
+// fails, so every planned attempt runs.
+func planRunWorkflow(ctx workflow.Context, in planRunInput) error {
+	plan := in.Retry.Plan(in.Mode)
+	if plan.FirstWait > 0 {
+		if wait := in.Attempt1.Add(plan.FirstWait).Sub(workflow.Now(ctx)); wait > 0 {
+			if err := workflow.Sleep(ctx, wait); err != nil {
+				return err
+			}
+		}
+	}
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: time.Minute,
+		RetryPolicy:         plan.Policy,
+	})
+	err := workflow.ExecuteActivity(actx, "PlanRunFail").Get(ctx, nil)
+	if err == nil {
+		return errors.New("PlanRunFail succeeded")
+	}
+	return nil
+}
+
+// TestTemporalRunsAllowedScheduleAsPlanned proves, against a real Temporal
+// server, that a schedule Validate accepts runs as Plan says: every delay
+// between two attempts' starts is within 50 ms of the planned one. The
+// schedule sits at the floor (INITIAL_MS=1000) and has a non-whole-second
+// delay (1500 ms): the server neither stretches the floor nor rounds to whole
+// seconds. (Below the floor it would: see MinRetryDelay.)
+func TestTemporalRunsAllowedScheduleAsPlanned(t *testing.T) {
+	srv := testenv.Temporal(t)
+	tq := testenv.TaskQueue(t)
+
+	var mu sync.Mutex
+	starts := map[string][]time.Time{}
+	w := worker.New(srv.Client, tq, worker.Options{})
+	w.RegisterWorkflow(planRunWorkflow)
+	w.RegisterActivityWithOptions(func(ctx context.Context) error {
+		mu.Lock()
+		defer mu.Unlock()
+		id := activity.GetInfo(ctx).WorkflowExecution.ID
+		starts[id] = append(starts[id], time.Now())
+		return errors.New("projection failed")
+	}, activity.RegisterOptions{Name: "PlanRunFail"})
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
+
+	ranStarts := func(t *testing.T, r Retry, mode Mode) []time.Time {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		id := testenv.TaskQueue(t) // unique per subtest
+		attempt1 := time.Now()     // inline mode: the bridge's attempt 1 starts now
+		run, err := srv.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: tq},
+			planRunWorkflow, planRunInput{Retry: r, Mode: mode, Attempt1: attempt1})
+		require.NoError(t, err)
+		require.NoError(t, run.Get(ctx, nil))
+		mu.Lock()
+		defer mu.Unlock()
+		got := append([]time.Time(nil), starts[id]...)
+		if mode == ModeInline {
+			got = append([]time.Time{attempt1}, got...)
+		}
+		require.Len(t, got, r.MaxAttempts)
+		return got
+	}
+
+	// Why the floor: the dev server runs a sub-second schedule (bypassing
+	// Validate) late. How late depends on when the server last read its task
+	// queues; right after attempt 1 was dispatched the first delay runs as
+	// about 1s.
+	t.Run("below the floor", func(t *testing.T) {
+		if os.Getenv("TEMPORAL_ADDRESS") != "" {
+			t.Skip("the floor is the dev server's default history.timerProcessorMaxTimeShift")
+		}
+		short := Retry{MaxAttempts: 3, Initial: 200 * time.Millisecond, Multiplier: 3, Max: 500 * time.Millisecond}
+		got := ranStarts(t, short, ModeWorkflow)
+		for k, want := range short.Plan(ModeWorkflow).Delays {
+			t.Logf("delay after attempt %d: planned %v, ran %v", k+1, want, got[k+1].Sub(got[k]))
+		}
+		require.Greater(t, got[1].Sub(got[0]), MinRetryDelay-200*time.Millisecond,
+			"Temporal kept a 200ms retry delay: if the server no longer stretches sub-second delays, Validate may allow them")
+	})
+
+	r := Retry{MaxAttempts: 4, Initial: MinRetryDelay, Multiplier: 1.5, Max: 2 * time.Second}
+	require.NoError(t, r.Validate())
+	const slack = 50 * time.Millisecond
+	for _, mode := range []Mode{ModeInline, ModeWorkflow} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			plan := r.Plan(mode)
+			require.Equal(t, secs(0, 1, 2.5, 4.5), plan.Offsets)
+			got := ranStarts(t, r, mode)
+			ran := make([]time.Duration, len(got))
+			for k, at := range got {
+				ran[k] = at.Sub(got[0])
+			}
+			t.Logf("%s mode: planned %v, ran %v", mode, plan.Offsets, ran)
+			for k, want := range plan.Delays {
+				delay := got[k+1].Sub(got[k])
+				require.InDelta(t, want, delay, float64(slack), "delay after attempt %d: planned %v, ran %v", k+1, want, delay)
+			}
 		})
 	}
 }

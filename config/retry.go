@@ -19,6 +19,19 @@ type Retry struct {
 	Max time.Duration
 }
 
+// MinRetryDelay is the shortest delay Temporal keeps. Its history service
+// reads timer tasks up to history.timerProcessorMaxTimeShift (1s by default)
+// ahead of the clock, and a timer created due before that read horizon is
+// moved to it (service/history/shard: every queue read raises
+// taskMinScheduledTime to now+shift in taskKeyManager, and
+// taskKeyGenerator.setTaskKeys pushes earlier timer tasks past it). Both the
+// workflow's wait before its first activity attempt (a workflow.Sleep timer)
+// and the activity's retries (ActivityRetryTimerTask) are such timers, so a
+// delay under 1s runs as anything up to about 1s, depending on the server's
+// load; Validate refuses it rather than run a schedule other than the plan.
+// Delays of 1s or more are kept to the millisecond: 1500ms runs as 1.5s.
+const MinRetryDelay = time.Second
+
 // DefaultRetry is the seed's schedule: 5 attempts, 1s, 2x, at most 30s.
 func DefaultRetry() Retry {
 	return Retry{MaxAttempts: 5, Initial: time.Second, Multiplier: 2, Max: 30 * time.Second}
@@ -29,8 +42,12 @@ func (r Retry) Validate() error {
 	switch {
 	case r.MaxAttempts < 1:
 		return fmt.Errorf("PROJECTION_WORKER_MAX_RETRIES=%d is invalid: want at least 1", r.MaxAttempts)
-	case r.Initial <= 0:
-		return fmt.Errorf("PROJECTION_WORKER_RETRY_INITIAL_MS=%d is invalid: want a positive number of milliseconds", r.Initial.Milliseconds())
+	case r.Initial < MinRetryDelay:
+		// Max >= Initial and Multiplier >= 1, so every delay of the plan is
+		// at least Initial: this one check keeps them all at or above the floor.
+		return fmt.Errorf("PROJECTION_WORKER_RETRY_INITIAL_MS=%d is invalid: want at least %d "+
+			"(Temporal stretches shorter activity retries and timers to as much as 1s)",
+			r.Initial.Milliseconds(), MinRetryDelay.Milliseconds())
 	case r.Multiplier < 1:
 		return fmt.Errorf("PROJECTION_WORKER_RETRY_MULTIPLIER=%g is invalid: want a number from 1 to 100", r.Multiplier)
 	case r.Max < r.Initial:

@@ -431,11 +431,11 @@ func (s *stack) procEnv(extra map[string]string) []string {
 	return env
 }
 
-// shortSchedule makes failing events dead-letter within ~3 s: attempts at
-// 0, 0.1, 1.1, 2.1, 3.1 s (Temporal keeps no activity retry delay under 1 s).
+// shortSchedule makes failing events dead-letter within ~4 s: attempts at
+// 0, 1, 2, 3, 4 s (Temporal keeps no delay under 1 s, so none is shorter).
 var shortSchedule = map[string]string{
-	"PROJECTION_WORKER_RETRY_INITIAL_MS": "100",
-	"PROJECTION_WORKER_RETRY_MULTIPLIER": "2",
+	"PROJECTION_WORKER_RETRY_INITIAL_MS": "1000",
+	"PROJECTION_WORKER_RETRY_MULTIPLIER": "1",
 	"PROJECTION_WORKER_RETRY_MAX_MS":     "1000",
 }
 

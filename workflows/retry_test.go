@@ -158,7 +158,7 @@ func retryFromEnv(t *testing.T, kv map[string]string) config.Retry {
 
 func TestScheduleOffsets(t *testing.T) {
 	fromEnv := retryFromEnv(t, map[string]string{
-		"PROJECTION_WORKER_MAX_RETRIES": "4", "PROJECTION_WORKER_RETRY_INITIAL_MS": "250",
+		"PROJECTION_WORKER_MAX_RETRIES": "4", "PROJECTION_WORKER_RETRY_INITIAL_MS": "1000",
 		"PROJECTION_WORKER_RETRY_MULTIPLIER": "4", "PROJECTION_WORKER_RETRY_MAX_MS": "3000",
 	})
 	tests := []struct {
@@ -169,10 +169,10 @@ func TestScheduleOffsets(t *testing.T) {
 	}{
 		{"inline defaults", config.ModeInline, config.DefaultRetry(), secs(1, 3, 7, 15)},
 		{"workflow defaults", config.ModeWorkflow, config.DefaultRetry(), secs(0, 1, 3, 7, 15)},
-		{"inline custom", config.ModeInline, config.Retry{MaxAttempts: 5, Initial: 500 * time.Millisecond, Multiplier: 3, Max: 2 * time.Second}, secs(0.5, 2, 4, 6)},
-		{"workflow custom", config.ModeWorkflow, config.Retry{MaxAttempts: 5, Initial: 500 * time.Millisecond, Multiplier: 3, Max: 2 * time.Second}, secs(0, 0.5, 2, 4, 6)},
-		{"inline from env", config.ModeInline, fromEnv, secs(0.25, 1.25, 4.25)},
-		{"workflow from env", config.ModeWorkflow, fromEnv, secs(0, 0.25, 1.25, 4.25)},
+		{"inline custom", config.ModeInline, config.Retry{MaxAttempts: 5, Initial: 1500 * time.Millisecond, Multiplier: 3, Max: 6 * time.Second}, secs(1.5, 6, 12, 18)},
+		{"workflow custom", config.ModeWorkflow, config.Retry{MaxAttempts: 5, Initial: 1500 * time.Millisecond, Multiplier: 3, Max: 6 * time.Second}, secs(0, 1.5, 6, 12, 18)},
+		{"inline from env", config.ModeInline, fromEnv, secs(1, 4, 7)},
+		{"workflow from env", config.ModeWorkflow, fromEnv, secs(0, 1, 4, 7)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
