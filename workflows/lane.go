@@ -24,6 +24,10 @@ const (
 // this change: a lane that started a child under the plain ID replays with it.
 const escapedIDsChange = "escaped-ids"
 
+// laneWaitOnceChange versions the lane's skipping of a wait for a head it
+// has already seen settle.
+const laneWaitOnceChange = "lane-wait-once"
+
 // laneAwaitHandedOverChange versions runChild's wait for a retry workflow
 // that existed before the lane got its event.
 const laneAwaitHandedOverChange = "lane-await-handed-over"
@@ -116,18 +120,22 @@ func ProjectionLaneWorkflow(ctx workflow.Context, in LaneInput) (LaneStatus, err
 		return st, err
 	}
 	settled := workflow.GetSignalChannel(ctx, SignalChildSettled)
+	// waited is the head this run last saw settle: a settled head never
+	// holds its key again, so later events carrying it need no second wait.
+	waited := ""
 
 	for {
 		for len(queue) > 0 {
 			next := queue[0]
 			queue = queue[1:]
 			queuedBytes -= inputSize(next)
-			if next.WaitFor != "" {
+			if next.WaitFor != "" && !(next.WaitFor == waited && waitOnce(ctx)) {
 				// An earlier event of the key retries outside the lane.
 				st.Current = next.WaitFor
 				if err := awaitSettled(ctx, next.WaitFor); err != nil {
 					return st, err
 				}
+				waited = next.WaitFor
 			}
 			st.Current = laneChildID(ctx, next)
 			if err := runChild(ctx, next, st.Current, settled); err != nil {
@@ -227,4 +235,10 @@ func laneChildID(ctx workflow.Context, in RetryInput) string {
 		return "projection-retry:" + in.Projection + ":" + in.Event.ForkID + ":" + in.Event.EventID
 	}
 	return RetryWorkflowID(in.Projection, in.Event.ForkID, in.Event.EventID)
+}
+
+// waitOnce reports whether this run skips a second wait for a settled head;
+// runs recorded before the change waited for it before every event.
+func waitOnce(ctx workflow.Context) bool {
+	return workflow.GetVersion(ctx, laneWaitOnceChange, workflow.DefaultVersion, 1) == 1
 }

@@ -120,3 +120,30 @@ func TestAwaitRetrySettledReturnsForMissingWorkflow(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, d.calls, 1)
 }
+
+// A lane waits for its head once: later events carrying the same head run
+// without another AwaitRetrySettled.
+func TestLaneWaitsForItsHeadOnce(t *testing.T) {
+	h, o := newLaneHarness(t, nil)
+	head := workflows.RetryWorkflowID("artist_followers", "production", "head")
+	d := &scriptedDescriber{t: t, states: []workflows.State{workflows.StateRetrying, workflows.StateDeadLettered}}
+	a := &activities.Activities{Workflows: d}
+	h.env.RegisterActivityWithOptions(a.AwaitRetrySettled, activity.RegisterOptions{Name: workflows.AwaitRetrySettledActivity})
+	waits := 0
+	h.env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
+		if info.ActivityType.Name == workflows.AwaitRetrySettledActivity {
+			waits++
+		}
+	})
+	h.env.RegisterDelayedCallback(func() {
+		for _, id := range []string{"e2", "e3", "e4"} {
+			in := laneEvent(id, false)
+			in.WaitFor = head
+			enqueue(h, in)
+		}
+	}, 0)
+	h.env.ExecuteWorkflow(workflows.LaneWorkflowName, laneInput())
+	require.NoError(t, h.env.GetWorkflowError())
+	require.Equal(t, []string{"e2", "e3", "e4"}, o.applied)
+	require.Equal(t, 1, waits, "one wait for the head, not one per event")
+}
