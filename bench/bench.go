@@ -667,7 +667,7 @@ func (b *bench) workflowMode(ctx context.Context) error {
 	}
 	p, err := b.startBridge(ctx, "workflow", map[string]string{
 		"CAUSET_EVENTS_TOPIC": topic, "CAUSET_CONSUMER_GROUP": topic + "-g", "CAUSET_TASK_QUEUE": b.workQueue,
-		"CAUSET_BRIDGE_MODE": "workflow",
+		"CAUSET_BRIDGE_MODE": "workflow", "CAUSET_ORDERING": "none", // workflow mode keeps no entity order
 	})
 	if err != nil {
 		return err
