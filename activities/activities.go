@@ -4,7 +4,6 @@ package activities
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"slices"
@@ -13,6 +12,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/event"
 	"github.com/causet/projection-retry/projection"
@@ -28,7 +28,7 @@ type Applier interface {
 // DeadLetterPublisher writes a DLQ record durably; *dlq.Publisher is the
 // production implementation.
 type DeadLetterPublisher interface {
-	Publish(ctx context.Context, key []byte, r dlq.Record) (workflows.DLQCoordinates, error)
+	Publish(ctx context.Context, key []byte, r dlq.Record) (contract.DLQCoordinates, error)
 }
 
 // Activities holds what the activities share. Register it with the worker.
@@ -44,7 +44,7 @@ type Activities struct {
 	Metrics *Metrics
 	// Workflows describes the retry workflows lanes wait for. Optional,
 	// defaults to the worker's client.
-	Workflows workflows.Describer
+	Workflows contract.Describer
 }
 
 func (a *Activities) logger() *slog.Logger {
@@ -67,7 +67,7 @@ func (a *Activities) ApplyProjection(ctx context.Context, in workflows.ApplyInpu
 	if started.IsZero() {
 		started = time.Now()
 	}
-	var earlier []workflows.Attempt
+	var earlier []contract.Attempt
 	if activity.HasHeartbeatDetails(ctx) {
 		// A decode failure only loses history of earlier attempts, never the event.
 		_ = activity.GetHeartbeatDetails(ctx, &earlier)
@@ -77,7 +77,7 @@ func (a *Activities) ApplyProjection(ctx context.Context, in workflows.ApplyInpu
 	// Record this attempt before it runs: if it overruns its timeout, the
 	// timeout carries these details, and the workflow and the next attempt
 	// still see it with its number and start time.
-	activity.RecordHeartbeat(ctx, append(slices.Clip(earlier), workflows.Attempt{Number: number, Run: in.Run, StartedAt: started}))
+	activity.RecordHeartbeat(ctx, append(slices.Clip(earlier), contract.Attempt{Number: number, Run: in.Run, StartedAt: started}))
 
 	var res projection.Result
 	err := in.Event.Validate()
@@ -102,11 +102,11 @@ func (a *Activities) ApplyProjection(ctx context.Context, in workflows.ApplyInpu
 	}
 
 	kind := classify(err)
-	attempts := append(earlier, workflows.Attempt{
+	attempts := append(earlier, contract.Attempt{
 		Number: number, Run: in.Run, StartedAt: started,
 		ErrorKind: string(kind), Error: err.Error(), IRVersion: res.IRVersion,
 	})
-	nonRetryable := kind == projection.KindInvalidEvent
+	nonRetryable := kind == contract.KindInvalidEvent
 	if delay, ok := nextDelay(in, number); ok && !nonRetryable {
 		a.logLine(ctx, "projection_retry", in, number, slog.String("error", err.Error()), slog.String("nextRetryIn", delay.String()))
 		a.Metrics.retried(in.Projection, string(kind))
@@ -128,9 +128,9 @@ func nextDelay(in workflows.ApplyInput, number int) (time.Duration, bool) {
 	return in.Delays[number-1], true
 }
 
-func classify(err error) projection.ErrorKind {
+func classify(err error) contract.ErrorKind {
 	if event.IsInvalid(err) {
-		return projection.KindInvalidEvent
+		return contract.KindInvalidEvent
 	}
 	var ae *projection.ApplyError
 	if errors.As(err, &ae) {
@@ -162,9 +162,9 @@ func (a *Activities) logLine(ctx context.Context, name string, in workflows.Appl
 // PublishDeadLetter writes the DLQ record of CONTRACT §7 and returns where it
 // landed. Its retry policy never gives up, so a failure here is retried until
 // the topic accepts the record.
-func (a *Activities) PublishDeadLetter(ctx context.Context, in workflows.DeadLetterInput) (workflows.DLQCoordinates, error) {
+func (a *Activities) PublishDeadLetter(ctx context.Context, in contract.DeadLetterInput) (contract.DLQCoordinates, error) {
 	info := activity.GetInfo(ctx)
-	rec := BuildRecord(in, time.Now())
+	rec := dlq.RunRecord(in, time.Now())
 	rec.Workflow = &dlq.WorkflowRef{
 		Namespace: info.Namespace,
 		ID:        info.WorkflowExecution.ID,
@@ -181,31 +181,4 @@ func (a *Activities) PublishDeadLetter(ctx context.Context, in workflows.DeadLet
 		return at, err
 	}
 	return at, nil
-}
-
-// BuildRecord turns the workflow's view of a failed run into a DLQ record.
-func BuildRecord(in workflows.DeadLetterInput, now time.Time) dlq.Record {
-	rec := dlq.Record{
-		SchemaVersion:  dlq.SchemaVersion,
-		ProjectionName: in.Projection,
-		IRVersion:      in.IRVersion,
-		EventType:      in.Event.EventType,
-		EntityID:       in.Event.EntityID,
-		ForkID:         in.Event.ForkID,
-		RetryCount:     len(in.Attempts),
-		ReplayCount:    in.ReplayCount,
-		Attempts:       in.Attempts,
-		DeadLetteredAt: now.UTC(),
-		Source:         in.Source,
-	}
-	if raw, err := json.Marshal(in.Event); err == nil {
-		msg := json.RawMessage(raw)
-		rec.Event = &msg
-	}
-	if n := len(in.Attempts); n > 0 {
-		rec.Error = in.Attempts[n-1].Error
-		rec.ErrorKind = in.Attempts[n-1].ErrorKind
-		rec.FirstFailedAt = in.Attempts[0].StartedAt.UTC()
-	}
-	return rec
 }

@@ -7,7 +7,7 @@ import (
 
 	"go.temporal.io/sdk/activity"
 
-	"github.com/causet/projection-retry/workflows"
+	"github.com/causet/projection-retry/contract"
 )
 
 // settlePollInterval is how often AwaitRetrySettled looks: the longest a
@@ -15,18 +15,18 @@ import (
 const settlePollInterval = 500 * time.Millisecond
 
 // AwaitRetrySettled returns once the retry workflow workflowID has settled
-// (workflows.RetrySettled) or does not exist, heartbeating while it waits.
+// (contract.Settled) or does not exist, heartbeating while it waits.
 // It describes the workflow with Activities.Workflows, else the worker's
 // client.
 func (a *Activities) AwaitRetrySettled(ctx context.Context, workflowID string) error {
-	var d workflows.Describer = a.Workflows
+	var d contract.Describer = a.Workflows
 	if d == nil {
 		d = activity.GetClient(ctx)
 	}
 	t := time.NewTicker(settlePollInterval)
 	defer t.Stop()
 	for {
-		settled, err := workflows.RetryWorkflowSettled(ctx, d, workflowID)
+		settled, err := contract.RetrySettled(ctx, d, workflowID)
 		switch {
 		case err != nil:
 			if ctx.Err() != nil {

@@ -190,22 +190,25 @@ func ratio(a, b float64) float64 {
 	return a / b
 }
 
+// inline is the inline run at failure rate pct (zero when there is none).
 func (r *Result) inline(pct float64) InlineRun {
-	for _, x := range r.Inline {
-		if x.FailPct == pct {
-			return x
-		}
-	}
-	return InlineRun{}
+	return runAt(r.Inline, pct, func(x InlineRun) float64 { return x.FailPct })
 }
 
+// peer is the peer run at failure rate pct (zero when there is none).
 func (r *Result) peer(pct float64) PeerRun {
-	for _, x := range r.Peer {
-		if x.FailPct == pct {
+	return runAt(r.Peer, pct, func(x PeerRun) float64 { return x.FailPct })
+}
+
+// runAt returns the first of runs whose failure rate is pct, or the zero run.
+func runAt[R any](runs []R, pct float64, failPct func(R) float64) R {
+	for _, x := range runs {
+		if failPct(x) == pct {
 			return x
 		}
 	}
-	return PeerRun{}
+	var zero R
+	return zero
 }
 
 // ComputeRatios fills r.Ratios from the measurements.

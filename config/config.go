@@ -48,12 +48,6 @@ const (
 	DefaultBridgeMaxBufferedBytes = 256 << 20
 )
 
-// errWorkflowModeOrdering refuses workflow mode with entity ordering: in
-// workflow mode every event is its own workflow, started concurrently, so
-// nothing would keep a key's events in order.
-var errWorkflowModeOrdering = fmt.Errorf("CAUSET_BRIDGE_MODE=workflow cannot keep entity order: set CAUSET_ORDERING=none with it " +
-	"(or use CAUSET_BRIDGE_MODE=inline, where CAUSET_ORDERING=entity holds a failing key's later events in its lane)")
-
 // Config is every setting of CONTRACT §3 that the service reads itself. The
 // TEMPORAL_* variables are read by go.temporal.io/sdk/contrib/envconfig.
 type Config struct {
@@ -121,9 +115,6 @@ func Load(lookup Lookup) (Config, error) {
 		BridgeMaxBufferedBytes: p.int64Range("CAUSET_BRIDGE_MAX_BUFFERED_BYTES", DefaultBridgeMaxBufferedBytes, 1<<20, 1<<40,
 			"a number of bytes from 1048576 (1 MiB) to 1099511627776 (1 TiB)"),
 		BridgeInstanceID: p.instanceID("CAUSET_BRIDGE_INSTANCE_ID"),
-	}
-	if c.BridgeMode == ModeWorkflow && c.Ordering == OrderingEntity {
-		return Config{}, errWorkflowModeOrdering
 	}
 	if p.err != nil {
 		return Config{}, p.err

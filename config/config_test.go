@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
@@ -115,7 +116,6 @@ func TestPolicyFields(t *testing.T) {
 	require.Equal(t, 2.0, w.Policy.BackoffCoefficient)
 	require.Equal(t, 30*time.Second, w.Policy.MaximumInterval)
 	require.EqualValues(t, 5, w.Policy.MaximumAttempts)
-	require.Equal(t, []string{"invalid_event"}, w.Policy.NonRetryableErrorTypes)
 
 	in := r.Plan(ModeInline)
 	require.Equal(t, 2, in.FirstActivityAttempt)
@@ -163,7 +163,6 @@ func TestBadValues(t *testing.T) {
 		{"CAUSET_IR_COST_LIMIT", "10", `CAUSET_IR_COST_LIMIT="10" is invalid: want an integer from 1000`},
 		{"CAUSET_BRIDGE_MAX_BUFFERED_BYTES", "256MiB", `CAUSET_BRIDGE_MAX_BUFFERED_BYTES="256MiB" is invalid: want a number of bytes`},
 		{"CAUSET_BRIDGE_INSTANCE_ID", "bridge 1", `CAUSET_BRIDGE_INSTANCE_ID="bridge 1" is invalid: want at most 249`},
-		{"CAUSET_BRIDGE_MODE", "workflow", `CAUSET_BRIDGE_MODE=workflow cannot keep entity order: set CAUSET_ORDERING=none`},
 		{"KAFKA_TLS", "yes", `KAFKA_TLS="yes" is invalid: want true or false`},
 		{"KAFKA_SASL_PASSWORD", "hunter2", `KAFKA_SASL_PASSWORD is set but KAFKA_SASL_MECHANISM is not`},
 	}
@@ -236,7 +235,12 @@ func planRunWorkflow(ctx workflow.Context, in planRunInput) error {
 	}
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: time.Minute,
-		RetryPolicy:         plan.Policy,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:    plan.Policy.InitialInterval,
+			BackoffCoefficient: plan.Policy.BackoffCoefficient,
+			MaximumInterval:    plan.Policy.MaximumInterval,
+			MaximumAttempts:    plan.Policy.MaximumAttempts,
+		},
 	})
 	err := workflow.ExecuteActivity(actx, "PlanRunFail").Get(ctx, nil)
 	if err == nil {

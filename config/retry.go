@@ -3,8 +3,6 @@ package config
 import (
 	"fmt"
 	"time"
-
-	"go.temporal.io/sdk/temporal"
 )
 
 // Retry is the seed's projection retry policy.
@@ -68,13 +66,19 @@ type Plan struct {
 	FirstWait time.Duration
 	// FirstActivityAttempt is the overall number of the activity's first attempt.
 	FirstActivityAttempt int
-	// Policy is the activity's retry policy; nil when no attempt is left to the
-	// workflow (inline mode with MaxAttempts 1).
-	Policy *temporal.RetryPolicy
+	// Policy is the activity's retry schedule; nil when no attempt is left to
+	// the workflow (inline mode with MaxAttempts 1).
+	Policy *ActivityRetry
 }
 
-// NonRetryableErrorTypes are the ApplicationError types the policy never retries.
-var NonRetryableErrorTypes = []string{"invalid_event"}
+// ActivityRetry is the activity's retry schedule in the terms of Temporal's
+// retry policy, which the workflow builds from it.
+type ActivityRetry struct {
+	InitialInterval    time.Duration
+	BackoffCoefficient float64
+	MaximumInterval    time.Duration
+	MaximumAttempts    int32
+}
 
 // Plan turns the four PROJECTION_WORKER_* values into the attempt schedule and
 // the Temporal activity retry policy for the given mode. Both modes yield the
@@ -95,12 +99,11 @@ func (r Retry) Plan(mode Mode) Plan {
 	switch {
 	case mode == ModeWorkflow:
 		p.FirstActivityAttempt = 1
-		p.Policy = &temporal.RetryPolicy{
-			InitialInterval:        r.Initial,
-			BackoffCoefficient:     r.Multiplier,
-			MaximumInterval:        r.Max,
-			MaximumAttempts:        int32(r.MaxAttempts),
-			NonRetryableErrorTypes: NonRetryableErrorTypes,
+		p.Policy = &ActivityRetry{
+			InitialInterval:    r.Initial,
+			BackoffCoefficient: r.Multiplier,
+			MaximumInterval:    r.Max,
+			MaximumAttempts:    int32(r.MaxAttempts),
 		}
 	case r.MaxAttempts > 1:
 		p.FirstWait = p.Delays[0]
@@ -109,12 +112,11 @@ func (r Retry) Plan(mode Mode) Plan {
 		if len(p.Delays) > 1 {
 			second = p.Delays[1]
 		}
-		p.Policy = &temporal.RetryPolicy{
-			InitialInterval:        second,
-			BackoffCoefficient:     r.Multiplier,
-			MaximumInterval:        r.Max,
-			MaximumAttempts:        int32(r.MaxAttempts - 1),
-			NonRetryableErrorTypes: NonRetryableErrorTypes,
+		p.Policy = &ActivityRetry{
+			InitialInterval:    second,
+			BackoffCoefficient: r.Multiplier,
+			MaximumInterval:    r.Max,
+			MaximumAttempts:    int32(r.MaxAttempts - 1),
 		}
 	}
 	return p

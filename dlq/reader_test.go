@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/internal/testenv"
-	"github.com/causet/projection-retry/workflows"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -23,9 +23,9 @@ func testRecord(i int, projection, eventType, fork, kind string, at time.Time) d
 	return dlq.Record{
 		Event: &ev, ProjectionName: projection, IRVersion: 1, EventType: eventType, EntityID: fmt.Sprintf("user-%d", i),
 		ForkID: fork, Error: "boom " + kind, ErrorKind: kind, RetryCount: 5,
-		Attempts:      []workflows.Attempt{{Number: 1, StartedAt: at.Add(-time.Second), ErrorKind: kind, Error: "boom"}},
+		Attempts:      []contract.Attempt{{Number: 1, StartedAt: at.Add(-time.Second), ErrorKind: kind, Error: "boom"}},
 		FirstFailedAt: at.Add(-time.Second), DeadLetteredAt: at,
-		Source: workflows.Source{Topic: "causet.events.v1", Partition: 0, Offset: int64(i)},
+		Source: contract.Source{Topic: "causet.events.v1", Partition: 0, Offset: int64(i)},
 	}
 }
 

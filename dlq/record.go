@@ -15,7 +15,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/causet/projection-retry/workflows"
+	"github.com/causet/projection-retry/contract"
 )
 
 // SchemaVersion is the record layout this package writes and reads.
@@ -45,21 +45,21 @@ type Record struct {
 	// Event is the original envelope; nil when the record value was undecodable.
 	Event *json.RawMessage `json:"event"`
 	// RawValue is the original record value when it was not a valid envelope.
-	RawValue       []byte              `json:"rawValue,omitempty"`
-	ProjectionName string              `json:"projectionName"`
-	IRVersion      int                 `json:"irVersion"`
-	EventType      string              `json:"eventType,omitempty"`
-	EntityID       string              `json:"entityId,omitempty"`
-	ForkID         string              `json:"forkId"`
-	Error          string              `json:"error"`
-	ErrorKind      string              `json:"errorKind"`
-	RetryCount     int                 `json:"retryCount"`
-	ReplayCount    int                 `json:"replayCount"`
-	Attempts       []workflows.Attempt `json:"attempts"`
-	FirstFailedAt  time.Time           `json:"firstFailedAt"`
-	DeadLetteredAt time.Time           `json:"deadLetteredAt"`
-	Source         workflows.Source    `json:"source"`
-	Workflow       *WorkflowRef        `json:"workflow,omitempty"`
+	RawValue       []byte             `json:"rawValue,omitempty"`
+	ProjectionName string             `json:"projectionName"`
+	IRVersion      int                `json:"irVersion"`
+	EventType      string             `json:"eventType,omitempty"`
+	EntityID       string             `json:"entityId,omitempty"`
+	ForkID         string             `json:"forkId"`
+	Error          string             `json:"error"`
+	ErrorKind      string             `json:"errorKind"`
+	RetryCount     int                `json:"retryCount"`
+	ReplayCount    int                `json:"replayCount"`
+	Attempts       []contract.Attempt `json:"attempts"`
+	FirstFailedAt  time.Time          `json:"firstFailedAt"`
+	DeadLetteredAt time.Time          `json:"deadLetteredAt"`
+	Source         contract.Source    `json:"source"`
+	Workflow       *WorkflowRef       `json:"workflow,omitempty"`
 	// Truncated is set when the event (or raw value) was too large to carry
 	// whole: the record keeps a prefix, the original size and its SHA-256,
 	// and Source locates the original on the events topic.
@@ -202,15 +202,15 @@ type Publisher struct {
 }
 
 // Publish writes r and returns where it landed.
-func (p *Publisher) Publish(ctx context.Context, key []byte, r Record) (workflows.DLQCoordinates, error) {
+func (p *Publisher) Publish(ctx context.Context, key []byte, r Record) (contract.DLQCoordinates, error) {
 	rec, err := r.KafkaRecord(p.Topic, key)
 	if err != nil {
-		return workflows.DLQCoordinates{}, err
+		return contract.DLQCoordinates{}, err
 	}
 	res := p.Client.ProduceSync(ctx, rec)
 	got, err := res.First()
 	if err != nil {
-		return workflows.DLQCoordinates{}, fmt.Errorf("publish dead letter to %s: %w", p.Topic, err)
+		return contract.DLQCoordinates{}, fmt.Errorf("publish dead letter to %s: %w", p.Topic, err)
 	}
-	return workflows.DLQCoordinates{Topic: got.Topic, Partition: got.Partition, Offset: got.Offset}, nil
+	return contract.DLQCoordinates{Topic: got.Topic, Partition: got.Partition, Offset: got.Offset}, nil
 }

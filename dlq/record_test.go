@@ -10,13 +10,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/causet/projection-retry/workflows"
+	"github.com/causet/projection-retry/contract"
 )
 
 func TestRecordRoundTrip(t *testing.T) {
 	ev := json.RawMessage(`{"eventId":"e1","eventType":"A","entityId":"u","forkId":"f","payload":{}}`)
 	r := Record{Event: &ev, ProjectionName: "p", ForkID: "f", Error: "boom", ErrorKind: "sql", RetryCount: 5,
-		Source: workflows.Source{Topic: "t", Partition: 2, Offset: 9}}
+		Source: contract.Source{Topic: "t", Partition: 2, Offset: 9}}
 	kr, err := r.KafkaRecord("dlq", []byte("u"))
 	require.NoError(t, err)
 	got, err := Decode(kr.Value)
@@ -41,7 +41,7 @@ func TestRecordStaysWithinKafkaMessageSize(t *testing.T) {
 		{"raw value of a poison record", Record{RawValue: huge, ErrorKind: "invalid_event"}, "rawValue", huge},
 		{"raw value just over the base64 limit", Record{RawValue: huge[:800<<10], ErrorKind: "invalid_event"}, "rawValue", huge[:800<<10]},
 		{"valid event that failed every attempt", Record{Event: &bigEvent, ErrorKind: "sql",
-			Attempts: []workflows.Attempt{{Number: 1, Error: strings.Repeat("e", 100<<10)}}}, "event", bigEvent},
+			Attempts: []contract.Attempt{{Number: 1, Error: strings.Repeat("e", 100<<10)}}}, "event", bigEvent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -13,12 +13,11 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
-	"go.temporal.io/sdk/temporal"
 	"golang.org/x/time/rate"
 
 	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
-	"github.com/causet/projection-retry/workflows"
 )
 
 // Temporal is the part of client.Client the DLQ tooling uses; client.Client
@@ -41,7 +40,7 @@ type WorkflowState struct {
 	// Status is the run's execution status (running, completed, ...).
 	Status enumspb.WorkflowExecutionStatus
 	// State is the run's CausetRetryState search attribute; empty if unset.
-	State workflows.State
+	State contract.State
 	// PendingTask is true while the run has a workflow task not yet
 	// processed: a signal (or its timer) arrived and its state is about to
 	// change.
@@ -64,7 +63,7 @@ func (s WorkflowState) String() string {
 	switch {
 	case s.Status != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
 		return st + " (" + statusName(s.Status) + ")"
-	case s.State == workflows.StateDeadLettered:
+	case s.State == contract.StateDeadLettered:
 		return st + " (window expired)"
 	}
 	return st + " (closed)"
@@ -106,10 +105,10 @@ func LookupState(ctx context.Context, c Temporal, workflowID string) (WorkflowSt
 		Open:   info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING,
 	}
 	s.PendingTask = s.Open && resp.GetPendingWorkflowTask() != nil
-	if p, ok := info.GetSearchAttributes().GetIndexedFields()[workflows.AttrRetryState.GetName()]; ok {
+	if p, ok := info.GetSearchAttributes().GetIndexedFields()[contract.AttrRetryState.GetName()]; ok {
 		var v string
 		if err := converter.GetDefaultDataConverter().FromPayload(p, &v); err == nil {
-			s.State = workflows.State(v)
+			s.State = contract.State(v)
 		}
 	}
 	return s, nil
@@ -125,7 +124,7 @@ func WorkflowID(r Record) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return workflows.RetryWorkflowID(r.ProjectionName, env.ForkID, env.EventID), nil
+	return contract.RetryWorkflowID(r.ProjectionName, env.ForkID, env.EventID), nil
 }
 
 // ErrNotReplayable is returned for records without a valid envelope
@@ -216,7 +215,7 @@ type ReplayerOptions struct {
 	// Retry is the schedule of restarted runs. Optional, defaults to config.DefaultRetry().
 	Retry config.Retry
 	// ReplayWindow is how long a restarted run that fails again stays open
-	// for replay. Optional, defaults to workflows.DefaultReplayWindow.
+	// for replay. Optional, defaults to contract.DefaultReplayWindow.
 	ReplayWindow time.Duration
 	// Reason goes with the replay signal. Optional.
 	Reason string
@@ -249,7 +248,7 @@ func (o *ReplayerOptions) validate() error {
 		return err
 	}
 	if o.ReplayWindow <= 0 {
-		o.ReplayWindow = workflows.DefaultReplayWindow
+		o.ReplayWindow = contract.DefaultReplayWindow
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -341,9 +340,9 @@ func (r *Replayer) replay(ctx context.Context, it Item) Result {
 		res.Before = st
 		var act Outcome
 		switch {
-		case st.Open && st.State == workflows.StateDeadLettered && !st.PendingTask:
+		case st.Open && st.State == contract.StateDeadLettered && !st.PendingTask:
 			act = Signalled
-		case st.Open, st.State == workflows.StateSucceeded:
+		case st.Open, st.State == contract.StateSucceeded:
 			// Retrying or replaying now, or already applied; a dead-lettered
 			// run with a pending workflow task has a signal (likely an
 			// earlier replay's) it has not processed yet: signalling again
@@ -366,7 +365,7 @@ func (r *Replayer) replay(ctx context.Context, it Item) Result {
 			}
 		}
 		if act == Signalled {
-			err = r.o.Client.SignalWorkflow(ctx, id, st.RunID, workflows.SignalReplay, workflows.ReplaySignal{Reason: r.o.Reason})
+			err = r.o.Client.SignalWorkflow(ctx, id, st.RunID, contract.SignalReplay, contract.ReplaySignal{Reason: r.o.Reason})
 		} else {
 			err = r.restart(ctx, it)
 		}
@@ -397,7 +396,7 @@ func (r *Replayer) restart(ctx context.Context, it Item) error {
 	if err != nil {
 		return err
 	}
-	in := workflows.RetryInput{
+	in := contract.RetryInput{
 		Event:        env,
 		Projection:   it.Record.ProjectionName,
 		Key:          it.Key,
@@ -410,7 +409,7 @@ func (r *Replayer) restart(ctx context.Context, it Item) error {
 	if err != nil {
 		return err
 	}
-	_, err = r.o.Client.ExecuteWorkflow(ctx, RestartOptions(id, r.o.TaskQueue, in), workflows.RetryWorkflowName, in)
+	_, err = r.o.Client.ExecuteWorkflow(ctx, RestartOptions(id, r.o.TaskQueue, in), contract.RetryWorkflowName, in)
 	return err
 }
 
@@ -418,19 +417,13 @@ func (r *Replayer) restart(ctx context.Context, it Item) error {
 // ID, a new run allowed only once the earlier one closed, an error (never a
 // second run, never the open run silently) when one is open, and the five
 // search attributes in state retrying.
-func RestartOptions(id, taskQueue string, in workflows.RetryInput) client.StartWorkflowOptions {
+func RestartOptions(id, taskQueue string, in contract.RetryInput) client.StartWorkflowOptions {
 	return client.StartWorkflowOptions{
 		ID:                                       id,
 		TaskQueue:                                taskQueue,
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
-		TypedSearchAttributes: temporal.NewSearchAttributes(
-			workflows.AttrProjection.ValueSet(in.Projection),
-			workflows.AttrEventType.ValueSet(in.Event.EventType),
-			workflows.AttrEntityID.ValueSet(in.Event.EntityID),
-			workflows.AttrForkID.ValueSet(in.Event.ForkID),
-			workflows.AttrRetryState.ValueSet(string(workflows.StateRetrying)),
-		),
+		TypedSearchAttributes:                    in.SearchAttributes(),
 	}
 }

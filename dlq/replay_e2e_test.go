@@ -15,12 +15,12 @@ import (
 
 	"github.com/causet/projection-retry/activities"
 	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/event"
 	"github.com/causet/projection-retry/internal/testenv"
 	"github.com/causet/projection-retry/projection"
 	"github.com/causet/projection-retry/worker"
-	"github.com/causet/projection-retry/workflows"
 )
 
 const brokenIR = `
@@ -95,13 +95,13 @@ func TestKafkaReplayEndToEnd(t *testing.T) {
 			EventID: "ev-" + c.name + "-" + tq, EventType: "ARTIST_FOLLOWED", EntityID: "user-" + c.name, ForkID: "production",
 			OccurredAt: time.Now().UTC().Truncate(time.Second), Payload: []byte(`{"artistId":"artist-9"}`),
 		}
-		in := workflows.RetryInput{
+		in := contract.RetryInput{
 			Event: ev, Projection: "artist_followers", Key: []byte(ev.EntityID), Mode: config.ModeWorkflow,
-			Source: workflows.Source{Topic: "causet.events.v1", Partition: 0, Offset: int64(i)},
+			Source: contract.Source{Topic: "causet.events.v1", Partition: 0, Offset: int64(i)},
 			Retry:  fastRetry, ReplayWindow: c.window,
 		}
-		c.id = workflows.RetryWorkflowID("artist_followers", ev.ForkID, ev.EventID)
-		_, err := srv.Client.ExecuteWorkflow(ctx, dlq.RestartOptions(c.id, tq, in), workflows.RetryWorkflowName, in)
+		c.id = contract.RetryWorkflowID("artist_followers", ev.ForkID, ev.EventID)
+		_, err := srv.Client.ExecuteWorkflow(ctx, dlq.RestartOptions(c.id, tq, in), contract.RetryWorkflowName, in)
 		require.NoError(t, err)
 	}
 	open, expired, discarded := cases[0], cases[1], cases[2]
@@ -115,14 +115,14 @@ func TestKafkaReplayEndToEnd(t *testing.T) {
 		}, 60*time.Second, 100*time.Millisecond, "%s never %s (last %+v, %v)", id, what, st, err)
 		return st
 	}
-	deadLettered := func(s dlq.WorkflowState) bool { return s.Open && s.State == workflows.StateDeadLettered }
+	deadLettered := func(s dlq.WorkflowState) bool { return s.Open && s.State == contract.StateDeadLettered }
 	waitFor(open.id, deadLettered, "dead-lettered")
 	waitFor(discarded.id, deadLettered, "dead-lettered")
-	require.NoError(t, srv.Client.SignalWorkflow(ctx, discarded.id, "", workflows.SignalDiscard, nil))
+	require.NoError(t, srv.Client.SignalWorkflow(ctx, discarded.id, "", contract.SignalDiscard, nil))
 	st := waitFor(discarded.id, func(s dlq.WorkflowState) bool { return !s.Open }, "closed")
-	require.Equal(t, workflows.StateDiscarded, st.State)
+	require.Equal(t, contract.StateDiscarded, st.State)
 	st = waitFor(expired.id, func(s dlq.WorkflowState) bool { return !s.Open }, "closed")
-	require.Equal(t, workflows.StateDeadLettered, st.State, "window expiry keeps the dead_lettered state")
+	require.Equal(t, contract.StateDeadLettered, st.State, "window expiry keeps the dead_lettered state")
 	require.Equal(t, "dead_lettered (window expired)", st.String())
 
 	rows := func() int {
@@ -164,7 +164,7 @@ func TestKafkaReplayEndToEnd(t *testing.T) {
 	require.Equal(t, dlq.Summary{AlreadySucceeded: 3}, replay(false))
 	w = startWorker()
 	t.Cleanup(w.Stop)
-	succeeded := func(s dlq.WorkflowState) bool { return !s.Open && s.State == workflows.StateSucceeded }
+	succeeded := func(s dlq.WorkflowState) bool { return !s.Open && s.State == contract.StateSucceeded }
 	runs := map[string]string{}
 	for _, c := range cases {
 		runs[c.id] = waitFor(c.id, succeeded, "succeeded").RunID
@@ -177,9 +177,9 @@ func TestKafkaReplayEndToEnd(t *testing.T) {
 	}
 	require.Equal(t, 3, ledger())
 
-	v, err := srv.Client.QueryWorkflow(ctx, open.id, "", workflows.QueryStatus)
+	v, err := srv.Client.QueryWorkflow(ctx, open.id, "", contract.QueryStatus)
 	require.NoError(t, err)
-	var status workflows.Status
+	var status contract.Status
 	require.NoError(t, v.Get(&status))
 	require.Equal(t, 1, status.ReplayCount)
 	require.Equal(t, "IR v2 drops followed_at", status.LastReplayReason)

@@ -17,13 +17,13 @@ import (
 	"go.temporal.io/sdk/converter"
 
 	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/dlq"
-	"github.com/causet/projection-retry/workflows"
 )
 
 type fakeRun struct {
 	open    bool
-	state   workflows.State
+	state   contract.State
 	runID   string
 	pending bool
 }
@@ -33,7 +33,7 @@ type fakeTemporal struct {
 	runs     map[string]*fakeRun
 	signals  []string
 	starts   []client.StartWorkflowOptions
-	inputs   []workflows.RetryInput
+	inputs   []contract.RetryInput
 	failNext error // returned by the next signal or start
 	// closeOnSignal closes the run just before the signal arrives (a race).
 	closeOnSignal bool
@@ -76,7 +76,7 @@ func (f *fakeTemporal) SignalWorkflow(_ context.Context, id, runID, name string,
 	if r == nil || !r.open || r.runID != runID {
 		return serviceerror.NewNotFound("workflow execution already completed")
 	}
-	f.signals = append(f.signals, id+" "+name+" "+arg.(workflows.ReplaySignal).Reason)
+	f.signals = append(f.signals, id+" "+name+" "+arg.(contract.ReplaySignal).Reason)
 	r.pending = true // the worker has not processed it yet
 	return nil
 }
@@ -90,8 +90,8 @@ func (f *fakeTemporal) ExecuteWorkflow(_ context.Context, o client.StartWorkflow
 		return nil, serviceerror.NewWorkflowExecutionAlreadyStarted("already started", "", r.runID)
 	}
 	f.starts = append(f.starts, o)
-	f.inputs = append(f.inputs, args[0].(workflows.RetryInput))
-	f.runs[o.ID] = &fakeRun{open: true, state: workflows.StateRetrying, runID: "run-" + o.ID + "-new"}
+	f.inputs = append(f.inputs, args[0].(contract.RetryInput))
+	f.runs[o.ID] = &fakeRun{open: true, state: contract.StateRetrying, runID: "run-" + o.ID + "-new"}
 	return nil, nil
 }
 
@@ -100,20 +100,20 @@ func item(t *testing.T, eventID string, offset int64) dlq.Item {
 	ev := json.RawMessage(`{"eventId":"` + eventID + `","eventType":"ARTIST_FOLLOWED","entityId":"user-1","forkId":"production","payload":{"artistId":"a"}}`)
 	return dlq.Item{Topic: "dlq", Offset: offset, Key: []byte("user-1"), Record: dlq.Record{
 		SchemaVersion: 1, Event: &ev, ProjectionName: "p", EventType: "ARTIST_FOLLOWED", ForkID: "production", ErrorKind: "sql",
-		Source: workflows.Source{Topic: "events", Partition: 2, Offset: 9},
+		Source: contract.Source{Topic: "events", Partition: 2, Offset: 9},
 	}}
 }
 
 func TestReplayerDecisions(t *testing.T) {
-	id := func(e string) string { return workflows.RetryWorkflowID("p", "production", e) }
+	id := func(e string) string { return contract.RetryWorkflowID("p", "production", e) }
 	f := &fakeTemporal{runs: map[string]*fakeRun{
-		id("dead"):      {open: true, state: workflows.StateDeadLettered, runID: "r1"},
-		id("expired"):   {open: false, state: workflows.StateDeadLettered, runID: "r2"},
-		id("discarded"): {open: false, state: workflows.StateDiscarded, runID: "r3"},
-		id("done"):      {open: false, state: workflows.StateSucceeded, runID: "r4"},
-		id("retrying"):  {open: true, state: workflows.StateRetrying, runID: "r5"},
-		id("replaying"): {open: true, state: workflows.StateReplaying, runID: "r6"},
-		id("signalled"): {open: true, state: workflows.StateDeadLettered, runID: "r7", pending: true},
+		id("dead"):      {open: true, state: contract.StateDeadLettered, runID: "r1"},
+		id("expired"):   {open: false, state: contract.StateDeadLettered, runID: "r2"},
+		id("discarded"): {open: false, state: contract.StateDiscarded, runID: "r3"},
+		id("done"):      {open: false, state: contract.StateSucceeded, runID: "r4"},
+		id("retrying"):  {open: true, state: contract.StateRetrying, runID: "r5"},
+		id("replaying"): {open: true, state: contract.StateReplaying, runID: "r6"},
+		id("signalled"): {open: true, state: contract.StateDeadLettered, runID: "r7", pending: true},
 	}}
 	retry := config.Retry{MaxAttempts: 3, Initial: time.Second, Multiplier: 2, Max: 10 * time.Second}
 	rp, err := dlq.NewReplayer(dlq.ReplayerOptions{Client: f, TaskQueue: "tq", Retry: retry, Reason: "fixed", ReplayWindow: 42})
@@ -160,7 +160,7 @@ func TestReplayerDecisions(t *testing.T) {
 	require.Equal(t, "expired", in.Event.EventID)
 	require.Equal(t, "p", in.Projection)
 	require.Equal(t, []byte("user-1"), in.Key)
-	require.Equal(t, workflows.Source{Topic: "events", Partition: 2, Offset: 9}, in.Source)
+	require.Equal(t, contract.Source{Topic: "events", Partition: 2, Offset: 9}, in.Source)
 
 	// Replaying again: everything is in progress now, nothing more happens.
 	rp2, err := dlq.NewReplayer(dlq.ReplayerOptions{Client: f, TaskQueue: "tq"})
@@ -176,12 +176,12 @@ func TestReplayerDecisions(t *testing.T) {
 
 func TestReplayerDryRunLimitAndErrors(t *testing.T) {
 	ctx := context.Background()
-	id := func(e string) string { return workflows.RetryWorkflowID("p", "production", e) }
+	id := func(e string) string { return contract.RetryWorkflowID("p", "production", e) }
 	runs := func() map[string]*fakeRun {
 		return map[string]*fakeRun{
-			id("a"): {open: true, state: workflows.StateDeadLettered, runID: "ra"},
-			id("b"): {open: false, state: workflows.StateDeadLettered, runID: "rb"},
-			id("c"): {open: true, state: workflows.StateDeadLettered, runID: "rc"},
+			id("a"): {open: true, state: contract.StateDeadLettered, runID: "ra"},
+			id("b"): {open: false, state: contract.StateDeadLettered, runID: "rb"},
+			id("c"): {open: true, state: contract.StateDeadLettered, runID: "rc"},
 		}
 	}
 
@@ -242,8 +242,8 @@ func TestReplayerDryRunLimitAndErrors(t *testing.T) {
 
 func TestWorkflowStateString(t *testing.T) {
 	require.Equal(t, "not found", dlq.WorkflowState{}.String())
-	require.Equal(t, "dead_lettered", dlq.WorkflowState{Found: true, Open: true, State: workflows.StateDeadLettered}.String())
-	require.Equal(t, "succeeded (closed)", dlq.WorkflowState{Found: true, Status: enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, State: workflows.StateSucceeded}.String())
-	require.Equal(t, "dead_lettered (window expired)", dlq.WorkflowState{Found: true, Status: enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, State: workflows.StateDeadLettered}.String())
-	require.Equal(t, "retrying (terminated)", dlq.WorkflowState{Found: true, Status: enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, State: workflows.StateRetrying}.String())
+	require.Equal(t, "dead_lettered", dlq.WorkflowState{Found: true, Open: true, State: contract.StateDeadLettered}.String())
+	require.Equal(t, "succeeded (closed)", dlq.WorkflowState{Found: true, Status: enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, State: contract.StateSucceeded}.String())
+	require.Equal(t, "dead_lettered (window expired)", dlq.WorkflowState{Found: true, Status: enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, State: contract.StateDeadLettered}.String())
+	require.Equal(t, "retrying (terminated)", dlq.WorkflowState{Found: true, Status: enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, State: contract.StateRetrying}.String())
 }

@@ -12,6 +12,7 @@ import (
 	"cel.dev/cel-go/interpreter"
 	"github.com/stretchr/testify/require"
 
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
 )
 
@@ -139,7 +140,7 @@ func TestEvalCostLimit(t *testing.T) {
 			require.ErrorAs(t, err, &ee)
 			require.Equal(t, "on.E.columns.v", ee.Path)
 			require.EqualError(t, err, tc.want)
-			require.Equal(t, KindIREval, Classify(err))
+			require.Equal(t, contract.KindIREval, Classify(err))
 		})
 	}
 }
@@ -181,7 +182,7 @@ func TestEvalStopsWhenContextEnds(t *testing.T) {
 			require.ErrorIs(t, err, tc.want)
 			var ee *EvalError
 			require.False(t, errors.As(err, &ee), "the event is not at fault: %v", err)
-			require.Equal(t, KindConnection, Classify(err))
+			require.Equal(t, contract.KindConnection, Classify(err))
 			require.ErrorContains(t, err, "on.E.columns.v: ")
 		})
 	}

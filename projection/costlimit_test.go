@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
 	"github.com/causet/projection-retry/projection"
 )
@@ -95,8 +96,8 @@ func TestCostLimitFailsOnlyTheEvent(t *testing.T) {
 			require.NoError(t, err)
 			require.Len(t, results, 3)
 			require.Equal(t, projection.StatusFailed, results[0].Status)
-			require.Equal(t, projection.KindIREval, results[0].Err.Kind)
-			require.Equal(t, projection.KindIREval, projection.Classify(results[0].Err))
+			require.Equal(t, contract.KindIREval, results[0].Err.Kind)
+			require.Equal(t, contract.KindIREval, projection.Classify(results[0].Err))
 			require.EqualError(t, results[0].Err, tc.want)
 			for _, r := range results[1:] {
 				require.Equal(t, projection.StatusApplied, r.Status, r.EventID)
@@ -129,11 +130,11 @@ func TestApplyStopsWhenContextEnds(t *testing.T) {
 	// Unstopped, the evaluation runs for minutes.
 	require.Less(t, elapsed, 10*time.Second)
 	require.Error(t, err)
-	require.Equal(t, projection.KindConnection, projection.Classify(err))
+	require.Equal(t, contract.KindConnection, projection.Classify(err))
 	require.Len(t, results, 3)
 	for _, r := range results {
 		require.Equal(t, projection.StatusFailed, r.Status)
-		require.Equal(t, projection.KindConnection, r.Err.Kind)
+		require.Equal(t, contract.KindConnection, r.Err.Kind)
 	}
 	require.Empty(t, f.followers(t))
 	require.Equal(t, 0, f.count(t, "SELECT count(*) FROM causet_projection_applied"))

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
 	exampleprojections "github.com/causet/projection-retry/examples/projections"
 	"github.com/causet/projection-retry/internal/testenv"
@@ -277,8 +278,8 @@ func TestMissingColumnIsSQLError(t *testing.T) {
 	} {
 		res := apply(followed("e1", "user-1", "artist-9"))
 		require.Equal(t, projection.StatusFailed, res.Status)
-		require.Equal(t, projection.KindSQL, res.Err.Kind)
-		require.Equal(t, projection.KindSQL, projection.Classify(res.Err))
+		require.Equal(t, contract.KindSQL, res.Err.Kind)
+		require.Equal(t, contract.KindSQL, projection.Classify(res.Err))
 		require.Contains(t, res.Err.Error(), `column "followed_at"`)
 		require.Contains(t, res.Err.Error(), "does not exist")
 	}
@@ -297,7 +298,7 @@ func TestDivisionByZeroIsIREvalError(t *testing.T) {
 	f.deploy(t, "artist_stats")
 	res := f.apply(t, "artist_stats", played("p1", "artist-9", 3, 0))
 	require.Equal(t, projection.StatusFailed, res.Status)
-	require.Equal(t, projection.KindIREval, res.Err.Kind)
+	require.Equal(t, contract.KindIREval, res.Err.Kind)
 	require.Contains(t, res.Err.Error(), "division by zero")
 	require.Contains(t, res.Err.Error(), "on.TRACK_PLAYED.columns.plays_per_day")
 	plays, _ := f.stats(t, "artist-9")
@@ -313,7 +314,7 @@ func TestDivisionByZeroIsIREvalError(t *testing.T) {
 	require.Len(t, results, 3)
 	for _, r := range results[:2] {
 		require.Equal(t, projection.StatusFailed, r.Status)
-		require.Equal(t, projection.KindIREval, r.Err.Kind)
+		require.Equal(t, contract.KindIREval, r.Err.Kind)
 	}
 	require.Equal(t, projection.StatusApplied, results[2].Status)
 	require.NoError(t, f.pool.QueryRow(f.ctx, "SELECT count(*) FROM causet_projection_applied").Scan(&n))
@@ -322,7 +323,7 @@ func TestDivisionByZeroIsIREvalError(t *testing.T) {
 	missing := played("p2", "artist-9", 3, 1)
 	missing.Payload = []byte(`{"artistId":"artist-9"}`)
 	res = f.apply(t, "artist_stats", missing)
-	require.Equal(t, projection.KindIREval, res.Err.Kind)
+	require.Equal(t, contract.KindIREval, res.Err.Kind)
 	require.Contains(t, res.Err.Error(), "no such key: plays")
 }
 
@@ -336,17 +337,17 @@ func TestConnectionError(t *testing.T) {
 	defer cancel()
 	res, err := f.engine.Apply(ctx, "artist_followers", followed("e1", "user-1", "artist-9"))
 	require.Error(t, err)
-	require.Equal(t, projection.KindConnection, projection.Classify(err))
+	require.Equal(t, contract.KindConnection, projection.Classify(err))
 	require.Equal(t, projection.StatusFailed, res.Status)
-	require.Equal(t, projection.KindConnection, res.Err.Kind)
+	require.Equal(t, contract.KindConnection, res.Err.Kind)
 
 	results, err := f.engine.ApplyBatch(ctx, []event.Envelope{followed("e1", "user-1", "artist-9"), followed("e2", "user-2", "artist-9")})
 	require.Error(t, err)
-	require.Equal(t, projection.KindConnection, projection.Classify(err))
+	require.Equal(t, contract.KindConnection, projection.Classify(err))
 	require.Len(t, results, 2)
 	for _, r := range results {
 		require.Equal(t, projection.StatusFailed, r.Status)
-		require.Equal(t, projection.KindConnection, r.Err.Kind)
+		require.Equal(t, contract.KindConnection, r.Err.Kind)
 	}
 
 	testenv.StartPostgres(t)
@@ -405,11 +406,11 @@ func TestBatchIsolatesFailures(t *testing.T) {
 	type row struct {
 		index  int
 		status projection.Status
-		kind   projection.ErrorKind
+		kind   contract.ErrorKind
 	}
 	var got []row
 	for _, r := range results {
-		var kind projection.ErrorKind
+		var kind contract.ErrorKind
 		if r.Err != nil {
 			kind = r.Err.Kind
 		}
@@ -419,12 +420,12 @@ func TestBatchIsolatesFailures(t *testing.T) {
 	}
 	require.Equal(t, []row{
 		{0, projection.StatusApplied, ""},
-		{1, projection.StatusFailed, projection.KindIREval},
-		{3, projection.StatusFailed, projection.KindSQL},
+		{1, projection.StatusFailed, contract.KindIREval},
+		{3, projection.StatusFailed, contract.KindSQL},
 		{4, projection.StatusApplied, ""},
 		{5, projection.StatusDuplicate, ""},
 		{6, projection.StatusDuplicate, ""},
-		{7, projection.StatusFailed, projection.KindInvalidEvent},
+		{7, projection.StatusFailed, contract.KindInvalidEvent},
 		{8, projection.StatusApplied, ""},
 		{9, projection.StatusApplied, ""},
 	}, got)
@@ -463,7 +464,7 @@ func TestBatchManyFailures(t *testing.T) {
 			applied++
 		} else {
 			require.Equal(t, projection.StatusFailed, r.Status, i)
-			require.Equal(t, projection.KindSQL, r.Err.Kind)
+			require.Equal(t, contract.KindSQL, r.Err.Kind)
 		}
 	}
 	require.Equal(t, len(want), applied)
@@ -498,7 +499,7 @@ func TestApplySkippedAndNotDeployed(t *testing.T) {
 	require.Equal(t, projection.StatusSkipped, res.Status)
 	res = f.apply(t, "nope", followed("e", "u", "a"))
 	require.Equal(t, projection.StatusFailed, res.Status)
-	require.Equal(t, projection.KindIREval, res.Err.Kind)
+	require.Equal(t, contract.KindIREval, res.Err.Kind)
 	require.ErrorIs(t, res.Err, projection.ErrNotDeployed)
 }
 
@@ -514,7 +515,7 @@ func TestDuplicateWinsOverNewFailure(t *testing.T) {
 	require.Equal(t, projection.StatusDuplicate, res.Status)
 	require.Equal(t, 2, res.IRVersion)
 	res = f.apply(t, "artist_followers", followed("e2", "user-1", "artist-9"))
-	require.Equal(t, projection.KindIREval, res.Err.Kind)
+	require.Equal(t, contract.KindIREval, res.Err.Kind)
 }
 
 func mustExample(t testing.TB, name string) string {

@@ -10,22 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
-)
-
-// ErrorKind classifies a failed apply (CONTRACT §2 errorKind).
-type ErrorKind string
-
-const (
-	// KindSQL is an execution error: schema mismatch, constraint, bad value.
-	KindSQL ErrorKind = "sql"
-	// KindIREval is a CEL evaluation error, or a projection that is not deployed.
-	KindIREval ErrorKind = "ir_eval"
-	// KindConnection means the database could not be reached or the
-	// connection was lost; nothing of the attempt was committed.
-	KindConnection ErrorKind = "connection"
-	// KindInvalidEvent means the event is not a valid envelope; never retried.
-	KindInvalidEvent ErrorKind = "invalid_event"
 )
 
 // ApplyError is a classified apply failure. Error returns Err's message; for
@@ -33,7 +19,7 @@ const (
 // relation "artist_followers" does not exist`), as operators read it in logs
 // and dead letters; the SQLSTATE stays available through Unwrap.
 type ApplyError struct {
-	Kind ErrorKind
+	Kind contract.ErrorKind
 	Err  error
 }
 
@@ -48,7 +34,7 @@ func (e *ApplyError) Unwrap() error { return e.Err }
 
 // Retryable reports whether the failure may succeed on a later attempt
 // (everything but invalid_event).
-func (e *ApplyError) Retryable() bool { return e.Kind != KindInvalidEvent }
+func (e *ApplyError) Retryable() bool { return e.Kind != contract.KindInvalidEvent }
 
 func newApplyError(err error) *ApplyError {
 	var ae *ApplyError
@@ -68,7 +54,7 @@ var ErrNotDeployed = errors.New("projection is not deployed")
 // network errors, io.EOF, timeouts, cancellations, errors pgconn deems safe to
 // retry, SQLSTATE class 08, 57P01-57P03 and 53300); sql for any other error,
 // including every other *pgconn.PgError. Classify(nil) is "".
-func Classify(err error) ErrorKind {
+func Classify(err error) contract.ErrorKind {
 	if err == nil {
 		return ""
 	}
@@ -77,11 +63,11 @@ func Classify(err error) ErrorKind {
 		return ae.Kind
 	}
 	if event.IsInvalid(err) {
-		return KindInvalidEvent
+		return contract.KindInvalidEvent
 	}
 	var ee *EvalError
 	if errors.As(err, &ee) || errors.Is(err, ErrNotDeployed) {
-		return KindIREval
+		return contract.KindIREval
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
@@ -89,9 +75,9 @@ func Classify(err error) ErrorKind {
 		case strings.HasPrefix(pe.Code, "08"),
 			pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03", // admin/crash shutdown, cannot connect now
 			pe.Code == "53300": // too many connections
-			return KindConnection
+			return contract.KindConnection
 		}
-		return KindSQL
+		return contract.KindSQL
 	}
 	var ce *pgconn.ConnectError
 	var ne net.Error
@@ -104,7 +90,7 @@ func Classify(err error) ErrorKind {
 		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled),
 		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
 		strings.Contains(err.Error(), "closed pool"), strings.Contains(err.Error(), "conn closed"):
-		return KindConnection
+		return contract.KindConnection
 	}
-	return KindSQL
+	return contract.KindSQL
 }

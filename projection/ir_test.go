@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
 	exampleprojections "github.com/causet/projection-retry/examples/projections"
 )
@@ -222,7 +223,7 @@ func TestEval(t *testing.T) {
 	require.ErrorAs(t, err, &ee)
 	require.Equal(t, "on.E.columns.ratio", ee.Path)
 	require.ErrorContains(t, err, "division by zero")
-	require.Equal(t, KindIREval, Classify(err))
+	require.Equal(t, contract.KindIREval, Classify(err))
 
 	ev.Payload = []byte(`{"plays": 7, "days": 1, "flag": true, "obj": {}}`)
 	_, err = evalEvent(t, c.ops["E"], ev)
@@ -266,28 +267,28 @@ func TestAdapt(t *testing.T) {
 func TestClassify(t *testing.T) {
 	for _, tc := range []struct {
 		err  error
-		want ErrorKind
+		want contract.ErrorKind
 	}{
 		{nil, ""},
-		{&pgconn.PgError{Code: "42703", Message: `column "followed_at" of relation "artist_followers" does not exist`}, KindSQL},
-		{fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: "23505"}), KindSQL},
-		{&pgconn.PgError{Code: "08006"}, KindConnection},
-		{&pgconn.PgError{Code: "57P01"}, KindConnection},
-		{&pgconn.PgError{Code: "57P03"}, KindConnection},
-		{&EvalError{Path: "x", Err: errors.New("division by zero")}, KindIREval},
-		{fmt.Errorf("%w: x", ErrNotDeployed), KindIREval},
-		{&event.InvalidError{Reason: "x"}, KindInvalidEvent},
-		{&ApplyError{Kind: KindIREval, Err: errors.New("x")}, KindIREval},
-		{&net.OpError{Op: "dial", Err: errors.New("connection refused")}, KindConnection},
-		{fmt.Errorf("read: %w", io.EOF), KindConnection},
-		{io.ErrUnexpectedEOF, KindConnection},
-		{context.DeadlineExceeded, KindConnection},
-		{pgconn.ErrConnClosed, KindConnection},
-		{errors.New("unable to encode 1.5 into binary format for int4"), KindSQL},
+		{&pgconn.PgError{Code: "42703", Message: `column "followed_at" of relation "artist_followers" does not exist`}, contract.KindSQL},
+		{fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: "23505"}), contract.KindSQL},
+		{&pgconn.PgError{Code: "08006"}, contract.KindConnection},
+		{&pgconn.PgError{Code: "57P01"}, contract.KindConnection},
+		{&pgconn.PgError{Code: "57P03"}, contract.KindConnection},
+		{&EvalError{Path: "x", Err: errors.New("division by zero")}, contract.KindIREval},
+		{fmt.Errorf("%w: x", ErrNotDeployed), contract.KindIREval},
+		{&event.InvalidError{Reason: "x"}, contract.KindInvalidEvent},
+		{&ApplyError{Kind: contract.KindIREval, Err: errors.New("x")}, contract.KindIREval},
+		{&net.OpError{Op: "dial", Err: errors.New("connection refused")}, contract.KindConnection},
+		{fmt.Errorf("read: %w", io.EOF), contract.KindConnection},
+		{io.ErrUnexpectedEOF, contract.KindConnection},
+		{context.DeadlineExceeded, contract.KindConnection},
+		{pgconn.ErrConnClosed, contract.KindConnection},
+		{errors.New("unable to encode 1.5 into binary format for int4"), contract.KindSQL},
 	} {
 		require.Equal(t, tc.want, Classify(tc.err), "%v", tc.err)
 	}
-	ae := &ApplyError{Kind: KindSQL, Err: &pgconn.PgError{Severity: "ERROR", Code: "42703", Message: `column "followed_at" does not exist`}}
+	ae := &ApplyError{Kind: contract.KindSQL, Err: &pgconn.PgError{Severity: "ERROR", Code: "42703", Message: `column "followed_at" does not exist`}}
 	require.Equal(t, `column "followed_at" does not exist`, ae.Error(), "the seed's wording, without pgconn's decoration")
 	var pe *pgconn.PgError
 	require.ErrorAs(t, ae, &pe)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/workflows"
 )
 
@@ -36,9 +37,9 @@ func (s *stack) appliedOf(ids []string) int {
 }
 
 // waitHeadStatus returns the status of a retry workflow once it answers.
-func (s *stack) waitHeadStatus(id string, within time.Duration) workflows.Status {
+func (s *stack) waitHeadStatus(id string, within time.Duration) contract.Status {
 	s.t.Helper()
-	var st workflows.Status
+	var st contract.Status
 	require.Eventually(s.t, func() bool {
 		var err error
 		st, err = s.status(id)
@@ -121,7 +122,7 @@ func TestReliability9HotKey(t *testing.T) {
 	st := s.waitHeadStatus(wfID(head.id), 30*time.Second)
 	hotApplied := s.appliedOf(hotIDs)
 	r.fig("head_state_when_others_applied", st.State)
-	require.Equal(t, workflows.StateRetrying, st.State, "other keys waited for the hot key's head")
+	require.Equal(t, contract.StateRetrying, st.State, "other keys waited for the hot key's head")
 	require.Zero(t, hotApplied, "a hot key event applied before its head settled")
 
 	drain := pick(p, 10*time.Minute, 60*time.Minute)

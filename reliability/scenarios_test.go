@@ -26,10 +26,10 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/event"
 	"github.com/causet/projection-retry/internal/testenv"
-	"github.com/causet/projection-retry/workflows"
 )
 
 // killEvery paces scenario 1's production: after a kill -9 the dead member
@@ -204,7 +204,7 @@ func workerKill9DuringBackoff(t *testing.T, o ordering) {
 	for _, id := range failing {
 		st, err := s.status(wfID(id))
 		require.NoError(t, err)
-		require.Equal(t, workflows.StateDeadLettered, st.State)
+		require.Equal(t, contract.StateDeadLettered, st.State)
 		require.Len(t, st.Attempts, 5)
 		require.NotNil(t, st.DLQ)
 	}
@@ -339,10 +339,10 @@ func dlqPublishFails(t *testing.T, o ordering) {
 				if err != nil {
 					continue
 				}
-				if st.State == workflows.StateDeadLettered && st.DLQ == nil {
+				if st.State == contract.StateDeadLettered && st.DLQ == nil {
 					early.Add(1)
 				}
-				if len(st.Attempts) >= 5 && st.State != workflows.StateDeadLettered && failing.Load() {
+				if len(st.Attempts) >= 5 && st.State != contract.StateDeadLettered && failing.Load() {
 					sawRetryingAfter5.Store(true)
 				}
 				if d := s.describe(wfID(id)); d != nil && d.WorkflowExecutionInfo.CloseTime != nil && failing.Load() {
@@ -361,7 +361,7 @@ func dlqPublishFails(t *testing.T, o ordering) {
 	for _, id := range ids {
 		st, err := s.status(wfID(id))
 		require.NoError(t, err)
-		require.NotEqual(t, workflows.StateDeadLettered, st.State, "dead_lettered while the DLQ write fails")
+		require.NotEqual(t, contract.StateDeadLettered, st.State, "dead_lettered while the DLQ write fails")
 		require.Nil(t, st.DLQ)
 	}
 	failing.Store(false)
@@ -375,7 +375,7 @@ func dlqPublishFails(t *testing.T, o ordering) {
 	require.Eventually(t, func() bool {
 		for _, id := range ids {
 			st, err := s.status(wfID(id))
-			if err != nil || st.State != workflows.StateDeadLettered {
+			if err != nil || st.State != contract.StateDeadLettered {
 				return false
 			}
 		}

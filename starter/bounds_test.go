@@ -14,8 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.temporal.io/sdk/client"
 
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
-	"github.com/causet/projection-retry/workflows"
 )
 
 // Fetching pauses by queued bytes, not only by records: large events
@@ -75,11 +75,11 @@ func TestBridgeKafkaPausesByQueuedBytes(t *testing.T) {
 type capturingStarter struct {
 	*recordingStarter
 	mu     sync.Mutex
-	inputs []workflows.RetryInput
+	inputs []contract.RetryInput
 }
 
 func (s *capturingStarter) ExecuteWorkflow(ctx context.Context, o client.StartWorkflowOptions, wf any, args ...any) (client.WorkflowRun, error) {
-	if in, ok := args[0].(workflows.RetryInput); ok {
+	if in, ok := args[0].(contract.RetryInput); ok {
 		s.mu.Lock()
 		s.inputs = append(s.inputs, in)
 		s.mu.Unlock()

@@ -1,18 +1,3 @@
-// Package starter is the Kafka bridge: it consumes the events topic, runs
-// attempt 1 of every matched (projection, event) inline (or hands every one
-// to Temporal in workflow mode), starts a ProjectionRetryWorkflow for each
-// failure and commits a record's offset only once it and every record before
-// it in its partition is applied, skipped, dead-lettered or durably handed to
-// Temporal.
-//
-// Each owned partition has one worker goroutine, so partitions progress
-// concurrently while a partition's records are processed in order. Workflow
-// starts run concurrently (at most Options.MaxInflight); a partition waiting
-// for a slot, or retrying a batch during a database outage, lets its queue
-// fill and its fetching is paused. Offsets are committed from the poll loop
-// between a poll and AllowRebalance (BlockRebalanceOnPoll), and in
-// OnPartitionsRevoked, so the bridge never commits for a partition it no
-// longer owns.
 package starter
 
 import (
@@ -57,8 +42,7 @@ type Bridge struct {
 	pollMu     sync.Mutex
 	pollCancel context.CancelFunc
 
-	ran      atomic.Bool
-	noCommit atomic.Bool // tests: stop like a crash, committing nothing more
+	ran atomic.Bool
 }
 
 // New validates opts, applies defaults and connects the Kafka client (which
@@ -193,12 +177,9 @@ func (b *Bridge) shutdown() error {
 		p.wait()
 	}
 	b.wg.Wait()
-	var err error
-	if !b.noCommit.Load() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err = b.commit(ctx, parts)
-		cancel()
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	err := b.commit(ctx, parts)
+	cancel()
 	b.cl.CloseAllowingRebalance()
 	b.log.Info("bridge stopped")
 	return err
@@ -304,7 +285,7 @@ func (b *Bridge) revoked(ctx context.Context, cl *kgo.Client, m map[string][]int
 	for _, p := range parts {
 		p.stop()
 	}
-	if len(parts) > 0 && !b.noCommit.Load() {
+	if len(parts) > 0 {
 		_ = b.commit(ctx, parts)
 	}
 	cl.ResumeFetchPartitions(m)

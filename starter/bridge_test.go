@@ -10,9 +10,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/internal/testenv"
-	"github.com/causet/projection-retry/workflows"
 )
 
 // mixed returns n records over partitions: ARTIST_FOLLOWED, TRACK_PLAYED
@@ -102,10 +102,10 @@ func TestBridgeKafkaFailuresBecomeWorkflows(t *testing.T) {
 		{"artist_stats", "ir_eval", "division by zero", div, div.EventID, div.EntityID, div.EventType, 2},
 	}
 	for _, tc := range cases {
-		id := workflows.RetryWorkflowID(tc.projection, "production", tc.eventID)
+		id := contract.RetryWorkflowID(tc.projection, "production", tc.eventID)
 		require.Equal(t, "projection-retry:"+tc.projection+":production:"+tc.eventID, id)
 		in, desc := h.startedInput(id)
-		require.Equal(t, workflows.RetryWorkflowName, desc.WorkflowExecutionInfo.Type.Name)
+		require.Equal(t, contract.RetryWorkflowName, desc.WorkflowExecutionInfo.Type.Name)
 		require.Equal(t, h.taskQueue, desc.WorkflowExecutionInfo.TaskQueue)
 		require.Equal(t, map[string]string{
 			"CausetProjection": tc.projection, "CausetEventType": tc.evType, "CausetEntityId": tc.entity,
@@ -116,7 +116,7 @@ func TestBridgeKafkaFailuresBecomeWorkflows(t *testing.T) {
 		require.Equal(t, config.ModeInline, in.Mode)
 		require.Equal(t, config.DefaultRetry(), in.Retry)
 		require.Equal(t, 168*time.Hour, in.ReplayWindow)
-		require.Equal(t, workflows.Source{Topic: h.topic, Partition: 0, Offset: tc.offset}, in.Source)
+		require.Equal(t, contract.Source{Topic: h.topic, Partition: 0, Offset: tc.offset}, in.Source)
 		require.Equal(t, []byte(tc.entity), in.Key)
 		require.NotNil(t, in.FirstAttempt)
 		require.Equal(t, 1, in.FirstAttempt.Number)
@@ -165,7 +165,7 @@ func TestBridgeKafkaCrashNoDoubleEffects(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return h.count(`SELECT count(*) FROM causet_projection_applied`) == 81 && len(starter.ids()) == 9
 	}, 60*time.Second, 50*time.Millisecond)
-	a.crash(t)
+	h.crash(a)
 	require.Empty(t, h.committed(), "the crashed bridge committed nothing")
 
 	// Wave 2 arrives while no bridge runs; a new bridge redelivers everything.
@@ -275,7 +275,7 @@ func TestBridgeKafkaTemporalOutage(t *testing.T) {
 	ids := starter.ids()
 	require.Len(t, ids, 21, "every failure handed off after recovery")
 	for i := 0; i <= 20; i++ {
-		require.Contains(t, ids, workflows.RetryWorkflowID("artist_followers", "production", fmt.Sprintf("%sf-%d", h.prefix, i)))
+		require.Contains(t, ids, contract.RetryWorkflowID("artist_followers", "production", fmt.Sprintf("%sf-%d", h.prefix, i)))
 	}
 	require.EqualValues(t, 21, value(r.b.m.handedOff.WithLabelValues("inline")))
 }
@@ -347,7 +347,7 @@ func TestBridgeKafkaPoisonRecord(t *testing.T) {
 	require.Nil(t, rec.Event)
 	require.Empty(t, rec.ProjectionName)
 	require.Contains(t, rec.Error, "invalid event")
-	require.Equal(t, workflows.Source{Topic: h.topic, Partition: 0, Offset: 0}, rec.Source)
+	require.Equal(t, contract.Source{Topic: h.topic, Partition: 0, Offset: 0}, rec.Source)
 	require.EqualValues(t, 1, value(r.b.m.deadLettered))
 	require.Zero(t, starter.calls.Load())
 	headers := map[string]string{}
@@ -384,7 +384,7 @@ func TestBridgeKafkaTemporalStopped(t *testing.T) {
 	testenv.StartTemporal(t)
 	h.waitCommittedToEnd(90 * time.Second)
 	for i := 1; i <= 10; i++ {
-		_, err := h.describe(workflows.RetryWorkflowID("artist_followers", "production", fmt.Sprintf("%sf-%d", h.prefix, i)))
+		_, err := h.describe(contract.RetryWorkflowID("artist_followers", "production", fmt.Sprintf("%sf-%d", h.prefix, i)))
 		require.NoError(t, err, "failure %d handed off after the restart", i)
 	}
 	require.NotEmpty(t, h.logs.lines("cannot start retry workflow"))

@@ -14,9 +14,9 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/event"
-	"github.com/causet/projection-retry/workflows"
 )
 
 // refuseLedgerRowSQL makes the dedupe ledger refuse one event's row: the
@@ -59,7 +59,7 @@ func TestBridgeKafkaBatchErrorWithDatabaseUpIsolatesTheEvent(t *testing.T) {
 			)
 			h.waitCommittedToEnd(60 * time.Second)
 			require.Equal(t, 2, h.count(`SELECT count(*) FROM artist_stats`), "the events around the bad one apply")
-			require.Equal(t, map[string]int{workflows.RetryWorkflowID("artist_stats", "production", p+"2-bad"): 1}, starter.ids(),
+			require.Equal(t, map[string]int{contract.RetryWorkflowID("artist_stats", "production", p+"2-bad"): 1}, starter.ids(),
 				"the bad event alone goes to its retry workflow")
 			require.Zero(t, value(r.b.m.outages.WithLabelValues("database")), "a database that answers is no outage")
 			require.EqualValues(t, 1, value(r.b.m.failed.WithLabelValues("sql")))
@@ -116,7 +116,7 @@ func (s *refusingStarter) ExecuteWorkflow(ctx context.Context, o client.StartWor
 	s.mu.Lock()
 	s.calls[o.ID]++
 	s.mu.Unlock()
-	if in, ok := args[0].(workflows.RetryInput); ok && in.Event.EventID == s.refuse {
+	if in, ok := args[0].(contract.RetryInput); ok && in.Event.EventID == s.refuse {
 		return nil, serviceerror.NewInvalidArgument("WorkflowId length exceeds limit (test)")
 	}
 	return s.recordingStarter.ExecuteWorkflow(ctx, o, wf, args...)
@@ -145,7 +145,7 @@ func TestBridgeKafkaStartErrorsClassified(t *testing.T) {
 	h.produce(envRecord(0, followed(p+"f-refused", "user-1", "artist-1")), envRecord(0, played(p+"after", "artist-1", 1, 1)))
 	h.waitCommittedToEnd(30 * time.Second)
 	require.Equal(t, 1, h.count(`SELECT count(*) FROM artist_stats`))
-	refusedID := workflows.RetryWorkflowID("artist_followers", "production", p+"f-refused")
+	refusedID := contract.RetryWorkflowID("artist_followers", "production", p+"f-refused")
 	s.mu.Lock()
 	require.Equal(t, 1, s.calls[refusedID], "a refusal is not retried")
 	s.mu.Unlock()
@@ -172,7 +172,7 @@ func TestBridgeKafkaStartErrorsClassified(t *testing.T) {
 	s.down.Store(false)
 	probeDown.Store(false)
 	h.waitCommittedToEnd(30 * time.Second)
-	require.Contains(t, s.ids(), workflows.RetryWorkflowID("artist_followers", "production", p+"f-outage"))
+	require.Contains(t, s.ids(), contract.RetryWorkflowID("artist_followers", "production", p+"f-outage"))
 }
 
 // dlqRecords reads the DLQ topic from the start until it holds n records.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
 	"github.com/causet/projection-retry/projection"
 )
@@ -24,9 +25,6 @@ const (
 	// StatusHeld means BatchOptions.Hold held the pair back: nothing written.
 	StatusHeld Status = "held"
 )
-
-// ErrorKindConnection is the error class of an unreachable database (CONTRACT §2).
-const ErrorKindConnection = "connection"
 
 // Outcome is the result of one (projection, event) pair of a batch.
 type Outcome struct {
@@ -132,7 +130,7 @@ func isOutage(outcomes []Outcome, err error) bool {
 		return true
 	}
 	for _, o := range outcomes {
-		if o.Status == StatusFailed && o.ErrorKind == ErrorKindConnection {
+		if o.Status == StatusFailed && o.ErrorKind == string(contract.KindConnection) {
 			return true
 		}
 	}
@@ -180,7 +178,7 @@ func outcomes(res []projection.Result) []Outcome {
 			if r.Err != nil {
 				o.ErrorKind, o.Err = string(r.Err.Kind), r.Err
 			} else {
-				o.ErrorKind, o.Err = string(projection.KindSQL), fmt.Errorf("projection %s: status %q", r.Projection, r.Status)
+				o.ErrorKind, o.Err = string(contract.KindSQL), fmt.Errorf("projection %s: status %q", r.Projection, r.Status)
 			}
 		}
 		out[i] = o

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	commonpb "go.temporal.io/api/common/v1"
 	"log/slog"
 	"os"
 	"strings"
@@ -14,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	commonpb "go.temporal.io/api/common/v1"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,11 +29,11 @@ import (
 	"go.temporal.io/sdk/converter"
 
 	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
 	exampleprojections "github.com/causet/projection-retry/examples/projections"
 	"github.com/causet/projection-retry/internal/testenv"
 	"github.com/causet/projection-retry/projection"
-	"github.com/causet/projection-retry/workflows"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -185,11 +186,20 @@ func (r *running) stop(t testing.TB) {
 	}
 }
 
-// crash stops the bridge without committing anything more, like a killed
-// process (the group membership is still left cleanly).
-func (r *running) crash(t testing.TB) {
-	r.b.noCommit.Store(true)
-	r.stop(t)
+// crash leaves the group as a killed bridge would: nothing it processed is
+// committed. The bridge stops cleanly, then the group, empty again, is
+// deleted with its offsets; a crashing test commits nothing before
+// (CommitInterval of an hour), so the offsets deleted are only those of the
+// stop.
+func (h *harness) crash(r *running) {
+	h.t.Helper()
+	r.stop(h.t)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(h.brokers...))
+	require.NoError(h.t, err)
+	defer cl.Close()
+	resp, err := kadm.NewClient(cl).DeleteGroup(h.ctx, h.group)
+	require.NoError(h.t, err)
+	require.NoError(h.t, resp.Err)
 }
 
 // produce writes events (JSON envelopes, key = entityId) to given partitions.
@@ -299,7 +309,7 @@ func (h *harness) workflowsOnQueue() []string {
 }
 
 // startedInput returns the input of the workflow's first run and its description.
-func (h *harness) startedInput(id string) (workflows.RetryInput, *workflowservice.DescribeWorkflowExecutionResponse) {
+func (h *harness) startedInput(id string) (contract.RetryInput, *workflowservice.DescribeWorkflowExecutionResponse) {
 	h.t.Helper()
 	desc, err := h.describe(id)
 	require.NoError(h.t, err)
@@ -308,7 +318,7 @@ func (h *harness) startedInput(id string) (workflows.RetryInput, *workflowservic
 	require.NoError(h.t, err)
 	attrs := ev.GetWorkflowExecutionStartedEventAttributes()
 	require.NotNil(h.t, attrs)
-	var in workflows.RetryInput
+	var in contract.RetryInput
 	require.NoError(h.t, converter.GetDefaultDataConverter().FromPayloads(attrs.Input, &in))
 	return in, desc
 }

@@ -7,13 +7,14 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/internal/testenv"
 	"github.com/causet/projection-retry/workflows"
 )
 
 // laneQueue queries the length of a lane's queue (-1 when it cannot).
 func (h *harness) laneQueue(id string) int {
-	v, err := h.temporal.Client.QueryWorkflow(h.ctx, id, "", workflows.QueryLaneStatus)
+	v, err := h.temporal.Client.QueryWorkflow(h.ctx, id, "", contract.QueryLaneStatus)
 	if err != nil {
 		return -1
 	}
@@ -39,7 +40,7 @@ func TestBridgeKafkaOrderingLaneBoundHoldsThePartition(t *testing.T) {
 	}
 	h.produce(recs...)
 
-	lane := workflows.LaneWorkflowID("artist_stats", "production", artist)
+	lane := contract.LaneWorkflowID("artist_stats", "production", artist)
 	require.Eventually(t, func() bool { return value(r.b.m.laneFull) > 0 }, 60*time.Second, 50*time.Millisecond,
 		"the lane refuses past its bound")
 	require.LessOrEqual(t, h.laneQueue(lane), 5, "the lane holds at most its bound")
@@ -71,7 +72,7 @@ func TestBridgeKafkaOrderingTerminatedLaneRedelivers(t *testing.T) {
 	}
 	h.produce(recs...)
 
-	lane := workflows.LaneWorkflowID("artist_stats", "production", artist)
+	lane := contract.LaneWorkflowID("artist_stats", "production", artist)
 	require.Eventually(t, func() bool { return h.laneQueue(lane) >= 6 }, 60*time.Second, 50*time.Millisecond,
 		"the key's later events wait in its lane behind the head (event 2 waits for it, 3 to 8 are queued)")
 	require.NoError(t, h.temporal.Client.TerminateWorkflow(h.ctx, lane, "", "terminated by an operator (test)"))

@@ -10,12 +10,12 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/converter"
 
-	"github.com/causet/projection-retry/workflows"
+	"github.com/causet/projection-retry/contract"
 )
 
 // wasRecovered reports whether the lost lane run runID of k was already
 // recovered (its events sent again or accounted for).
-func (o *ordering) wasRecovered(k LaneKey, runID string) bool {
+func (o *laneRouter) wasRecovered(k LaneKey, runID string) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.recovered[k] == runID
@@ -31,22 +31,23 @@ func (o *ordering) wasRecovered(k LaneKey, runID string) bool {
 // blocked, and the alert repeats at each check. Either way the bridge logs
 // projection_lane_lost at ERROR and counts lanes_lost_total: the key is
 // never unblocked silently.
-func (p *partition) recoverLane(ctx context.Context, k LaneKey, lastRun string, lane laneRun) {
-	b, o := p.b, p.ord
+func (r *laneRouter) recoverLane(ctx context.Context, k LaneKey, lastRun string, lane laneRun) {
+	p := r.p
+	b, o := p.b, r
 	log := p.log.With("projectionName", k.Projection, "forkId", k.ForkID, "entityId", k.EntityID,
 		"laneId", k.laneID(), "laneRunId", lane.runID, "laneStatus", lane.status.String())
-	events, err := p.laneEvents(ctx, k, lane.runID)
+	events, err := r.laneEvents(ctx, k, lane.runID)
 	if err != nil {
 		b.m.lanesLost.Inc()
 		log.Error("projection_lane_lost", "event", "projection_lane_lost", "redelivered", 0,
 			"error", "cannot read the lane's history: the key stays blocked: "+err.Error())
-		p.ord.later(k)
+		r.later(k)
 		return
 	}
-	var resend []workflows.RetryInput
+	var resend []contract.RetryInput
 	head := ""
 	for _, in := range events {
-		id := workflows.RetryWorkflowID(in.Projection, in.Event.ForkID, in.Event.EventID)
+		id := contract.RetryWorkflowID(in.Projection, in.Event.ForkID, in.Event.EventID)
 		_, err := b.opts.Lanes.DescribeWorkflowExecution(ctx, id, "")
 		var nf *serviceerror.NotFound
 		switch {
@@ -101,10 +102,11 @@ func (p *partition) recoverLane(ctx context.Context, k LaneKey, lastRun string, 
 // laneEvents returns, in lane order, the events the lane run runID was
 // responsible for: the queue it started with (carried over a
 // continue-as-new) and the events its enqueue updates added.
-func (p *partition) laneEvents(ctx context.Context, k LaneKey, runID string) ([]workflows.RetryInput, error) {
+func (r *laneRouter) laneEvents(ctx context.Context, k LaneKey, runID string) ([]contract.RetryInput, error) {
+	p := r.p
 	dc := converter.GetDefaultDataConverter()
 	it := p.b.opts.Lanes.GetWorkflowHistory(ctx, k.laneID(), runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	var out []workflows.RetryInput
+	var out []contract.RetryInput
 	for it.HasNext() {
 		ev, err := it.Next()
 		if err != nil {
@@ -112,17 +114,17 @@ func (p *partition) laneEvents(ctx context.Context, k LaneKey, runID string) ([]
 		}
 		switch ev.GetEventType() {
 		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
-			var in workflows.LaneInput
+			var in contract.LaneInput
 			if err := dc.FromPayloads(ev.GetWorkflowExecutionStartedEventAttributes().GetInput(), &in); err != nil {
 				return nil, fmt.Errorf("decode lane input: %w", err)
 			}
 			out = append(out, in.Queue...)
 		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
 			req := ev.GetWorkflowExecutionUpdateAcceptedEventAttributes().GetAcceptedRequest().GetInput()
-			if req.GetName() != workflows.UpdateEnqueue {
+			if req.GetName() != contract.UpdateEnqueue {
 				continue
 			}
-			var in workflows.RetryInput
+			var in contract.RetryInput
 			if err := dc.FromPayloads(req.GetArgs(), &in); err != nil {
 				return nil, fmt.Errorf("decode enqueued event: %w", err)
 			}

@@ -3,6 +3,7 @@ package starter
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -13,17 +14,18 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
-	"github.com/causet/projection-retry/workflows"
 )
 
 // Ordering lanes (CAUSET_ORDERING=entity, CONTRACT §6).
 //
 // Each partition keeps the set of its blocked keys. The partition worker
-// decides, once per batch and under ord.mu, which pairs of the batch are
+// decides, once per batch and under the router's mu, which pairs of the batch are
 // held (their key is blocked); those, and the failed attempt 1 of a key
 // that becomes blocked, go to the partition's lane sender in partition
-// order. The sender keeps a FIFO per key and sends each key's events one at
+// order. In workflow mode every pair is handed off this way: a pair of a
+// key that is not blocked blocks it as its head (handOffOrdered). The sender keeps a FIFO per key and sends each key's events one at
 // a time, in partition order; different keys are sent concurrently (one
 // drainer goroutine per key with queued events, each holding a slot of the
 // bridge's MaxInflight semaphore).
@@ -33,27 +35,29 @@ import (
 // most failing keys never see a later event, and then need no lane at all.
 // Later events of the key go to its lane workflow with Update-with-Start,
 // each carrying the head's workflow ID (RetryInput.WaitFor): the lane runs
-// nothing of the key before the head has settled (workflows.RetrySettled),
+// nothing of the key before the head has settled (contract.Settled),
 // then runs its events in order as child retry workflows. An event counts
 // in its segment's pending counter until it was started or its lane
 // accepted it (or it was applied inline), so offsets never pass it.
 //
-// A key is unblocked in two ways, both under ord.mu and only when the sender
+// A key is unblocked in two ways, both under the router's mu and only when the sender
 // holds no event of the key (queued == 0, counting the reservations the
 // partition worker takes for a batch that holds the key):
-//   - the lane refuses an event (ErrLaneClosing): the key's drainer waits for
+//   - the lane refuses an event (LaneClosingErrorType): the key's drainer waits for
 //     that lane run to complete (every event it accepted has run), then, if
 //     this event is the key's only one, applies it inline in a transaction
 //     that also deletes the key's row; the worker cannot decide anything
-//     about the key meanwhile because the drainer holds ord.mu for that
+//     about the key meanwhile because the drainer holds the router's mu for that
 //     transaction. No other event of the key is sent meanwhile: the key's
 //     sends are sequential.
 //   - the bridge's sweeper (sweep.go) sees the key's head settled and the
 //     key's lane closed after the run that last accepted an event of the
 //     key did: every accepted event has run and no other is on its way.
 //
-// Either way no event of the key can be applied inline while an earlier one
-// is still waiting in a lane.
+// (In workflow mode the refusal never applies inline: the event starts the
+// lane's next run and the sweeper unblocks the key.) Either way no event of
+// the key can be applied inline, or start as a new head, while an earlier
+// one is still waiting in a lane.
 
 // LaneClient is what the bridge needs of Temporal for lanes; a
 // client.Client is one.
@@ -70,13 +74,13 @@ type LaneClient interface {
 type laneJob struct {
 	seg  *segment
 	rec  *kgo.Record
-	in   workflows.RetryInput
+	in   contract.RetryInput
 	key  LaneKey
 	head bool
 }
 
 // ordering is a partition's blocked keys and its lane sender's queues.
-type ordering struct {
+type laneRouter struct {
 	mu      sync.Mutex
 	blocked map[LaneKey]struct{}
 	queued  map[LaneKey]int     // events of the key in the sender's queue or reserved by a batch
@@ -96,10 +100,13 @@ type ordering struct {
 	// the partition worker waits (room) before its next batch.
 	jobs int
 	room chan struct{}
+
+	p *partition
 }
 
-func newOrdering() *ordering {
-	return &ordering{
+func newLaneRouter(p *partition) *laneRouter {
+	return &laneRouter{
+		p:         p,
 		blocked:   map[LaneKey]struct{}{},
 		queued:    map[LaneKey]int{},
 		lastRun:   map[LaneKey]string{},
@@ -112,11 +119,44 @@ func newOrdering() *ordering {
 	}
 }
 
+// open loads the partition's blocked keys (no event of a blocked key may
+// apply inline) and starts the lane sender.
+func (r *laneRouter) open() bool {
+	if !r.loadBlocked() {
+		return false
+	}
+	r.p.wg.Add(1)
+	go r.runSender()
+	return true
+}
+
+// route holds the batch until the sender has room, then applies it with
+// the hold rules (inline mode) or hands every pair off through the lanes
+// (workflow mode).
+func (r *laneRouter) route(seg *segment, items []item, last *kgo.Record) bool {
+	if !r.waitRoom() {
+		return false
+	}
+	if r.p.b.opts.Mode == config.ModeWorkflow {
+		return r.handOffOrdered(seg, items)
+	}
+	return r.applyOrdered(seg, items, last)
+}
+
+// close drops the partition's blocked keys from the gauge when it stops.
+func (r *laneRouter) close() {
+	r.mu.Lock()
+	r.p.b.m.blockedKeys.Sub(float64(len(r.blocked)))
+	r.blocked = map[LaneKey]struct{}{}
+	r.mu.Unlock()
+}
+
 // waitRoom holds the partition worker while its sender holds LaneMaxQueued
 // events or more (full lanes): backpressure, never a drop. False when the
 // partition stopped first.
-func (p *partition) waitRoom() bool {
-	o := p.ord
+func (r *laneRouter) waitRoom() bool {
+	p := r.p
+	o := r
 	for {
 		o.mu.Lock()
 		n := o.jobs
@@ -134,7 +174,7 @@ func (p *partition) waitRoom() bool {
 }
 
 // jobDoneLocked counts one event of the sender as sent; the caller holds o.mu.
-func (o *ordering) jobDoneLocked() {
+func (o *laneRouter) jobDoneLocked() {
 	o.jobs--
 	select {
 	case o.room <- struct{}{}:
@@ -146,10 +186,10 @@ func keyOf(projection string, ev *event.Envelope) LaneKey {
 	return LaneKey{Projection: projection, ForkID: ev.ForkID, EntityID: ev.EntityID}
 }
 
-func (k LaneKey) laneID() string { return workflows.LaneWorkflowID(k.Projection, k.ForkID, k.EntityID) }
+func (k LaneKey) laneID() string { return contract.LaneWorkflowID(k.Projection, k.ForkID, k.EntityID) }
 
 // unqueueLocked drops one event (or reservation) of k.
-func (o *ordering) unqueueLocked(k LaneKey) {
+func (o *laneRouter) unqueueLocked(k LaneKey) {
 	if n := o.queued[k] - 1; n > 0 {
 		o.queued[k] = n
 	} else {
@@ -160,47 +200,32 @@ func (o *ordering) unqueueLocked(k LaneKey) {
 // loadBlocked reads the partition's blocked keys, retrying while the
 // database is unreachable; the sweeper checks their lanes. False when
 // stopped.
-func (p *partition) loadBlocked() bool {
-	b := p.b
-	bo := newBackoff(b.opts.MinBackoff, b.opts.MaxBackoff)
-	for {
-		keys, err := b.opts.Blocks.Load(p.ctx, p.topic, p.id)
-		if err == nil {
-			o := p.ord
-			o.mu.Lock()
-			for _, bk := range keys {
-				k := bk.LaneKey
-				if _, ok := o.blocked[k]; !ok {
-					o.blocked[k] = struct{}{}
-					b.m.blockedKeys.Inc()
-				}
-				o.lastRun[k] = ""
-				if bk.Head != "" {
-					o.head[k] = bk.Head
-				}
-			}
-			o.mu.Unlock()
-			if len(keys) > 0 {
-				p.log.Info("blocked keys loaded", "blockedKeys", len(keys))
-			}
-			return true
+func (r *laneRouter) loadBlocked() bool {
+	p := r.p
+	var keys []BlockedKey
+	if !p.until(p.log, "database", "cannot load blocked keys", func(ctx context.Context) (err error) {
+		keys, err = p.b.opts.Blocks.Load(ctx, p.topic, p.id)
+		return err
+	}) {
+		return false
+	}
+	r.mu.Lock()
+	for _, bk := range keys {
+		k := bk.LaneKey
+		if _, ok := r.blocked[k]; !ok {
+			r.blocked[k] = struct{}{}
+			p.b.m.blockedKeys.Inc()
 		}
-		if p.ctx.Err() != nil {
-			return false
-		}
-		p.log.Warn("cannot load blocked keys, retrying with backoff", "dependency", "database", "error", err.Error())
-		if bo.wait(p.ctx) != nil {
-			return false
+		r.lastRun[k] = ""
+		if bk.Head != "" {
+			r.head[k] = bk.Head
 		}
 	}
-}
-
-// releaseOrdering drops the partition's blocked keys from the gauge when it stops.
-func (p *partition) releaseOrdering() {
-	p.ord.mu.Lock()
-	p.b.m.blockedKeys.Sub(float64(len(p.ord.blocked)))
-	p.ord.blocked = map[LaneKey]struct{}{}
-	p.ord.mu.Unlock()
+	r.mu.Unlock()
+	if len(keys) > 0 {
+		p.log.Info("blocked keys loaded", "blockedKeys", len(keys))
+	}
+	return true
 }
 
 // errRerun rolls a batch back so it runs again with more pairs held.
@@ -212,8 +237,9 @@ const maxOrderedRuns = 5
 // keys are held, a failure blocks its key (recorded in the batch's
 // transaction) and holds the key's later pairs of the batch, and the failed
 // and held pairs go to the lane sender in order.
-func (p *partition) applyOrdered(seg *segment, items []item, last *kgo.Record) bool {
-	b, o := p.b, p.ord
+func (r *laneRouter) applyOrdered(seg *segment, items []item, last *kgo.Record) bool {
+	p := r.p
+	b, o := p.b, r
 	evs := make([]event.Envelope, len(items))
 	for i, it := range items {
 		evs[i] = it.env
@@ -317,7 +343,7 @@ func (p *partition) applyOrdered(seg *segment, items []item, last *kgo.Record) b
 			if at, ok := first[k]; ok {
 				// The key's first failure is handed off as a plain retry
 				// workflow, its head; its later events go to the lane.
-				bk.Head = workflows.RetryWorkflowID(k.Projection, evs[at].ForkID, evs[at].EventID)
+				bk.Head = contract.RetryWorkflowID(k.Projection, evs[at].ForkID, evs[at].EventID)
 			}
 			newBlocked = append(newBlocked, bk)
 		}
@@ -354,7 +380,7 @@ func (p *partition) applyOrdered(seg *segment, items []item, last *kgo.Record) b
 	case verdictStopped:
 		return false
 	case verdictIsolate:
-		return p.isolate(seg, items, res.err, p.applyOrdered)
+		return p.isolate(seg, items, res.err, r.applyOrdered)
 	}
 
 	heads := make(map[LaneKey]string, len(newBlocked))
@@ -363,58 +389,115 @@ func (p *partition) applyOrdered(seg *segment, items []item, last *kgo.Record) b
 			heads[bk.LaneKey] = bk.Head
 		}
 	}
-	p.countSkipped(items, outcomes)
 	var jobs []laneJob
-	for _, oc := range outcomes {
-		switch oc.Status {
-		case StatusApplied, StatusDuplicate:
-			b.m.applied.WithLabelValues(string(oc.Status)).Inc()
-		case StatusFailed:
-			b.m.failed.WithLabelValues(oc.ErrorKind).Inc()
-			it := items[oc.Index]
-			k := keyOf(oc.Projection, &it.env)
-			head := heads[k] != "" && heads[k] == workflows.RetryWorkflowID(oc.Projection, it.env.ForkID, it.env.EventID)
-			jobs = append(jobs, laneJob{seg: seg, rec: it.rec, in: p.retryInput(it, oc.Projection, firstAttempt(startedAt, oc)), key: k, head: head})
-		case StatusHeld:
-			b.m.heldInline.Inc()
-			it := items[oc.Index]
-			in := p.retryInput(it, oc.Projection, nil)
-			in.Mode = config.ModeWorkflow // its attempt 1 runs in its retry workflow
-			jobs = append(jobs, laneJob{seg: seg, rec: it.rec, in: in, key: keyOf(oc.Projection, &it.env)})
+	for _, oc := range p.countOutcomes(items, outcomes) {
+		it := items[oc.Index]
+		k := keyOf(oc.Projection, &it.env)
+		if oc.Status == StatusFailed {
+			head := heads[k] != "" && heads[k] == contract.RetryWorkflowID(oc.Projection, it.env.ForkID, it.env.EventID)
+			jobs = append(jobs, laneJob{seg: seg, rec: it.rec, in: p.retryInput(it, oc.Projection, oc.firstAttempt(startedAt)), key: k, head: head})
+			continue
 		}
+		in := p.retryInput(it, oc.Projection, nil)
+		in.Mode = config.ModeWorkflow // its attempt 1 runs in its retry workflow
+		jobs = append(jobs, laneJob{seg: seg, rec: it.rec, in: in, key: k})
 	}
+	r.enqueue(newBlocked, jobs)
+	return true
+}
+
+// enqueue records the newly blocked keys and queues jobs for the sender, in
+// order; each job counts in its segment until it was handed off.
+func (r *laneRouter) enqueue(newBlocked []BlockedKey, jobs []laneJob) {
 	if len(jobs) == 0 && len(newBlocked) == 0 {
-		return true
+		return
 	}
-	o.mu.Lock()
+	p := r.p
+	r.mu.Lock()
 	for _, bk := range newBlocked {
-		if _, ok := o.blocked[bk.LaneKey]; !ok {
-			o.blocked[bk.LaneKey] = struct{}{}
-			b.m.blockedKeys.Inc()
+		if _, ok := r.blocked[bk.LaneKey]; !ok {
+			r.blocked[bk.LaneKey] = struct{}{}
+			p.b.m.blockedKeys.Inc()
 		}
 		if bk.Head != "" {
-			o.head[bk.LaneKey] = bk.Head
+			r.head[bk.LaneKey] = bk.Head
 		}
 	}
 	for _, j := range jobs {
-		seg.pending.Add(1)
-		o.jobs++
-		o.queued[j.key]++
-		q, scheduled := o.keyq[j.key]
+		j.seg.pending.Add(1)
+		r.jobs++
+		r.queued[j.key]++
+		q, scheduled := r.keyq[j.key]
 		if !scheduled {
-			o.ready = append(o.ready, j.key)
+			r.ready = append(r.ready, j.key)
 		}
-		o.keyq[j.key] = append(q, j)
+		r.keyq[j.key] = append(q, j)
 	}
-	o.mu.Unlock()
+	r.mu.Unlock()
 	for _, bk := range newBlocked {
 		p.log.Info("key blocked: its later events wait in its lane", "event", "projection_key_blocked",
 			"projectionName", bk.Projection, "forkId", bk.ForkID, "entityId", bk.EntityID, "laneId", bk.laneID(),
 			"headWorkflowId", bk.Head)
 	}
 	select {
-	case o.wake <- struct{}{}:
+	case r.wake <- struct{}{}:
 	default:
 	}
+}
+
+// handOffOrdered is workflow mode with CAUSET_ORDERING=entity. Every matched
+// pair runs attempt 1 in its own retry workflow, so a key is blocked while
+// any of its pairs is in Temporal: a pair of a key that is not blocked
+// blocks it and starts as its head; a later pair of a blocked key goes to
+// the key's lane, which runs it once the head (and every earlier pair) has
+// settled. The sweeper unblocks the key once its head has settled and its
+// lane has closed, as in inline mode.
+func (r *laneRouter) handOffOrdered(seg *segment, items []item) bool {
+	p := r.p
+	if !p.refreshCatalog() {
+		return false
+	}
+	var (
+		newBlocked []BlockedKey
+		jobs       []laneJob
+		reserved   []LaneKey
+	)
+	r.mu.Lock()
+	for _, it := range items {
+		projs := p.b.opts.Engine.Projections(it.env.EventType)
+		if len(projs) == 0 {
+			p.b.m.skipped.Inc()
+		}
+		for _, proj := range projs {
+			k := keyOf(proj, &it.env)
+			j := laneJob{seg: seg, rec: it.rec, in: p.retryInput(it, proj, nil), key: k}
+			if _, ok := r.blocked[k]; !ok && !slices.ContainsFunc(newBlocked, func(bk BlockedKey) bool { return bk.LaneKey == k }) {
+				j.head = true
+				newBlocked = append(newBlocked, BlockedKey{LaneKey: k, Head: j.in.WorkflowID()})
+			} else if ok {
+				// Reserved until queued: the sweeper must not unblock the
+				// key before this pair is in the sender's queue.
+				r.queued[k]++
+				reserved = append(reserved, k)
+			}
+			jobs = append(jobs, j)
+		}
+	}
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		for _, k := range reserved {
+			r.unqueueLocked(k)
+		}
+		r.mu.Unlock()
+	}()
+	// The blocks are durable before any pair of theirs is handed off, so a
+	// bridge that takes the partition over holds the keys too.
+	if len(newBlocked) > 0 && !p.until(p.log, "database", "cannot record blocked keys", func(ctx context.Context) error {
+		return p.b.opts.Blocks.Add(ctx, nil, p.topic, p.id, newBlocked)
+	}) {
+		return false
+	}
+	r.enqueue(newBlocked, jobs)
 	return true
 }

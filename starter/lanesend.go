@@ -3,7 +3,6 @@ package starter
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,8 +12,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
-	"github.com/causet/projection-retry/workflows"
 )
 
 // laneFullMaxWait caps the wait between tries of an event whose lane is full.
@@ -23,9 +22,10 @@ const laneFullMaxWait = 2 * time.Second
 // runSender starts a drainer for each scheduled key, in order, once a slot
 // of MaxInflight is free: keys are sent concurrently, each key's events one
 // at a time.
-func (p *partition) runSender() {
+func (r *laneRouter) runSender() {
+	p := r.p
 	defer p.wg.Done()
-	b, o := p.b, p.ord
+	b, o := p.b, r
 	for {
 		o.mu.Lock()
 		var k LaneKey
@@ -51,15 +51,16 @@ func (p *partition) runSender() {
 		}
 		b.m.inflight.Inc()
 		p.wg.Add(1)
-		go p.drainKey(k)
+		go r.drainKey(k)
 	}
 }
 
 // drainKey hands k's queued events to its lane one at a time, in partition
 // order, until k's FIFO is empty; it holds one MaxInflight slot meanwhile.
 // An event stays pending in its segment until sendToLane returns true.
-func (p *partition) drainKey(k LaneKey) {
-	b, o := p.b, p.ord
+func (r *laneRouter) drainKey(k LaneKey) {
+	p := r.p
+	b, o := p.b, r
 	defer func() {
 		<-b.sem
 		b.m.inflight.Dec()
@@ -80,9 +81,9 @@ func (p *partition) drainKey(k LaneKey) {
 			j.in.WaitFor = o.head[k]
 		}
 		o.mu.Unlock()
-		send := p.sendToLane
+		send := r.sendToLane
 		if j.head {
-			send = p.startHead
+			send = r.startHead
 		}
 		if !send(j) {
 			return // stopped: the event is not committed
@@ -101,8 +102,9 @@ func (p *partition) drainKey(k LaneKey) {
 // key with no later event. The key's later events go to its lane, which
 // runs them once this workflow has settled (RetryInput.WaitFor). False when
 // the partition was stopped first.
-func (p *partition) startHead(j laneJob) bool {
-	b, o := p.b, p.ord
+func (r *laneRouter) startHead(j laneJob) bool {
+	p := r.p
+	b, o := p.b, r
 	log := p.eventLog(j.rec, j.in)
 	outage, end := p.startUntilDurable(log, j.in)
 	switch end {
@@ -138,25 +140,22 @@ func laneStartOptions(taskQueue string, k LaneKey) client.StartWorkflowOptions {
 		TaskQueue:                taskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		TypedSearchAttributes: temporal.NewSearchAttributes(
-			workflows.AttrProjection.ValueSet(k.Projection),
-			workflows.AttrEntityID.ValueSet(k.EntityID),
-			workflows.AttrForkID.ValueSet(k.ForkID),
-		),
+		TypedSearchAttributes:    contract.LaneSearchAttributes(k.Projection, k.ForkID, k.EntityID),
 	}
 }
 
 // enqueueLane adds in to its key's lane. It returns the lane run that
 // accepted it, or refused with the run that refused it.
-func (p *partition) enqueueLane(ctx context.Context, k LaneKey, in workflows.RetryInput) (runID string, refused bool, err error) {
+func (r *laneRouter) enqueueLane(ctx context.Context, k LaneKey, in contract.RetryInput) (runID string, refused bool, err error) {
+	p := r.p
 	lc := p.b.opts.Lanes
-	op := lc.NewWithStartWorkflowOperation(laneStartOptions(p.b.opts.TaskQueue, k), workflows.LaneWorkflowName,
-		workflows.LaneInput{Projection: k.Projection, ForkID: k.ForkID, EntityID: k.EntityID,
+	op := lc.NewWithStartWorkflowOperation(laneStartOptions(p.b.opts.TaskQueue, k), contract.LaneWorkflowName,
+		contract.LaneInput{Projection: k.Projection, ForkID: k.ForkID, EntityID: k.EntityID,
 			MaxQueued: p.b.opts.LaneMaxQueued, MaxQueuedBytes: p.b.opts.LaneMaxQueuedBytes})
 	h, err := lc.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 		StartWorkflowOperation: op,
 		UpdateOptions: client.UpdateWorkflowOptions{
-			UpdateName:   workflows.UpdateEnqueue,
+			UpdateName:   contract.UpdateEnqueue,
 			Args:         []any{in},
 			WaitForStage: client.WorkflowUpdateStageCompleted,
 		},
@@ -180,15 +179,14 @@ func (p *partition) enqueueLane(ctx context.Context, k LaneKey, in workflows.Ret
 // isLaneFull reports the enqueue validator's refusal of a lane at its bound.
 func isLaneFull(err error) bool {
 	var ae *temporal.ApplicationError
-	return errors.As(err, &ae) && ae.Type() == workflows.LaneFullErrorType
+	return errors.As(err, &ae) && ae.Type() == contract.LaneFullErrorType
 }
 
+// isLaneClosing reports the enqueue validator's refusal of a lane that
+// runs no more events.
 func isLaneClosing(err error) bool {
 	var ae *temporal.ApplicationError
-	if errors.As(err, &ae) && ae.Message() == workflows.ErrLaneClosing.Error() {
-		return true
-	}
-	return strings.Contains(err.Error(), workflows.ErrLaneClosing.Error())
+	return errors.As(err, &ae) && ae.Type() == contract.LaneClosingErrorType
 }
 
 // sendToLane hands one event to its lane, retrying with capped backoff while
@@ -196,33 +194,21 @@ func isLaneClosing(err error) bool {
 // complete, then either applies the event inline and unblocks the key (no
 // other event of the key is queued) or sends it to a new lane run. False
 // when the partition was stopped first (the event is then not committed).
-func (p *partition) sendToLane(j laneJob) bool {
-	b, o := p.b, p.ord
+func (r *laneRouter) sendToLane(j laneJob) bool {
+	p := r.p
+	b, o := p.b, r
 	log := p.eventLog(j.rec, j.in).With("laneId", j.key.laneID())
-	bo := newBackoff(b.opts.MinBackoff, b.opts.MaxBackoff)
-	full := newBackoff(b.opts.MinBackoff, laneFullMaxWait)
-	var outage time.Time
-	retry := func(what string, err error) bool {
-		if p.ctx.Err() != nil {
-			return false
-		}
-		b.m.handoffRetry.Inc()
-		if outage.IsZero() {
-			outage = time.Now()
-			b.m.outages.WithLabelValues("temporal").Inc()
-			log.Warn(what+": offsets stop here, retrying with backoff", "event", "bridge_outage", "dependency", "temporal", "error", err.Error())
-		} else {
-			log.Debug(what+": still failing", "error", err.Error())
-		}
-		return bo.wait(p.ctx) == nil
-	}
+	rt := p.retrier(log, p.temporal())
+	full := backoff{min: b.opts.MinBackoff, max: laneFullMaxWait}
 	for {
 		ctx, cancel := context.WithTimeout(p.ctx, b.opts.StartTimeout)
-		runID, refused, err := p.enqueueLane(ctx, j.key, j.in)
+		runID, refused, err := r.enqueueLane(ctx, j.key, j.in)
 		cancel()
 		if err != nil {
-			switch {
-			case isLaneFull(err):
+			if p.ctx.Err() != nil {
+				return false
+			}
+			if isLaneFull(err) {
 				// Backpressure from a live lane: it drains once its head settles.
 				b.m.laneFull.Inc()
 				log.Debug("lane is full: the event waits in the bridge", "error", err.Error())
@@ -230,7 +216,8 @@ func (p *partition) sendToLane(j laneJob) bool {
 					return false
 				}
 				continue
-			case isRefusal(err):
+			}
+			if rt.refuses("cannot add event to its lane: offsets stop here, retrying with backoff", err) {
 				if !p.deadLetterRefused(log, j.in, err) {
 					return false
 				}
@@ -239,7 +226,8 @@ func (p *partition) sendToLane(j laneJob) bool {
 				o.mu.Unlock()
 				return true
 			}
-			if !retry("cannot add event to its lane", err) {
+			b.m.handoffRetry.Inc()
+			if !rt.wait() {
 				return false
 			}
 			continue
@@ -256,28 +244,29 @@ func (p *partition) sendToLane(j laneJob) bool {
 			}
 			b.m.laneHandoffs.WithLabelValues(role).Inc()
 			b.m.handedOff.WithLabelValues(string(j.in.Mode)).Inc()
-			logHandOff(log.With("laneRunId", runID), j.in, outage)
+			logHandOff(log.With("laneRunId", runID), j.in, rt.outage)
 			return true
 		}
 
 		b.m.laneRefused.Inc()
 		log.Debug("lane is closing: waiting for it to complete", "laneRunId", runID)
-		if !p.waitLaneClosed(j.key, runID) {
+		if !r.waitLaneClosed(j.key, runID) {
 			return false
 		}
 		o.mu.Lock()
-		if o.queued[j.key] > 1 {
-			// Later events of the key are queued: the key stays blocked
-			// and this event starts the lane's next run.
+		if o.queued[j.key] > 1 || b.opts.Mode == config.ModeWorkflow {
+			// Later events of the key are queued (or, in workflow mode,
+			// attempt 1 belongs to a workflow): the key stays blocked and
+			// this event starts the lane's next run.
 			o.mu.Unlock()
 			continue
 		}
-		done, failed, err := p.applyUnblocking(j)
+		done, failed, err := r.applyUnblocking(j)
 		if err != nil {
 			o.mu.Unlock()
 			log.Warn("cannot apply the event inline after its lane closed, retrying with backoff",
 				"dependency", "database", "error", err.Error())
-			if bo.wait(p.ctx) != nil {
+			if !rt.wait() {
 				return false
 			}
 			continue
@@ -305,7 +294,8 @@ func (p *partition) sendToLane(j laneJob) bool {
 // applyUnblocking applies j's pair inline in a transaction that clears the
 // key's block; the caller holds ord.mu. done: applied (or nothing to do);
 // failed: attempt 1 failed (the block stays); err: an outage.
-func (p *partition) applyUnblocking(j laneJob) (done bool, failed *workflows.Attempt, err error) {
+func (r *laneRouter) applyUnblocking(j laneJob) (done bool, failed *contract.Attempt, err error) {
+	p := r.p
 	b := p.b
 	evs := []event.Envelope{j.in.Event}
 	removed := false
@@ -336,7 +326,7 @@ func (p *partition) applyUnblocking(j laneJob) (done bool, failed *workflows.Att
 		case StatusApplied, StatusDuplicate:
 			b.m.applied.WithLabelValues(string(oc.Status)).Inc()
 		case StatusFailed:
-			return false, &workflows.Attempt{Number: 1, StartedAt: started, ErrorKind: oc.ErrorKind, Error: errString(oc.Err), IRVersion: oc.IRVersion}, nil
+			return false, &contract.Attempt{Number: 1, StartedAt: started, ErrorKind: oc.ErrorKind, Error: errString(oc.Err), IRVersion: oc.IRVersion}, nil
 		}
 	}
 	if !removed { // the projection no longer lists the event: nothing ran the hook
@@ -348,21 +338,15 @@ func (p *partition) applyUnblocking(j laneJob) (done bool, failed *workflows.Att
 }
 
 // waitLaneClosed waits until the lane run has completed (or is gone).
-func (p *partition) waitLaneClosed(k LaneKey, runID string) bool {
-	bo := newBackoff(p.b.opts.MinBackoff, p.b.opts.MaxBackoff)
-	for {
-		err := p.b.opts.Lanes.GetWorkflow(p.ctx, k.laneID(), runID).Get(p.ctx, nil)
-		if p.ctx.Err() != nil {
-			return false
+func (r *laneRouter) waitLaneClosed(k LaneKey, runID string) bool {
+	p := r.p
+	return p.until(p.log.With("laneId", k.laneID()), "temporal", "cannot wait for the lane to complete", func(ctx context.Context) error {
+		err := p.b.opts.Lanes.GetWorkflow(ctx, k.laneID(), runID).Get(ctx, nil)
+		if laneGone(err) {
+			return nil
 		}
-		if err == nil || laneGone(err) {
-			return true
-		}
-		p.log.Debug("cannot wait for lane, retrying", "laneId", k.laneID(), "error", err.Error())
-		if bo.wait(p.ctx) != nil {
-			return false
-		}
-	}
+		return err
+	})
 }
 
 // laneGone reports whether Get failed because the run is closed without a

@@ -49,15 +49,14 @@ type Options struct {
 	MaxInflight int
 
 	// Ordering is what happens to later events of a (projection, fork,
-	// entity) whose event is retrying, in inline mode: config.OrderingEntity
-	// holds them in the key's lane workflow, config.OrderingNone applies
-	// them inline at once. Optional, defaults to config.OrderingEntity in
-	// inline mode and config.OrderingNone in workflow mode, which cannot
-	// keep entity order (every event is its own concurrent workflow) and
-	// refuses OrderingEntity.
+	// entity) whose event is retrying: config.OrderingEntity holds them in
+	// the key's lane workflow (in workflow mode, where every event runs in
+	// Temporal, a key is held while any of its events is there),
+	// config.OrderingNone applies or hands them off at once. Optional,
+	// defaults to config.OrderingEntity.
 	Ordering config.Ordering
 	// Blocks keeps blocked keys across restarts. Required with
-	// OrderingEntity in inline mode (NewPostgresBlockStore).
+	// OrderingEntity (NewPostgresBlockStore).
 	Blocks BlockStore
 	// Lanes sends events to lane workflows. Optional, defaults to Starter
 	// when it is a LaneClient (a Temporal client.Client is); required with
@@ -167,9 +166,6 @@ func (o *Options) setDefaults() {
 	}
 	if o.Ordering == "" {
 		o.Ordering = config.OrderingEntity
-		if o.Mode == config.ModeWorkflow {
-			o.Ordering = config.OrderingNone
-		}
 	}
 	if o.Lanes == nil {
 		if lc, ok := o.Starter.(LaneClient); ok {
@@ -246,9 +242,6 @@ func (o *Options) validate() error {
 	if o.Ordering != config.OrderingEntity && o.Ordering != config.OrderingNone {
 		return fmt.Errorf("starter: Options.Ordering %q is invalid: want %q or %q", o.Ordering, config.OrderingEntity, config.OrderingNone)
 	}
-	if o.Mode == config.ModeWorkflow && o.Ordering == config.OrderingEntity {
-		return errors.New("starter: Options.Mode workflow cannot keep Ordering entity: every event is its own concurrent workflow; use Ordering none")
-	}
 	if o.ordered() {
 		if _, ok := o.Engine.(HoldingEngine); !ok {
 			return errors.New("starter: Options.Engine must implement HoldingEngine with Ordering entity")
@@ -268,5 +261,5 @@ func (o *Options) validate() error {
 
 // ordered reports whether later events of a retrying key wait in its lane.
 func (o *Options) ordered() bool {
-	return o.Ordering == config.OrderingEntity && o.Mode == config.ModeInline
+	return o.Ordering == config.OrderingEntity
 }

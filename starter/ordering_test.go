@@ -15,8 +15,8 @@ import (
 	"go.temporal.io/api/enums/v1"
 
 	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
-	"github.com/causet/projection-retry/workflows"
 )
 
 // orderingDDL makes artist_stats writes fail on demand and records every
@@ -130,10 +130,10 @@ func TestBridgeKafkaOrderingFollowUnfollow(t *testing.T) {
 	u.EventType = "ARTIST_UNFOLLOWED"
 	h.produce(envRecord(0, f), envRecord(0, u))
 
-	fid := workflows.RetryWorkflowID("artist_followers", "production", f.EventID)
+	fid := contract.RetryWorkflowID("artist_followers", "production", f.EventID)
 	require.Eventually(t, func() bool {
 		st, err := h.status(fid)
-		return err == nil && st.State == workflows.StateSucceeded
+		return err == nil && st.State == contract.StateSucceeded
 	}, 60*time.Second, 100*time.Millisecond)
 	h.waitCommittedToEnd(30 * time.Second)
 	require.Eventually(t, func() bool {
@@ -154,7 +154,7 @@ func TestBridgeKafkaOrderingFollowUnfollow(t *testing.T) {
 	require.Equal(t, 3, h.count(`SELECT last_value::int FROM follow_fail_seq`), "failed twice, then succeeded")
 	require.Nil(t, st.DLQ)
 	// The unfollow ran in the lane as its own retry workflow, after the follow.
-	in, _ := h.startedInput(workflows.RetryWorkflowID("artist_followers", "production", u.EventID))
+	in, _ := h.startedInput(contract.RetryWorkflowID("artist_followers", "production", u.EventID))
 	require.Equal(t, config.ModeWorkflow, in.Mode)
 	require.Nil(t, in.FirstAttempt)
 	require.GreaterOrEqual(t, value(r.b.m.laneHandoffs.WithLabelValues("head")), 1.0)
@@ -190,9 +190,9 @@ func TestBridgeKafkaOrderingIncrementHeadRetrying(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return h.count(`SELECT coalesce(sum(plays), 0)::int FROM artist_stats WHERE artist_id <> $1`, artist) == 1000
 	}, 60*time.Second, 50*time.Millisecond, "other entities flow while the head retries")
-	st, err := h.status(workflows.RetryWorkflowID("artist_stats", "production", nth(h, artist, 1).EventID))
+	st, err := h.status(contract.RetryWorkflowID("artist_stats", "production", nth(h, artist, 1).EventID))
 	require.NoError(t, err)
-	require.Equal(t, workflows.StateRetrying, st.State, "the head is still retrying")
+	require.Equal(t, contract.StateRetrying, st.State, "the head is still retrying")
 	require.Empty(t, h.audit(artist), "no later event of the key applied before the head")
 	require.Equal(t, 1, h.blockedRows())
 	require.EqualValues(t, 1, value(r.b.m.blockedKeys))
@@ -219,18 +219,18 @@ func TestBridgeKafkaOrderingHeadDeadLetters(t *testing.T) {
 		recs = append(recs, envRecord(0, nth(h, artist, n)))
 	}
 	h.produce(recs...)
-	head := workflows.RetryWorkflowID("artist_stats", "production", nth(h, artist, 1).EventID)
+	head := contract.RetryWorkflowID("artist_stats", "production", nth(h, artist, 1).EventID)
 	require.Eventually(t, func() bool { return len(h.audit(artist)) == 5 }, 60*time.Second, 100*time.Millisecond,
 		"the rest of the lane applies after the head dead-letters")
 	require.Equal(t, seq(2, 6), h.audit(artist))
 	st, err := h.status(head)
 	require.NoError(t, err)
-	require.Equal(t, workflows.StateDeadLettered, st.State)
+	require.Equal(t, contract.StateDeadLettered, st.State)
 	require.NotNil(t, st.DLQ)
 
 	// The dead-lettered child still replays by signal once the cause is fixed.
 	h.unflag(artist)
-	require.NoError(t, h.temporal.Client.SignalWorkflow(h.ctx, head, "", workflows.SignalReplay, workflows.ReplaySignal{Reason: "fixed"}))
+	require.NoError(t, h.temporal.Client.SignalWorkflow(h.ctx, head, "", contract.SignalReplay, contract.ReplaySignal{Reason: "fixed"}))
 	require.Eventually(t, func() bool { return len(h.audit(artist)) == 6 }, 30*time.Second, 100*time.Millisecond)
 	require.Equal(t, 21, h.count(`SELECT plays::int FROM artist_stats WHERE artist_id = $1`, artist))
 	h.waitCommittedToEnd(30 * time.Second)
@@ -250,7 +250,7 @@ func TestBridgeKafkaOrderingRestartKeepsBlock(t *testing.T) {
 	oa.Registerer = prometheus.NewRegistry()
 	a := h.start(oa)
 	require.Eventually(t, func() bool { return value(a.b.m.laneHandoffs.WithLabelValues("held")) == 3 }, 30*time.Second, 50*time.Millisecond)
-	a.crash(t)
+	h.crash(a)
 	require.Empty(t, h.committed())
 	require.Equal(t, 1, h.blockedRows(), "the block outlives the bridge")
 
@@ -288,7 +288,7 @@ func TestBridgeKafkaOrderingHeadOutlivesRestart(t *testing.T) {
 	oa.Registerer = prometheus.NewRegistry()
 	a := h.start(oa)
 	h.produce(envRecord(0, nth(h, artist, 1)))
-	head := workflows.RetryWorkflowID("artist_stats", "production", nth(h, artist, 1).EventID)
+	head := contract.RetryWorkflowID("artist_stats", "production", nth(h, artist, 1).EventID)
 	require.Eventually(t, func() bool { return value(a.b.m.laneHandoffs.WithLabelValues("head")) == 1 }, 30*time.Second, 50*time.Millisecond)
 	var lanes LaneClient = h.temporal.Client
 	desc, err := lanes.DescribeWorkflowExecution(h.ctx, head, "")
@@ -366,10 +366,10 @@ func TestBridgeKafkaOrderingNone(t *testing.T) {
 	h.produce(envRecord(0, nth(h, artist, 1)), envRecord(0, nth(h, artist, 2)))
 	h.waitCommittedToEnd(30 * time.Second)
 	require.Equal(t, []int64{2}, h.audit(artist), "the later event applies inline at once (documented trade-off)")
-	desc, err := h.describe(workflows.RetryWorkflowID("artist_stats", "production", nth(h, artist, 1).EventID))
+	desc, err := h.describe(contract.RetryWorkflowID("artist_stats", "production", nth(h, artist, 1).EventID))
 	require.NoError(t, err)
 	require.Equal(t, enums.WORKFLOW_EXECUTION_STATUS_RUNNING, desc.WorkflowExecutionInfo.Status)
 	require.Zero(t, h.blockedRows())
-	_, err = h.describe(workflows.LaneWorkflowID("artist_stats", "production", artist))
+	_, err = h.describe(contract.LaneWorkflowID("artist_stats", "production", artist))
 	require.Error(t, err, "no lane with ordering none")
 }

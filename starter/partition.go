@@ -10,10 +10,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/event"
-	"github.com/causet/projection-retry/workflows"
 )
 
 // segment is one batch of a partition: it is done, and its offsets may be
@@ -38,7 +37,7 @@ type partition struct {
 	wake   chan struct{} // records were queued
 	paused atomic.Bool   // fetching is paused (only the poll loop and callbacks change it)
 
-	ord *ordering // CAUSET_ORDERING=entity in inline mode; nil otherwise
+	router router // what becomes of the decoded events (router.go)
 
 	mu        sync.Mutex
 	stopping  bool // set before waiting for wg: no more sweeper checks join it
@@ -61,11 +60,7 @@ func newPartition(b *Bridge, topic string, id int32) *partition {
 
 		committed: -1,
 	}
-	if b.opts.ordered() {
-		p.ord = newOrdering()
-		p.wg.Add(1)
-		go p.runSender()
-	}
+	p.router = newRouter(p)
 	p.wg.Add(1)
 	go p.run()
 	return p
@@ -175,21 +170,15 @@ func (p *partition) run() {
 	batches := make(chan *batch, 1)
 	p.wg.Add(1)
 	go p.decodeAhead(batches)
-	if p.ord != nil {
-		defer p.releaseOrdering()
-		// Blocked keys first: no event of a blocked key may apply inline.
-		if !p.loadBlocked() {
-			return
-		}
+	defer p.router.close()
+	if !p.router.open() {
+		return
 	}
 	for {
 		var bt *batch
 		select {
 		case bt = <-batches:
 		case <-p.ctx.Done():
-			return
-		}
-		if p.ord != nil && !p.waitRoom() {
 			return
 		}
 		if !p.process(bt) {
@@ -272,7 +261,6 @@ func (p *partition) decode(recs []*kgo.Record) *batch {
 // the partition was stopped before the batch was finished; the batch then
 // stays uncommitted.
 func (p *partition) process(bt *batch) bool {
-	b := p.b
 	last, items := bt.last, bt.items
 	seg := &segment{next: kgo.EpochOffset{Epoch: last.LeaderEpoch, Offset: last.Offset + 1}}
 	seg.pending.Store(1)
@@ -286,39 +274,15 @@ func (p *partition) process(bt *batch) bool {
 		}
 	}
 
-	if len(items) > 0 {
-		switch b.opts.Mode {
-		case config.ModeWorkflow:
-			// The workflow applies later; the skip is decided here, against
-			// the catalog as it is now, not a cache a deploy behind.
-			p.refreshCatalog()
-			for _, it := range items {
-				projs := b.opts.Engine.Projections(it.env.EventType)
-				if len(projs) == 0 {
-					b.m.skipped.Inc()
-				}
-				for _, proj := range projs {
-					if !p.handOff(seg, it.rec, p.retryInput(it, proj, nil)) {
-						return false
-					}
-				}
-			}
-		default:
-			apply := p.applyInline
-			if p.ord != nil {
-				apply = p.applyOrdered
-			}
-			if !apply(seg, items, last) {
-				return false
-			}
-		}
+	if len(items) > 0 && !p.router.route(seg, items, last) {
+		return false
 	}
 	seg.pending.Add(-1)
 	return true
 }
 
-func (p *partition) retryInput(it item, projection string, first *workflows.Attempt) workflows.RetryInput {
-	return workflows.RetryInput{
+func (p *partition) retryInput(it item, projection string, first *contract.Attempt) contract.RetryInput {
+	return contract.RetryInput{
 		Event:        it.env,
 		Projection:   projection,
 		Key:          it.rec.Key,

@@ -9,7 +9,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 
-	"github.com/causet/projection-retry/workflows"
+	"github.com/causet/projection-retry/contract"
 )
 
 // The sweeper unblocks keys whose head has settled and whose lane has
@@ -73,7 +73,7 @@ func (b *Bridge) runSweeper() {
 }
 
 type sweepCandidate struct {
-	p    *partition
+	r    *laneRouter
 	k    LaneKey
 	run  string
 	head string
@@ -84,15 +84,15 @@ type sweepCandidate struct {
 func (b *Bridge) sweep() {
 	var cands []sweepCandidate
 	for _, p := range b.owned() {
-		if p.ord == nil {
+		o, ok := p.router.(*laneRouter)
+		if !ok {
 			continue
 		}
-		o := p.ord
 		now := time.Now()
 		o.mu.Lock()
 		for k := range o.blocked {
 			if o.queued[k] == 0 && !now.Before(o.recheck[k].at) {
-				cands = append(cands, sweepCandidate{p, k, o.lastRun[k], o.head[k]})
+				cands = append(cands, sweepCandidate{o, k, o.lastRun[k], o.head[k]})
 			}
 		}
 		o.mu.Unlock()
@@ -120,7 +120,7 @@ func (b *Bridge) sweep() {
 		go func() {
 			defer wg.Done()
 			defer func() { <-slots }()
-			c.p.checkLane(c.k, c.run, c.head)
+			c.r.checkLane(c.k, c.run, c.head)
 		}()
 	}
 }
@@ -129,7 +129,8 @@ func (b *Bridge) sweep() {
 // blocked it, if the bridge started one) has settled and its lane is
 // closed and, meanwhile, no event of k was queued or accepted by another
 // run than run.
-func (p *partition) checkLane(k LaneKey, run, head string) {
+func (r *laneRouter) checkLane(k LaneKey, run, head string) {
+	p := r.p
 	if !p.hold() {
 		return
 	}
@@ -140,11 +141,11 @@ func (p *partition) checkLane(k LaneKey, run, head string) {
 	// one is noticed while the head still retries; otherwise the head first,
 	// which saves a describe per check of a key without a lane.
 	laneFirst := run != ""
-	if laneFirst && !p.laneDone(ctx, k, run) {
+	if laneFirst && !r.laneDone(ctx, k, run) {
 		return
 	}
 	if head != "" {
-		settled, err := p.headSettled(ctx, head)
+		settled, err := r.headSettled(ctx, head)
 		if err != nil {
 			if p.ctx.Err() == nil {
 				p.log.Debug("cannot check the key's head, next sweep retries", "headWorkflowId", head, "error", err.Error())
@@ -152,14 +153,14 @@ func (p *partition) checkLane(k LaneKey, run, head string) {
 			return
 		}
 		if !settled {
-			p.ord.later(k)
+			r.later(k)
 			return
 		}
 	}
-	if !laneFirst && !p.laneDone(ctx, k, run) {
+	if !laneFirst && !r.laneDone(ctx, k, run) {
 		return
 	}
-	o := p.ord
+	o := r
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if _, ok := o.blocked[k]; !ok || o.queued[k] > 0 || o.lastRun[k] != run || o.head[k] != head || p.ctx.Err() != nil {
@@ -180,8 +181,9 @@ func (p *partition) checkLane(k LaneKey, run, head string) {
 // laneDone reports whether k's lane lets the key go: closed and completed,
 // or lost and already recovered. A lost lane not yet recovered is recovered
 // here (recoverLane); an open one is looked at again later.
-func (p *partition) laneDone(ctx context.Context, k LaneKey, run string) bool {
-	lane, err := p.laneState(ctx, k)
+func (r *laneRouter) laneDone(ctx context.Context, k LaneKey, run string) bool {
+	p := r.p
+	lane, err := r.laneState(ctx, k)
 	if err != nil {
 		if p.ctx.Err() == nil {
 			p.log.Debug("cannot check lane, next sweep retries", "laneId", k.laneID(), "error", err.Error())
@@ -190,10 +192,10 @@ func (p *partition) laneDone(ctx context.Context, k LaneKey, run string) bool {
 	}
 	switch {
 	case lane.open:
-		p.ord.later(k)
+		r.later(k)
 		return false
-	case lane.lost && !p.ord.wasRecovered(k, lane.runID):
-		p.recoverLane(ctx, k, run, lane)
+	case lane.lost && !r.wasRecovered(k, lane.runID):
+		r.recoverLane(ctx, k, run, lane)
 		return false
 	}
 	return true
@@ -206,7 +208,7 @@ type recheck struct {
 }
 
 // later puts off the next check of k, which was found still blocked.
-func (o *ordering) later(k LaneKey) {
+func (o *laneRouter) later(k LaneKey) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if _, ok := o.blocked[k]; !ok {
@@ -219,7 +221,7 @@ func (o *ordering) later(k LaneKey) {
 }
 
 // forgetLocked drops an unblocked key's state; the caller holds o.mu.
-func (o *ordering) forgetLocked(k LaneKey) {
+func (o *laneRouter) forgetLocked(k LaneKey) {
 	delete(o.blocked, k)
 	delete(o.lastRun, k)
 	delete(o.head, k)
@@ -237,7 +239,8 @@ type laneRun struct {
 
 // laneState describes the latest run of k's lane; a lane that does not
 // exist is closed.
-func (p *partition) laneState(ctx context.Context, k LaneKey) (laneRun, error) {
+func (r *laneRouter) laneState(ctx context.Context, k LaneKey) (laneRun, error) {
+	p := r.p
 	resp, err := p.b.opts.Lanes.DescribeWorkflowExecution(ctx, k.laneID(), "")
 	if err != nil {
 		var nf *serviceerror.NotFound
@@ -247,24 +250,25 @@ func (p *partition) laneState(ctx context.Context, k LaneKey) (laneRun, error) {
 		return laneRun{}, err
 	}
 	info := resp.GetWorkflowExecutionInfo()
-	r := laneRun{runID: info.GetExecution().GetRunId(), status: info.GetStatus()}
-	switch r.status {
+	lane := laneRun{runID: info.GetExecution().GetRunId(), status: info.GetStatus()}
+	switch lane.status {
 	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
 	case enumspb.WORKFLOW_EXECUTION_STATUS_FAILED,
 		enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED,
 		enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED,
 		enumspb.WORKFLOW_EXECUTION_STATUS_TIMED_OUT:
-		r.lost = true
+		lane.lost = true
 	default:
-		r.open = true
+		lane.open = true
 	}
-	return r, nil
+	return lane, nil
 }
 
 // headSettled reports whether the retry workflow head has settled
-// (workflows.RetrySettled) or does not exist.
-func (p *partition) headSettled(ctx context.Context, head string) (bool, error) {
-	return workflows.RetryWorkflowSettled(ctx, p.b.opts.Lanes, head)
+// (contract.Settled) or does not exist.
+func (r *laneRouter) headSettled(ctx context.Context, head string) (bool, error) {
+	p := r.p
+	return contract.RetrySettled(ctx, p.b.opts.Lanes, head)
 }
 
 // hold counts a sweeper check in the partition's wait group unless the

@@ -13,8 +13,8 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
-	"github.com/causet/projection-retry/workflows"
 )
 
 func validOptions() Options {
@@ -87,7 +87,7 @@ func TestOptionsFromConfig(t *testing.T) {
 }
 
 func TestStartOptionsContract(t *testing.T) {
-	in := workflows.RetryInput{Projection: "artist_followers", Event: followed("ev-1", "user-123", "artist-9")}
+	in := contract.RetryInput{Projection: "artist_followers", Event: followed("ev-1", "user-123", "artist-9")}
 	o := StartOptions("tq", in)
 	require.Equal(t, "projection-retry:artist_followers:production:ev-1", o.ID)
 	require.Equal(t, "tq", o.TaskQueue)
@@ -115,7 +115,7 @@ func (s errStarter) ExecuteWorkflow(context.Context, client.StartWorkflowOptions
 }
 
 func TestStartRetryWorkflowAlreadyStartedIsHandedOff(t *testing.T) {
-	in := workflows.RetryInput{Projection: "p", Event: followed("e", "u", "a")}
+	in := contract.RetryInput{Projection: "p", Event: followed("e", "u", "a")}
 	closed := serviceerror.NewWorkflowExecutionAlreadyStarted("closed run", "", "run-1")
 	require.NoError(t, startRetryWorkflow(context.Background(), errStarter{closed}, "tq", in))
 	require.NoError(t, startRetryWorkflow(context.Background(), errStarter{errors.Join(errors.New("wrapped"), closed)}, "tq", in))
@@ -123,7 +123,7 @@ func TestStartRetryWorkflowAlreadyStartedIsHandedOff(t *testing.T) {
 }
 
 func TestBackoffCapped(t *testing.T) {
-	b := newBackoff(100*time.Millisecond, time.Second)
+	b := &backoff{min: 100 * time.Millisecond, max: time.Second}
 	var last time.Duration
 	for range 20 {
 		last = b.next()
@@ -139,7 +139,7 @@ func TestBackoffCapped(t *testing.T) {
 func TestIsOutage(t *testing.T) {
 	ok := Outcome{Status: StatusApplied}
 	sqlFail := Outcome{Status: StatusFailed, ErrorKind: "sql", Err: errors.New("x")}
-	conn := Outcome{Status: StatusFailed, ErrorKind: ErrorKindConnection, Err: errors.New("refused")}
+	conn := Outcome{Status: StatusFailed, ErrorKind: string(contract.KindConnection), Err: errors.New("refused")}
 	require.False(t, isOutage([]Outcome{ok, sqlFail}, nil))
 	require.True(t, isOutage([]Outcome{ok, conn}, nil))
 	require.True(t, isOutage(nil, errors.New("dial")))

@@ -11,9 +11,9 @@ import (
 
 	"github.com/causet/projection-retry/activities"
 	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/worker"
-	"github.com/causet/projection-retry/workflows"
 )
 
 // startWorker runs the Temporal worker on the harness's task queue.
@@ -34,12 +34,12 @@ func (h *harness) startWorker() {
 }
 
 // status queries a retry workflow's status.
-func (h *harness) status(id string) (workflows.Status, error) {
-	v, err := h.temporal.Client.QueryWorkflow(h.ctx, id, "", workflows.QueryStatus)
+func (h *harness) status(id string) (contract.Status, error) {
+	v, err := h.temporal.Client.QueryWorkflow(h.ctx, id, "", contract.QueryStatus)
 	if err != nil {
-		return workflows.Status{}, err
+		return contract.Status{}, err
 	}
-	var st workflows.Status
+	var st contract.Status
 	return st, v.Get(&st)
 }
 
@@ -68,23 +68,77 @@ func TestBridgeKafkaWorkflowModeEndToEnd(t *testing.T) {
 	require.Zero(t, value(r.b.m.applied.WithLabelValues("applied")), "workflow mode applies nothing inline")
 	require.EqualValues(t, 1, value(r.b.m.skipped))
 
-	in, _ := h.startedInput(workflows.RetryWorkflowID("artist_stats", "production", h.prefix+"w-0"))
+	in, _ := h.startedInput(contract.RetryWorkflowID("artist_stats", "production", h.prefix+"w-0"))
 	require.Equal(t, config.ModeWorkflow, in.Mode)
 	require.Nil(t, in.FirstAttempt)
 
 	require.Eventually(t, func() bool {
-		desc, err := h.describe(workflows.RetryWorkflowID("artist_stats", "production", h.prefix+"w-1"))
+		desc, err := h.describe(contract.RetryWorkflowID("artist_stats", "production", h.prefix+"w-1"))
 		return err == nil && desc.WorkflowExecutionInfo.Status == enums.WORKFLOW_EXECUTION_STATUS_COMPLETED
 	}, 30*time.Second, 100*time.Millisecond)
 
-	badID := workflows.RetryWorkflowID("artist_stats", "production", bad.EventID)
-	var st workflows.Status
+	badID := contract.RetryWorkflowID("artist_stats", "production", bad.EventID)
+	var st contract.Status
 	require.Eventually(t, func() bool {
 		var err error
 		st, err = h.status(badID)
-		return err == nil && st.State == workflows.StateDeadLettered
+		return err == nil && st.State == contract.StateDeadLettered
 	}, 30*time.Second, 100*time.Millisecond)
 	require.Len(t, st.Attempts, 2)
 	require.Equal(t, "ir_eval", st.Attempts[0].ErrorKind)
 	require.NotNil(t, st.DLQ)
+}
+
+// In workflow mode with entity ordering a key's later events run only after
+// its earlier event's retry workflow has settled: the failing first event
+// of artist-0 holds the key's later events in its lane until it is
+// dead-lettered, while another key's events run at once.
+func TestBridgeKafkaWorkflowModeEntityOrder(t *testing.T) {
+	h := newHarness(t, harnessOptions{partitions: 1})
+	h.startWorker()
+	o := h.options(nil)
+	o.Mode = config.ModeWorkflow
+	o.Ordering = config.OrderingEntity
+	o.Retry = config.Retry{MaxAttempts: 3, Initial: time.Second, Multiplier: 1, Max: time.Second}
+	r := h.start(o)
+
+	bad := played(h.prefix+"o-bad", "artist-0", 1, 0) // division by zero: dead-letters after 3 attempts (~2 s)
+	recs := []*kgo.Record{envRecord(0, bad)}
+	for i := range 3 {
+		recs = append(recs, envRecord(0, played(fmt.Sprintf("%so-%d", h.prefix, i), "artist-0", 1, 1)))
+	}
+	other := played(h.prefix+"o-other", "artist-1", 1, 1)
+	recs = append(recs, envRecord(0, other))
+	h.produce(recs...)
+
+	h.waitCommittedToEnd(60 * time.Second)
+	require.Eventually(t, func() bool {
+		return h.count(`SELECT coalesce(sum(plays), 0)::int FROM artist_stats WHERE artist_id = 'artist-0'`) == 3
+	}, 60*time.Second, 100*time.Millisecond, "the later events of the failing key are applied")
+
+	badID := contract.RetryWorkflowID("artist_stats", "production", bad.EventID)
+	st, err := h.status(badID)
+	require.NoError(t, err)
+	require.Equal(t, contract.StateDeadLettered, st.State)
+	require.Len(t, st.Attempts, 3)
+	lastAttempt := st.Attempts[len(st.Attempts)-1].StartedAt
+	for i := range 3 {
+		id := contract.RetryWorkflowID("artist_stats", "production", fmt.Sprintf("%so-%d", h.prefix, i))
+		desc, err := h.describe(id)
+		require.NoError(t, err)
+		start := desc.WorkflowExecutionInfo.StartTime.AsTime()
+		require.True(t, start.After(lastAttempt), "%s started at %s, before the failing event's last attempt at %s", id, start, lastAttempt)
+		require.NotEmpty(t, desc.WorkflowExecutionInfo.ParentExecution.GetWorkflowId(), "%s ran as a child of its key's lane", id)
+	}
+	otherDesc, err := h.describe(contract.RetryWorkflowID("artist_stats", "production", other.EventID))
+	require.NoError(t, err)
+	require.True(t, otherDesc.WorkflowExecutionInfo.StartTime.AsTime().Before(lastAttempt), "another key is not held")
+	require.EqualValues(t, 5, value(r.b.m.handedOff.WithLabelValues("workflow")))
+	require.Zero(t, value(r.b.m.applied.WithLabelValues("applied")), "workflow mode applies nothing inline")
+
+	// Once the failing event settled and the lane closed, the sweeper lets
+	// the key go.
+	require.Eventually(t, func() bool {
+		return h.count(`SELECT count(*) FROM causet_blocked_keys WHERE entity_id = 'artist-0'`) == 0
+	}, 60*time.Second, 200*time.Millisecond, "key unblocked after its lane closed")
 }

@@ -25,12 +25,12 @@ import (
 
 	"github.com/causet/projection-retry/activities"
 	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/event"
 	"github.com/causet/projection-retry/internal/testenv"
 	"github.com/causet/projection-retry/projection"
 	"github.com/causet/projection-retry/worker"
-	"github.com/causet/projection-retry/workflows"
 )
 
 var recordHistories = flag.Bool("record-histories", false, "write the workflow histories of the end-to-end test to ../workflows/testdata")
@@ -152,22 +152,22 @@ func TestKafkaWorkerEndToEnd(t *testing.T) {
 	res, err := engine.Apply(ctx, "artist_followers", ev)
 	require.NoError(t, err)
 	require.NotNil(t, res.Err)
-	require.Equal(t, projection.KindSQL, res.Err.Kind)
+	require.Equal(t, contract.KindSQL, res.Err.Kind)
 
-	id := workflows.RetryWorkflowID("artist_followers", ev.ForkID, ev.EventID)
-	in := workflows.RetryInput{
+	id := contract.RetryWorkflowID("artist_followers", ev.ForkID, ev.EventID)
+	in := contract.RetryInput{
 		Event: ev, Projection: "artist_followers", Key: []byte(ev.EntityID), Mode: config.ModeInline,
-		Source:       workflows.Source{Topic: "causet.events.v1", Partition: 1, Offset: 7},
-		FirstAttempt: &workflows.Attempt{Number: 1, StartedAt: attempt1, ErrorKind: string(res.Err.Kind), Error: res.Err.Error(), IRVersion: res.IRVersion},
+		Source:       contract.Source{Topic: "causet.events.v1", Partition: 1, Offset: 7},
+		FirstAttempt: &contract.Attempt{Number: 1, StartedAt: attempt1, ErrorKind: string(res.Err.Kind), Error: res.Err.Error(), IRVersion: res.IRVersion},
 		Retry:        config.DefaultRetry(), ReplayWindow: time.Hour,
 	}
 	run, err := srv.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID: id, TaskQueue: tq,
 		TypedSearchAttributes: temporalAttrs(ev, "artist_followers"),
-	}, workflows.RetryWorkflowName, in)
+	}, contract.RetryWorkflowName, in)
 	require.NoError(t, err)
 
-	st := waitState(t, ctx, srv.Client, id, workflows.StateDeadLettered, 60*time.Second)
+	st := waitState(t, ctx, srv.Client, id, contract.StateDeadLettered, 60*time.Second)
 	require.Len(t, st.Attempts, 5)
 	schedule := config.DefaultRetry().Plan(config.ModeInline).Offsets
 	for k, a := range st.Attempts {
@@ -198,7 +198,7 @@ func TestKafkaWorkerEndToEnd(t *testing.T) {
 	require.Len(t, rec.Attempts, 5)
 	require.WithinDuration(t, attempt1, rec.FirstFailedAt, time.Millisecond)
 	require.False(t, rec.DeadLetteredAt.Before(rec.Attempts[4].StartedAt))
-	require.Equal(t, workflows.Source{Topic: "causet.events.v1", Partition: 1, Offset: 7}, rec.Source)
+	require.Equal(t, contract.Source{Topic: "causet.events.v1", Partition: 1, Offset: 7}, rec.Source)
 	require.Equal(t, &dlq.WorkflowRef{Namespace: srv.Namespace, ID: id, RunID: run.GetRunID()}, rec.Workflow)
 	require.Equal(t, map[string]string{
 		dlq.HeaderProjection: "artist_followers", dlq.HeaderEventType: "ARTIST_FOLLOWED", dlq.HeaderRetryCount: "5",
@@ -231,9 +231,9 @@ func TestKafkaWorkerEndToEnd(t *testing.T) {
 
 	// Fix the projection, replay by signal, and the row appears.
 	deploy(t, ctx, pool, fixedIR)
-	_, err = srv.CLI("workflow", "signal", "--workflow-id", id, "--name", workflows.SignalReplay, "--input", `{"reason":"IR v2 drops followed_at"}`)
+	_, err = srv.CLI("workflow", "signal", "--workflow-id", id, "--name", contract.SignalReplay, "--input", `{"reason":"IR v2 drops followed_at"}`)
 	require.NoError(t, err)
-	st = waitState(t, ctx, srv.Client, id, workflows.StateSucceeded, 30*time.Second)
+	st = waitState(t, ctx, srv.Client, id, contract.StateSucceeded, 30*time.Second)
 	require.Equal(t, 1, st.ReplayCount)
 	require.Equal(t, 2, st.IRVersion)
 	var n int
@@ -251,19 +251,19 @@ func TestKafkaWorkerEndToEnd(t *testing.T) {
 
 func temporalAttrs(ev event.Envelope, projectionName string) temporal.SearchAttributes {
 	return temporal.NewSearchAttributes(
-		workflows.AttrProjection.ValueSet(projectionName),
-		workflows.AttrEventType.ValueSet(ev.EventType),
-		workflows.AttrEntityID.ValueSet(ev.EntityID),
-		workflows.AttrForkID.ValueSet(ev.ForkID),
-		workflows.AttrRetryState.ValueSet(string(workflows.StateRetrying)),
+		contract.AttrProjection.ValueSet(projectionName),
+		contract.AttrEventType.ValueSet(ev.EventType),
+		contract.AttrEntityID.ValueSet(ev.EntityID),
+		contract.AttrForkID.ValueSet(ev.ForkID),
+		contract.AttrRetryState.ValueSet(string(contract.StateRetrying)),
 	)
 }
 
-func waitState(t *testing.T, ctx context.Context, c client.Client, id string, want workflows.State, within time.Duration) workflows.Status {
+func waitState(t *testing.T, ctx context.Context, c client.Client, id string, want contract.State, within time.Duration) contract.Status {
 	t.Helper()
-	var st workflows.Status
+	var st contract.Status
 	require.Eventually(t, func() bool {
-		v, err := c.QueryWorkflow(ctx, id, "", workflows.QueryStatus)
+		v, err := c.QueryWorkflow(ctx, id, "", contract.QueryStatus)
 		if err != nil {
 			return false
 		}

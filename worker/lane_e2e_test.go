@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
 	"github.com/causet/projection-retry/workflows"
 )
@@ -28,7 +29,7 @@ var shortRetry = config.Retry{MaxAttempts: 3, Initial: time.Second, Multiplier: 
 func newLaneEnv(t *testing.T) *laneEnv {
 	w := newWorkerEnv(t, fixedIR)
 	entity := "user-" + w.tq
-	return &laneEnv{workerEnv: w, t: t, entity: entity, lane: workflows.LaneWorkflowID("artist_followers", "production", entity)}
+	return &laneEnv{workerEnv: w, t: t, entity: entity, lane: contract.LaneWorkflowID("artist_followers", "production", entity)}
 }
 
 // count is the number of rows the entity has.
@@ -49,11 +50,11 @@ func (e *laneEnv) startOutside(ev event.Envelope) string {
 	res, err := e.engine.Apply(e.ctx, "artist_followers", ev)
 	require.NoError(e.t, err)
 	require.NotNil(e.t, res.Err, "attempt 1 of %s fails", ev.EventID)
-	id := workflows.RetryWorkflowID("artist_followers", ev.ForkID, ev.EventID)
+	id := contract.RetryWorkflowID("artist_followers", ev.ForkID, ev.EventID)
 	_, err = e.srv.Client.ExecuteWorkflow(e.ctx, client.StartWorkflowOptions{ID: id, TaskQueue: e.tq, TypedSearchAttributes: temporalAttrs(ev, "artist_followers")},
-		workflows.RetryWorkflowName, workflows.RetryInput{
+		contract.RetryWorkflowName, contract.RetryInput{
 			Event: ev, Projection: "artist_followers", Key: []byte(e.entity), Mode: config.ModeInline,
-			FirstAttempt: &workflows.Attempt{Number: 1, StartedAt: time.Now().UTC(), ErrorKind: string(res.Err.Kind), Error: res.Err.Error()},
+			FirstAttempt: &contract.Attempt{Number: 1, StartedAt: time.Now().UTC(), ErrorKind: string(res.Err.Kind), Error: res.Err.Error()},
 			Retry:        shortRetry, ReplayWindow: time.Minute,
 		})
 	require.NoError(e.t, err)
@@ -64,12 +65,12 @@ func (e *laneEnv) startOutside(ev event.Envelope) string {
 func (e *laneEnv) enqueue(ev event.Envelope, waitFor string) {
 	op := e.srv.Client.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
 		ID: e.lane, TaskQueue: e.tq, WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-	}, workflows.LaneWorkflowName, workflows.LaneInput{Projection: "artist_followers", ForkID: "production", EntityID: e.entity})
+	}, contract.LaneWorkflowName, contract.LaneInput{Projection: "artist_followers", ForkID: "production", EntityID: e.entity})
 	h, err := e.srv.Client.UpdateWithStartWorkflow(e.ctx, client.UpdateWithStartWorkflowOptions{
 		StartWorkflowOperation: op,
 		UpdateOptions: client.UpdateWorkflowOptions{
-			UpdateName: workflows.UpdateEnqueue, WaitForStage: client.WorkflowUpdateStageCompleted,
-			Args: []any{workflows.RetryInput{Event: ev, Projection: "artist_followers", Key: []byte(e.entity),
+			UpdateName: contract.UpdateEnqueue, WaitForStage: client.WorkflowUpdateStageCompleted,
+			Args: []any{contract.RetryInput{Event: ev, Projection: "artist_followers", Key: []byte(e.entity),
 				Mode: config.ModeWorkflow, Retry: shortRetry, ReplayWindow: time.Minute, WaitFor: waitFor}},
 		},
 	})
@@ -81,7 +82,7 @@ func (e *laneEnv) enqueue(ev event.Envelope, waitFor string) {
 // childStart checks that the retry workflow id ran as the lane's child and
 // returns when it started.
 func (e *laneEnv) childStart(id string) time.Time {
-	var describer workflows.Describer = e.srv.Client
+	var describer contract.Describer = e.srv.Client
 	desc, err := describer.DescribeWorkflowExecution(e.ctx, id, "")
 	require.NoError(e.t, err)
 	require.Equal(e.t, e.lane, desc.GetWorkflowExecutionInfo().GetParentExecution().GetWorkflowId(), "%s ran as the lane's child", id)
@@ -103,9 +104,9 @@ func TestKafkaLaneWaitsForHeadEndToEnd(t *testing.T) {
 	var lst workflows.LaneStatus
 	require.NoError(t, e.srv.Client.GetWorkflow(e.ctx, e.lane, "").Get(e.ctx, &lst))
 	require.Equal(t, 1, lst.Done)
-	headSt := waitState(t, e.ctx, e.srv.Client, head, workflows.StateDeadLettered, 10*time.Second)
-	laterID := workflows.RetryWorkflowID("artist_followers", later.ForkID, later.EventID)
-	waitState(t, e.ctx, e.srv.Client, laterID, workflows.StateSucceeded, 10*time.Second)
+	headSt := waitState(t, e.ctx, e.srv.Client, head, contract.StateDeadLettered, 10*time.Second)
+	laterID := contract.RetryWorkflowID("artist_followers", later.ForkID, later.EventID)
+	waitState(t, e.ctx, e.srv.Client, laterID, contract.StateSucceeded, 10*time.Second)
 	require.Len(t, headSt.Attempts, 3)
 	started := e.childStart(laterID)
 	require.True(t, started.After(headSt.Attempts[2].StartedAt),
@@ -132,10 +133,10 @@ func TestKafkaLaneWaitsForEventHandedOverBefore(t *testing.T) {
 	var lst workflows.LaneStatus
 	require.NoError(t, e.srv.Client.GetWorkflow(e.ctx, e.lane, "").Get(e.ctx, &lst))
 	require.Equal(t, 2, lst.Done)
-	firstSt := waitState(t, e.ctx, e.srv.Client, firstID, workflows.StateDeadLettered, 10*time.Second)
+	firstSt := waitState(t, e.ctx, e.srv.Client, firstID, contract.StateDeadLettered, 10*time.Second)
 	require.Len(t, firstSt.Attempts, 3, "one run of the first event's workflow")
-	nextID := workflows.RetryWorkflowID("artist_followers", next.ForkID, next.EventID)
-	waitState(t, e.ctx, e.srv.Client, nextID, workflows.StateSucceeded, 10*time.Second)
+	nextID := contract.RetryWorkflowID("artist_followers", next.ForkID, next.EventID)
+	waitState(t, e.ctx, e.srv.Client, nextID, contract.StateSucceeded, 10*time.Second)
 	started := e.childStart(nextID)
 	require.True(t, started.After(firstSt.Attempts[2].StartedAt),
 		"the next event started after the first one's last attempt: %v vs %v", started, firstSt.Attempts[2].StartedAt)

@@ -22,6 +22,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/causet/projection-retry/activities"
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/workflows"
 )
 
@@ -82,11 +83,11 @@ func New(o Options) (sdkworker.Worker, error) {
 
 // Register adds the workflows and activities under their contract names.
 func Register(r sdkworker.Registry, a *activities.Activities) {
-	r.RegisterWorkflowWithOptions(workflows.ProjectionRetryWorkflow, workflow.RegisterOptions{Name: workflows.RetryWorkflowName})
-	r.RegisterWorkflowWithOptions(workflows.ProjectionLaneWorkflow, workflow.RegisterOptions{Name: workflows.LaneWorkflowName})
-	r.RegisterActivityWithOptions(a.ApplyProjection, activity.RegisterOptions{Name: workflows.ApplyProjectionActivity})
-	r.RegisterActivityWithOptions(a.PublishDeadLetter, activity.RegisterOptions{Name: workflows.PublishDeadLetterActivity})
-	r.RegisterActivityWithOptions(a.AwaitRetrySettled, activity.RegisterOptions{Name: workflows.AwaitRetrySettledActivity})
+	r.RegisterWorkflowWithOptions(workflows.ProjectionRetryWorkflow, workflow.RegisterOptions{Name: contract.RetryWorkflowName})
+	r.RegisterWorkflowWithOptions(workflows.ProjectionLaneWorkflow, workflow.RegisterOptions{Name: contract.LaneWorkflowName})
+	r.RegisterActivityWithOptions(a.ApplyProjection, activity.RegisterOptions{Name: contract.ApplyProjectionActivity})
+	r.RegisterActivityWithOptions(a.PublishDeadLetter, activity.RegisterOptions{Name: contract.PublishDeadLetterActivity})
+	r.RegisterActivityWithOptions(a.AwaitRetrySettled, activity.RegisterOptions{Name: contract.AwaitRetrySettledActivity})
 }
 
 // MissingSearchAttributesError lists the commands that create the search
@@ -112,11 +113,11 @@ func (e *MissingSearchAttributesError) Error() string {
 func EnsureSearchAttributes(ctx context.Context, ops operatorservice.OperatorServiceClient, namespace string) error {
 	resp, err := ops.ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
 	if err != nil {
-		return &MissingSearchAttributesError{Namespace: namespace, Missing: workflows.SearchAttributeNames, Cause: err}
+		return &MissingSearchAttributesError{Namespace: namespace, Missing: contract.SearchAttributeNames, Cause: err}
 	}
 	add := map[string]enumspb.IndexedValueType{}
 	var missing []string
-	for _, name := range workflows.SearchAttributeNames {
+	for _, name := range contract.SearchAttributeNames {
 		if _, ok := resp.GetCustomAttributes()[name]; !ok {
 			add[name] = enumspb.INDEXED_VALUE_TYPE_KEYWORD
 			missing = append(missing, name)

@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
-	"github.com/causet/projection-retry/workflows"
 )
 
 func TestWorkflowIDs(t *testing.T) {
@@ -30,8 +30,8 @@ func TestWorkflowIDs(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			require.Equal(t, tc.retry, workflows.RetryWorkflowID(tc.projection, tc.fork, tc.field))
-			require.Equal(t, tc.lane, workflows.LaneWorkflowID(tc.projection, tc.fork, tc.field))
+			require.Equal(t, tc.retry, contract.RetryWorkflowID(tc.projection, tc.fork, tc.field))
+			require.Equal(t, tc.lane, contract.LaneWorkflowID(tc.projection, tc.fork, tc.field))
 		})
 	}
 }
@@ -49,8 +49,8 @@ func TestWorkflowIDsDoNotCollide(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			require.NotEqual(t, workflows.RetryWorkflowID(tc.a[0], tc.a[1], tc.a[2]), workflows.RetryWorkflowID(tc.b[0], tc.b[1], tc.b[2]))
-			require.NotEqual(t, workflows.LaneWorkflowID(tc.a[0], tc.a[1], tc.a[2]), workflows.LaneWorkflowID(tc.b[0], tc.b[1], tc.b[2]))
+			require.NotEqual(t, contract.RetryWorkflowID(tc.a[0], tc.a[1], tc.a[2]), contract.RetryWorkflowID(tc.b[0], tc.b[1], tc.b[2]))
+			require.NotEqual(t, contract.LaneWorkflowID(tc.a[0], tc.a[1], tc.a[2]), contract.LaneWorkflowID(tc.b[0], tc.b[1], tc.b[2]))
 		})
 	}
 }
@@ -61,7 +61,7 @@ func FuzzRetryWorkflowID(f *testing.F) {
 	f.Add("p", "a:b", "c")
 	f.Add("p", "%3A", "%%::")
 	f.Fuzz(func(t *testing.T, projection, fork, id string) {
-		for _, got := range []string{workflows.RetryWorkflowID(projection, fork, id), workflows.LaneWorkflowID(projection, fork, id)} {
+		for _, got := range []string{contract.RetryWorkflowID(projection, fork, id), contract.LaneWorkflowID(projection, fork, id)} {
 			parts := strings.Split(got, ":")
 			require.Len(t, parts, 4, got)
 			for i, want := range []string{projection, fork, id} {
@@ -79,6 +79,6 @@ func FuzzRetryWorkflowID(f *testing.F) {
 func TestWorkflowIDsWithinTemporalLimit(t *testing.T) {
 	projection := strings.Repeat("p", 63)
 	fork := strings.Repeat(":", event.MaxForkIDBytes)
-	require.LessOrEqual(t, len(workflows.RetryWorkflowID(projection, fork, strings.Repeat("%", event.MaxEventIDBytes))), 1000)
-	require.LessOrEqual(t, len(workflows.LaneWorkflowID(projection, fork, strings.Repeat(":", event.MaxEntityIDBytes))), 1000)
+	require.LessOrEqual(t, len(contract.RetryWorkflowID(projection, fork, strings.Repeat("%", event.MaxEventIDBytes))), 1000)
+	require.LessOrEqual(t, len(contract.LaneWorkflowID(projection, fork, strings.Repeat(":", event.MaxEntityIDBytes))), 1000)
 }

@@ -8,16 +8,8 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
-)
 
-// Names of the ordering lane's contract.
-const (
-	// UpdateEnqueue adds an event to a lane; its validator refuses once the lane closes.
-	UpdateEnqueue = "enqueue"
-	// SignalChildSettled tells a lane that its current child reached dead_lettered.
-	SignalChildSettled = "child_settled"
-	// QueryLaneStatus answers the lane's status.
-	QueryLaneStatus = "status"
+	"github.com/causet/projection-retry/contract"
 )
 
 // escapedIDsChange versions the child IDs, whose fields are escaped since
@@ -32,35 +24,6 @@ const laneWaitOnceChange = "lane-wait-once"
 // that existed before the lane got its event.
 const laneAwaitHandedOverChange = "lane-await-handed-over"
 
-// LaneFullErrorType is the ApplicationError type of the enqueue validator's
-// refusal when the lane holds its bound (LaneInput.MaxQueued or
-// MaxQueuedBytes): the bridge keeps the event and tries again later.
-const LaneFullErrorType = "LaneFull"
-
-// ErrLaneClosing is the enqueue validator's refusal: the lane has run every
-// event it accepted (or is finishing the last ones) and takes no more. The
-// bridge then waits for the lane to complete, clears the key's block and
-// applies the event inline.
-var ErrLaneClosing = errors.New("lane is closing")
-
-// LaneInput starts (or continues) the lane of one (projection, fork, entity).
-type LaneInput struct {
-	Projection string `json:"projection"`
-	ForkID     string `json:"forkId"`
-	EntityID   string `json:"entityId"`
-	// Queue carries accepted events across continue-as-new.
-	Queue []RetryInput `json:"queue,omitempty"`
-	// Done carries the count of finished events across continue-as-new.
-	Done int `json:"done,omitempty"`
-	// MaxQueued and MaxQueuedBytes bound the queue (0: no bound): past
-	// them enqueue is refused with LaneFullErrorType, so the queue, which is
-	// the continue-as-new input, stays under Temporal's blob limit and the
-	// history a waiting lane gathers stays small. A first event is always
-	// taken, whatever its size (the bridge bounds events).
-	MaxQueued      int `json:"maxQueued,omitempty"`
-	MaxQueuedBytes int `json:"maxQueuedBytes,omitempty"`
-}
-
 // LaneStatus answers the lane's status query and is its result.
 type LaneStatus struct {
 	Key         string `json:"key"`
@@ -70,100 +33,123 @@ type LaneStatus struct {
 	Closing     bool   `json:"closing"`
 }
 
-// ChildSettled is the payload of SignalChildSettled.
-type ChildSettled struct {
-	WorkflowID string `json:"workflowId"`
-	State      State  `json:"state"`
-}
-
 // ProjectionLaneWorkflow runs the events of one blocked key in order, each as
 // a child ProjectionRetryWorkflow, moving on when the child succeeds or is
 // dead-lettered. Children outlive the lane. When its queue is empty the lane
 // starts closing: from then on the enqueue validator refuses, so an event can
 // never be accepted by a lane that will not run it before a later event is
 // applied inline.
-func ProjectionLaneWorkflow(ctx workflow.Context, in LaneInput) (LaneStatus, error) {
-	queue := in.Queue
-	queuedBytes := 0
-	for _, ev := range queue {
-		queuedBytes += inputSize(ev)
+func ProjectionLaneWorkflow(ctx workflow.Context, in contract.LaneInput) (LaneStatus, error) {
+	l := &laneRun{in: in, queue: in.Queue, status: LaneStatus{Key: in.Projection + ":" + in.ForkID + ":" + in.EntityID, Done: in.Done}}
+	for _, ev := range l.queue {
+		l.queuedBytes += inputSize(ev)
 	}
-	st := LaneStatus{Key: in.Projection + ":" + in.ForkID + ":" + in.EntityID, Done: in.Done}
-	closing := false
-	if err := workflow.SetQueryHandler(ctx, QueryLaneStatus, func() (LaneStatus, error) {
-		s := st
-		s.QueueLength, s.Closing = len(queue), closing
-		return s, nil
-	}); err != nil {
-		return st, err
+	if err := workflow.SetQueryHandler(ctx, contract.QueryLaneStatus, l.query); err != nil {
+		return l.status, err
 	}
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateEnqueue,
-		func(ctx workflow.Context, ev RetryInput) (int, error) {
-			queue = append(queue, ev)
-			queuedBytes += inputSize(ev)
-			return len(queue), nil
-		},
-		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, ev RetryInput) error {
-			if closing {
-				return ErrLaneClosing
-			}
-			if ev.Projection != in.Projection || ev.Event.ForkID != in.ForkID || ev.Event.EntityID != in.EntityID {
-				return fmt.Errorf("event %s belongs to another lane", ev.Event.EventID)
-			}
-			if len(queue) > 0 && (in.MaxQueued > 0 && len(queue) >= in.MaxQueued ||
-				in.MaxQueuedBytes > 0 && queuedBytes+inputSize(ev) > in.MaxQueuedBytes) {
-				return temporal.NewApplicationError(fmt.Sprintf("lane is full: %d events, %d bytes queued", len(queue), queuedBytes), LaneFullErrorType)
-			}
-			return nil
-		}},
-	); err != nil {
-		return st, err
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, contract.UpdateEnqueue, l.enqueue,
+		workflow.UpdateHandlerOptions{Validator: l.validate}); err != nil {
+		return l.status, err
 	}
-	settled := workflow.GetSignalChannel(ctx, SignalChildSettled)
+	return l.run(ctx)
+}
+
+// laneRun is one run of a lane: its queue, carried across continue-as-new,
+// and what its status query answers.
+type laneRun struct {
+	in          contract.LaneInput
+	queue       []contract.RetryInput
+	queuedBytes int
+	closing     bool
+	status      LaneStatus
 	// waited is the head this run last saw settle: a settled head never
 	// holds its key again, so later events carrying it need no second wait.
-	waited := ""
+	waited string
+}
 
+func (l *laneRun) query() (LaneStatus, error) {
+	s := l.status
+	s.QueueLength, s.Closing = len(l.queue), l.closing
+	return s, nil
+}
+
+func (l *laneRun) enqueue(_ workflow.Context, ev contract.RetryInput) (int, error) {
+	l.queue = append(l.queue, ev)
+	l.queuedBytes += inputSize(ev)
+	return len(l.queue), nil
+}
+
+// validate refuses an event once the lane is closing, one of another key,
+// and one past the lane's bounds (a first event is always taken).
+func (l *laneRun) validate(_ workflow.Context, ev contract.RetryInput) error {
+	in := l.in
+	if l.closing {
+		return temporal.NewApplicationError("lane is closing", contract.LaneClosingErrorType)
+	}
+	if ev.Projection != in.Projection || ev.Event.ForkID != in.ForkID || ev.Event.EntityID != in.EntityID {
+		return fmt.Errorf("event %s belongs to another lane", ev.Event.EventID)
+	}
+	if len(l.queue) > 0 && (in.MaxQueued > 0 && len(l.queue) >= in.MaxQueued ||
+		in.MaxQueuedBytes > 0 && l.queuedBytes+inputSize(ev) > in.MaxQueuedBytes) {
+		return temporal.NewApplicationError(fmt.Sprintf("lane is full: %d events, %d bytes queued", len(l.queue), l.queuedBytes), contract.LaneFullErrorType)
+	}
+	return nil
+}
+
+// run runs the queue until it is empty and every accepted update has
+// finished, continuing as new when the history grows long.
+func (l *laneRun) run(ctx workflow.Context) (LaneStatus, error) {
+	settled := workflow.GetSignalChannel(ctx, contract.SignalChildSettled)
 	for {
-		for len(queue) > 0 {
-			next := queue[0]
-			queue = queue[1:]
-			queuedBytes -= inputSize(next)
-			if next.WaitFor != "" && !(next.WaitFor == waited && waitOnce(ctx)) {
-				// An earlier event of the key retries outside the lane.
-				st.Current = next.WaitFor
-				if err := awaitSettled(ctx, next.WaitFor); err != nil {
-					return st, err
-				}
-				waited = next.WaitFor
+		for len(l.queue) > 0 {
+			next := l.queue[0]
+			l.queue = l.queue[1:]
+			l.queuedBytes -= inputSize(next)
+			if err := l.runOne(ctx, next, settled); err != nil {
+				return l.status, err
 			}
-			st.Current = laneChildID(ctx, next)
-			if err := runChild(ctx, next, st.Current, settled); err != nil {
-				return st, err
-			}
-			st.Current = ""
-			st.Done++
-			if workflow.GetInfo(ctx).GetContinueAsNewSuggested() && len(queue) > 0 {
+			if workflow.GetInfo(ctx).GetContinueAsNewSuggested() && len(l.queue) > 0 {
 				if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
-					return st, err
+					return l.status, err
 				}
-				return st, workflow.NewContinueAsNewError(ctx, ProjectionLaneWorkflow, LaneInput{
-					Projection: in.Projection, ForkID: in.ForkID, EntityID: in.EntityID, Queue: queue, Done: st.Done,
+				in := l.in
+				return l.status, workflow.NewContinueAsNewError(ctx, ProjectionLaneWorkflow, contract.LaneInput{
+					Projection: in.Projection, ForkID: in.ForkID, EntityID: in.EntityID, Queue: l.queue, Done: l.status.Done,
 					MaxQueued: in.MaxQueued, MaxQueuedBytes: in.MaxQueuedBytes,
 				})
 			}
 		}
-		closing = true
+		l.closing = true
 		// Updates accepted before closing was set finish first; any event they
 		// added still runs here, before the lane completes.
 		if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
-			return st, err
+			return l.status, err
 		}
-		if len(queue) == 0 {
-			st.Closing = true
-			return st, nil
+		if len(l.queue) == 0 {
+			l.status.Closing = true
+			return l.status, nil
 		}
 	}
+}
+
+// runOne runs one event: after the head it waits for, if it has not seen
+// that head settle, then as a child retry workflow.
+func (l *laneRun) runOne(ctx workflow.Context, next contract.RetryInput, settled workflow.ReceiveChannel) error {
+	if next.WaitFor != "" && !(next.WaitFor == l.waited && waitOnce(ctx)) {
+		// An earlier event of the key retries outside the lane.
+		l.status.Current = next.WaitFor
+		if err := awaitSettled(ctx, next.WaitFor); err != nil {
+			return err
+		}
+		l.waited = next.WaitFor
+	}
+	l.status.Current = laneChildID(ctx, next)
+	if err := runChild(ctx, next, l.status.Current, settled); err != nil {
+		return err
+	}
+	l.status.Current = ""
+	l.status.Done++
+	return nil
 }
 
 // runChild starts the event's retry workflow and waits until it succeeds,
@@ -171,20 +157,14 @@ func ProjectionLaneWorkflow(ctx workflow.Context, in LaneInput) (LaneStatus, err
 // (the event was handed over before, e.g. by a bridge that crashed before
 // committing its offset) is not started again — its own workflow ID makes
 // it exactly one run — and is waited for until it settles.
-func runChild(ctx workflow.Context, in RetryInput, id string, settled workflow.ReceiveChannel) error {
+func runChild(ctx workflow.Context, in contract.RetryInput, id string, settled workflow.ReceiveChannel) error {
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 		WorkflowID:            id,
 		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_ABANDON,
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-		TypedSearchAttributes: temporal.NewSearchAttributes(
-			AttrProjection.ValueSet(in.Projection),
-			AttrEventType.ValueSet(in.Event.EventType),
-			AttrEntityID.ValueSet(in.Event.EntityID),
-			AttrForkID.ValueSet(in.Event.ForkID),
-			AttrRetryState.ValueSet(string(StateRetrying)),
-		),
+		TypedSearchAttributes: in.SearchAttributes(),
 	})
-	child := workflow.ExecuteChildWorkflow(cctx, RetryWorkflowName, in)
+	child := workflow.ExecuteChildWorkflow(cctx, contract.RetryWorkflowName, in)
 	if err := child.GetChildWorkflowExecution().Get(ctx, nil); err != nil {
 		var started *temporal.ChildWorkflowExecutionAlreadyStartedError
 		if errors.As(err, &started) {
@@ -208,7 +188,7 @@ func runChild(ctx workflow.Context, in RetryInput, id string, settled workflow.R
 		done = true
 	})
 	sel.AddReceive(settled, func(c workflow.ReceiveChannel, _ bool) {
-		var s ChildSettled
+		var s contract.ChildSettled
 		c.Receive(ctx, &s)
 		done = s.WorkflowID == id
 	})
@@ -221,7 +201,7 @@ func runChild(ctx workflow.Context, in RetryInput, id string, settled workflow.R
 // inputSize is an event's share of the lane's continue-as-new input: its
 // JSON size, which is deterministic for a given input (encoding/json's type
 // cache, which workflowcheck flags, does not change what it writes).
-func inputSize(ev RetryInput) int {
+func inputSize(ev contract.RetryInput) int {
 	b, err := json.Marshal(ev) //workflowcheck:ignore
 	if err != nil {
 		return 0
@@ -230,11 +210,11 @@ func inputSize(ev RetryInput) int {
 }
 
 // laneChildID is the ID of the retry workflow the lane runs for in.
-func laneChildID(ctx workflow.Context, in RetryInput) string {
+func laneChildID(ctx workflow.Context, in contract.RetryInput) string {
 	if workflow.GetVersion(ctx, escapedIDsChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return "projection-retry:" + in.Projection + ":" + in.Event.ForkID + ":" + in.Event.EventID
 	}
-	return RetryWorkflowID(in.Projection, in.Event.ForkID, in.Event.EventID)
+	return contract.RetryWorkflowID(in.Projection, in.Event.ForkID, in.Event.EventID)
 }
 
 // waitOnce reports whether this run skips a second wait for a settled head;

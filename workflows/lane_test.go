@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
 	"github.com/causet/projection-retry/projection"
 	"github.com/causet/projection-retry/workflows"
@@ -32,19 +33,19 @@ func (o *orderApplier) Apply(_ context.Context, name string, ev event.Envelope) 
 	if o.fails[ev.EventID] > 0 {
 		o.fails[ev.EventID]--
 		return projection.Result{Projection: name, EventID: ev.EventID, Status: projection.StatusFailed,
-			Err: &projection.ApplyError{Kind: projection.KindSQL, Err: errors.New("boom")}}, nil
+			Err: &projection.ApplyError{Kind: contract.KindSQL, Err: errors.New("boom")}}, nil
 	}
 	o.applied = append(o.applied, ev.EventID)
 	return projection.Result{Projection: name, EventID: ev.EventID, Status: projection.StatusApplied, IRVersion: 1}, nil
 }
 
-func laneEvent(id string, inline bool) workflows.RetryInput {
+func laneEvent(id string, inline bool) contract.RetryInput {
 	ev := testEvent()
 	ev.EventID = id
-	in := workflows.RetryInput{Event: ev, Projection: "artist_followers", Mode: config.ModeWorkflow, Retry: config.DefaultRetry(), ReplayWindow: time.Hour}
+	in := contract.RetryInput{Event: ev, Projection: "artist_followers", Mode: config.ModeWorkflow, Retry: config.DefaultRetry(), ReplayWindow: time.Hour}
 	if inline {
 		in.Mode = config.ModeInline
-		in.FirstAttempt = &workflows.Attempt{Number: 1, StartedAt: start, ErrorKind: "sql", Error: "boom"}
+		in.FirstAttempt = &contract.Attempt{Number: 1, StartedAt: start, ErrorKind: "sql", Error: "boom"}
 	}
 	return in
 }
@@ -59,17 +60,17 @@ type updateResult struct {
 	err      error
 }
 
-func enqueue(h *harness, in workflows.RetryInput) *updateResult {
+func enqueue(h *harness, in contract.RetryInput) *updateResult {
 	u := &updateResult{}
-	h.env.UpdateWorkflow(workflows.UpdateEnqueue, in.Event.EventID, &testsuite.TestUpdateCallback{
+	h.env.UpdateWorkflow(contract.UpdateEnqueue, in.Event.EventID, &testsuite.TestUpdateCallback{
 		OnAccept: func() { u.accepted = true },
 		OnReject: func(err error) { u.err = err },
 	}, in)
 	return u
 }
 
-func laneInput() workflows.LaneInput {
-	return workflows.LaneInput{Projection: "artist_followers", ForkID: "production", EntityID: "user-123"}
+func laneInput() contract.LaneInput {
+	return contract.LaneInput{Projection: "artist_followers", ForkID: "production", EntityID: "user-123"}
 }
 
 func TestLaneAppliesInOrderAfterHeadRetries(t *testing.T) {
@@ -81,7 +82,7 @@ func TestLaneAppliesInOrderAfterHeadRetries(t *testing.T) {
 	for i, id := range []string{"e2", "e3", "e4"} {
 		h.env.RegisterDelayedCallback(func() { updates = append(updates, enqueue(h, laneEvent(id, false))) }, time.Duration(i+1)*100*time.Millisecond)
 	}
-	h.env.ExecuteWorkflow(workflows.LaneWorkflowName, laneInput())
+	h.env.ExecuteWorkflow(contract.LaneWorkflowName, laneInput())
 	require.NoError(t, h.env.GetWorkflowError())
 	require.Equal(t, []string{"head", "e2", "e3", "e4"}, o.applied)
 	for _, u := range updates {
@@ -98,7 +99,7 @@ func TestLaneMovesOnAfterDeadLetter(t *testing.T) {
 	h, o := newLaneHarness(t, map[string]int{"head": 100})
 	h.env.RegisterDelayedCallback(func() { enqueue(h, laneEvent("head", true)) }, 0)
 	h.env.RegisterDelayedCallback(func() { enqueue(h, laneEvent("e2", false)) }, 100*time.Millisecond)
-	h.env.ExecuteWorkflow(workflows.LaneWorkflowName, laneInput())
+	h.env.ExecuteWorkflow(contract.LaneWorkflowName, laneInput())
 	require.NoError(t, h.env.GetWorkflowError())
 	require.Equal(t, []string{"e2"}, o.applied)
 	require.Len(t, h.publisher.records, 1, "the head was dead-lettered")
@@ -113,7 +114,7 @@ func TestLaneRefusesEventsOfAnotherKey(t *testing.T) {
 		other.Event.EntityID = "user-999"
 		wrong = enqueue(h, other)
 	}, 0)
-	h.env.ExecuteWorkflow(workflows.LaneWorkflowName, laneInput())
+	h.env.ExecuteWorkflow(contract.LaneWorkflowName, laneInput())
 	require.NoError(t, h.env.GetWorkflowError())
 	require.False(t, wrong.accepted)
 	require.ErrorContains(t, wrong.err, "belongs to another lane")
@@ -125,10 +126,10 @@ func TestLaneRefusesEventsOfAnotherKey(t *testing.T) {
 func TestLaneRefusesPastItsBound(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		bound func(*workflows.LaneInput)
+		bound func(*contract.LaneInput)
 	}{
-		{"events", func(in *workflows.LaneInput) { in.MaxQueued = 2 }},
-		{"bytes", func(in *workflows.LaneInput) { in.MaxQueuedBytes = 2*len(mustJSON(t, laneEvent("e1", false))) + 10 }},
+		{"events", func(in *contract.LaneInput) { in.MaxQueued = 2 }},
+		{"bytes", func(in *contract.LaneInput) { in.MaxQueuedBytes = 2*len(mustJSON(t, laneEvent("e1", false))) + 10 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h, o := newLaneHarness(t, map[string]int{"head": 1, "e1": 1}) // the head holds the queue until +3 s, e1 runs from +3 to +4 s
@@ -142,7 +143,7 @@ func TestLaneRefusesPastItsBound(t *testing.T) {
 			h.env.RegisterDelayedCallback(func() { later = append(later, enqueue(h, laneEvent("e4", false))) }, 3500*time.Millisecond)
 			in := laneInput()
 			tc.bound(&in)
-			h.env.ExecuteWorkflow(workflows.LaneWorkflowName, in)
+			h.env.ExecuteWorkflow(contract.LaneWorkflowName, in)
 			require.NoError(t, h.env.GetWorkflowError())
 			for _, u := range first {
 				require.True(t, u.accepted)
@@ -150,7 +151,7 @@ func TestLaneRefusesPastItsBound(t *testing.T) {
 			require.False(t, full[0].accepted)
 			var ae *temporal.ApplicationError
 			require.ErrorAs(t, full[0].err, &ae)
-			require.Equal(t, workflows.LaneFullErrorType, ae.Type())
+			require.Equal(t, contract.LaneFullErrorType, ae.Type())
 			require.True(t, later[0].accepted, "room again once e1 left the queue: %v", later[0].err)
 			require.Equal(t, []string{"head", "e1", "e2", "e4"}, o.applied)
 		})

@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/workflows"
 )
 
@@ -22,8 +23,8 @@ func TestReplayRecordedHistories(t *testing.T) {
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()
-			r.RegisterWorkflowWithOptions(workflows.ProjectionRetryWorkflow, workflow.RegisterOptions{Name: workflows.RetryWorkflowName})
-			r.RegisterWorkflowWithOptions(workflows.ProjectionLaneWorkflow, workflow.RegisterOptions{Name: workflows.LaneWorkflowName})
+			r.RegisterWorkflowWithOptions(workflows.ProjectionRetryWorkflow, workflow.RegisterOptions{Name: contract.RetryWorkflowName})
+			r.RegisterWorkflowWithOptions(workflows.ProjectionLaneWorkflow, workflow.RegisterOptions{Name: contract.LaneWorkflowName})
 			require.NoError(t, r.ReplayWorkflowHistoryFromJSONFile(nil, f))
 		})
 	}
@@ -31,14 +32,14 @@ func TestReplayRecordedHistories(t *testing.T) {
 
 // replayedStatus replays a recorded retry workflow history and returns the
 // result the current code computes from it.
-func replayedStatus(t *testing.T, file string) workflows.Status {
+func replayedStatus(t *testing.T, file string) contract.Status {
 	t.Helper()
 	c := &captureStatus{}
 	r, err := worker.NewWorkflowReplayerWithOptions(worker.WorkflowReplayerOptions{
 		Interceptors: []interceptor.WorkerInterceptor{c},
 	})
 	require.NoError(t, err)
-	r.RegisterWorkflowWithOptions(workflows.ProjectionRetryWorkflow, workflow.RegisterOptions{Name: workflows.RetryWorkflowName})
+	r.RegisterWorkflowWithOptions(workflows.ProjectionRetryWorkflow, workflow.RegisterOptions{Name: contract.RetryWorkflowName})
 	require.NoError(t, r.ReplayWorkflowHistoryFromJSONFile(nil, filepath.Join("testdata", file)))
 	require.True(t, c.done, "the workflow returned")
 	return c.status
@@ -46,7 +47,7 @@ func replayedStatus(t *testing.T, file string) workflows.Status {
 
 type captureStatus struct {
 	interceptor.WorkerInterceptorBase
-	status workflows.Status
+	status contract.Status
 	done   bool
 }
 
@@ -63,7 +64,7 @@ type captureStatusInbound struct {
 
 func (i *captureStatusInbound) ExecuteWorkflow(ctx workflow.Context, in *interceptor.ExecuteWorkflowInput) (any, error) {
 	res, err := i.Next.ExecuteWorkflow(ctx, in)
-	if st, ok := res.(workflows.Status); ok {
+	if st, ok := res.(contract.Status); ok {
 		i.c.status, i.c.done = st, true
 	}
 	return res, err
@@ -74,7 +75,7 @@ func (i *captureStatusInbound) ExecuteWorkflow(ctx workflow.Context, in *interce
 // workflow task (replay_at_window_end.json): the replay runs.
 func TestReplayAtWindowEndRuns(t *testing.T) {
 	s := replayedStatus(t, "replay_at_window_end.json")
-	require.Equal(t, workflows.StateSucceeded, s.State)
+	require.Equal(t, contract.StateSucceeded, s.State)
 	require.Equal(t, 1, s.ReplayCount)
 	require.Equal(t, "fixed as the window ended", s.LastReplayReason)
 	require.Len(t, s.Attempts, 2)
@@ -86,7 +87,7 @@ func TestReplayAtWindowEndRuns(t *testing.T) {
 // signal was honoured, still replays the same way.
 func TestReplayAtWindowEndUnversioned(t *testing.T) {
 	s := replayedStatus(t, "replay_at_window_end_unversioned.json")
-	require.Equal(t, workflows.StateDeadLettered, s.State)
+	require.Equal(t, contract.StateDeadLettered, s.State)
 	require.Zero(t, s.ReplayCount)
 }
 
@@ -95,7 +96,7 @@ func TestReplayAtWindowEndUnversioned(t *testing.T) {
 // heartbeat, and its cause is attempt 1's failure.
 func TestReplayLastAttemptTimedOut(t *testing.T) {
 	s := replayedStatus(t, "last_attempt_timed_out.json")
-	require.Equal(t, workflows.StateDiscarded, s.State)
+	require.Equal(t, contract.StateDiscarded, s.State)
 	require.Len(t, s.Attempts, 2)
 	require.Equal(t, 1, s.Attempts[0].Number)
 	require.Equal(t, "sql", s.Attempts[0].ErrorKind)

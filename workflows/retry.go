@@ -9,14 +9,8 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
-)
-
-// Activity names as registered by the worker. The workflow refers to them by
-// name so that the activities package can use this package's types.
-const (
-	ApplyProjectionActivity   = "ApplyProjection"
-	PublishDeadLetterActivity = "PublishDeadLetter"
 )
 
 // ApplyInput is the ApplyProjection activity's input.
@@ -39,25 +33,11 @@ type ApplyOutput struct {
 	IRVersion int  `json:"irVersion"`
 	Duplicate bool `json:"duplicate,omitempty"`
 	// Attempts are the activity's failed attempts before the one that succeeded.
-	Attempts []Attempt `json:"attempts,omitempty"`
+	Attempts []contract.Attempt `json:"attempts,omitempty"`
 	// Attempt is the overall number of the attempt that succeeded.
 	Attempt   int       `json:"attempt"`
 	StartedAt time.Time `json:"startedAt"`
 }
-
-// DeadLetterInput is the PublishDeadLetter activity's input.
-type DeadLetterInput struct {
-	Event       event.Envelope `json:"event"`
-	Key         []byte         `json:"key,omitempty"`
-	Projection  string         `json:"projection"`
-	IRVersion   int            `json:"irVersion"`
-	Attempts    []Attempt      `json:"attempts"`
-	ReplayCount int            `json:"replayCount"`
-	Source      Source         `json:"source"`
-}
-
-// DefaultReplayWindow applies when the input carries no window.
-const DefaultReplayWindow = 168 * time.Hour
 
 const (
 	applyTimeout   = time.Minute
@@ -71,19 +51,15 @@ const (
 	changeSignalAtWindowEnd = "signal-at-window-end"
 )
 
-// kindSQL is the contract's errorKind for an execution error, under which
-// it also files an attempt that ran past its timeout.
-const kindSQL = "sql"
-
 // SettleUnreported marks as timed out every attempt in attempts that started
 // but never reported its outcome. ApplyProjection records each attempt in its
 // heartbeat details as it starts, so an attempt that overran its
 // StartToClose timeout (or whose worker was lost, which the server also ends
 // as a timeout) is still there with its number and start time.
-func SettleUnreported(attempts []Attempt) []Attempt {
+func SettleUnreported(attempts []contract.Attempt) []contract.Attempt {
 	for i := range attempts {
 		if attempts[i].ErrorKind == "" {
-			attempts[i].ErrorKind = kindSQL
+			attempts[i].ErrorKind = string(contract.KindSQL)
 			attempts[i].Error = fmt.Sprintf("attempt timed out after %s", applyTimeout)
 		}
 	}
@@ -102,18 +78,12 @@ var deadLetterRetry = &temporal.RetryPolicy{
 // ProjectionRetryWorkflow retries one (projection, event) on the configured
 // schedule, dead-letters it when every attempt failed, then waits for a
 // replay or discard signal for the replay window.
-func ProjectionRetryWorkflow(ctx workflow.Context, in RetryInput) (Status, error) {
-	r := &retryRun{in: in, status: Status{State: StateRetrying, Projection: in.Projection, EventID: in.Event.EventID}}
-	if err := workflow.SetQueryHandler(ctx, QueryStatus, r.query); err != nil {
+func ProjectionRetryWorkflow(ctx workflow.Context, in contract.RetryInput) (contract.Status, error) {
+	r := &retryRun{in: in, status: contract.Status{State: contract.StateRetrying, Projection: in.Projection, EventID: in.Event.EventID}}
+	if err := workflow.SetQueryHandler(ctx, contract.QueryStatus, r.query); err != nil {
 		return r.status, err
 	}
-	if err := workflow.UpsertTypedSearchAttributes(ctx,
-		AttrProjection.ValueSet(in.Projection),
-		AttrEventType.ValueSet(in.Event.EventType),
-		AttrEntityID.ValueSet(in.Event.EntityID),
-		AttrForkID.ValueSet(in.Event.ForkID),
-		AttrRetryState.ValueSet(string(StateRetrying)),
-	); err != nil {
+	if err := workflow.UpsertTypedSearchAttributes(ctx, in.SearchAttributeUpdates()...); err != nil {
 		return r.status, err
 	}
 
@@ -127,54 +97,54 @@ func ProjectionRetryWorkflow(ctx workflow.Context, in RetryInput) (Status, error
 	}
 	ok := r.runSchedule(ctx, plan, 0, attempt1)
 
-	replay := workflow.GetSignalChannel(ctx, SignalReplay)
-	discard := workflow.GetSignalChannel(ctx, SignalDiscard)
+	replay := workflow.GetSignalChannel(ctx, contract.SignalReplay)
+	discard := workflow.GetSignalChannel(ctx, contract.SignalDiscard)
 	for !ok {
 		if err := r.deadLetter(ctx); err != nil {
 			return r.status, err
 		}
-		if err := r.setState(ctx, StateDeadLettered); err != nil {
+		if err := r.setState(ctx, contract.StateDeadLettered); err != nil {
 			return r.status, err
 		}
 		r.tellLane(ctx)
 		next := r.awaitDecision(ctx, replay, discard)
 		switch next {
-		case SignalDiscard:
-			return r.status, r.setState(ctx, StateDiscarded)
+		case contract.SignalDiscard:
+			return r.status, r.setState(ctx, contract.StateDiscarded)
 		case "":
 			workflow.GetLogger(ctx).Info("replay window expired", "window", in.ReplayWindow)
 			return r.status, nil
 		}
 		r.status.ReplayCount++
-		if err := r.setState(ctx, StateReplaying); err != nil {
+		if err := r.setState(ctx, contract.StateReplaying); err != nil {
 			return r.status, err
 		}
 		ok = r.runSchedule(ctx, in.Retry.Plan(config.ModeWorkflow), r.status.ReplayCount, time.Time{})
 	}
-	return r.status, r.setState(ctx, StateSucceeded)
+	return r.status, r.setState(ctx, contract.StateSucceeded)
 }
 
 type retryRun struct {
-	in       RetryInput
-	status   Status
+	in       contract.RetryInput
+	status   contract.Status
 	toldLane bool
 }
 
-func (r *retryRun) setState(ctx workflow.Context, s State) error {
+func (r *retryRun) setState(ctx workflow.Context, s contract.State) error {
 	r.status.State = s
-	if s != StateRetrying && s != StateReplaying {
+	if s != contract.StateRetrying && s != contract.StateReplaying {
 		r.status.Schedule = nil
 	}
-	return workflow.UpsertTypedSearchAttributes(ctx, AttrRetryState.ValueSet(string(s)))
+	return workflow.UpsertTypedSearchAttributes(ctx, contract.AttrRetryState.ValueSet(string(s)))
 }
 
 // query answers the status query. The activity's retries are timed by the
 // server, so the next retry time is the first planned start still ahead of
 // the clock. Queries write nothing to history, so reading the wall clock
 // here cannot break replay.
-func (r *retryRun) query() (Status, error) {
+func (r *retryRun) query() (contract.Status, error) {
 	st := r.status
-	st.Attempts = append([]Attempt(nil), st.Attempts...)
+	st.Attempts = append([]contract.Attempt(nil), st.Attempts...)
 	now := time.Now() //workflowcheck:ignore
 	for _, at := range st.Schedule {
 		if at.After(now) {
@@ -183,6 +153,18 @@ func (r *retryRun) query() (Status, error) {
 		}
 	}
 	return st, nil
+}
+
+// retryPolicy is the activity's Temporal retry policy for the plan's
+// schedule; invalid_event is never retried.
+func retryPolicy(p *config.ActivityRetry) *temporal.RetryPolicy {
+	return &temporal.RetryPolicy{
+		InitialInterval:        p.InitialInterval,
+		BackoffCoefficient:     p.BackoffCoefficient,
+		MaximumInterval:        p.MaximumInterval,
+		MaximumAttempts:        p.MaximumAttempts,
+		NonRetryableErrorTypes: contract.NonRetryableErrorTypes,
+	}
 }
 
 // runSchedule runs the activity with the plan's retry policy and reports
@@ -211,7 +193,7 @@ func (r *retryRun) runSchedule(ctx workflow.Context, plan config.Plan, run int, 
 	}
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: applyTimeout,
-		RetryPolicy:         plan.Policy,
+		RetryPolicy:         retryPolicy(plan.Policy),
 	})
 	in := ApplyInput{
 		Event:        r.in.Event,
@@ -222,10 +204,10 @@ func (r *retryRun) runSchedule(ctx workflow.Context, plan config.Plan, run int, 
 		MaxAttempts:  len(plan.Offsets),
 	}
 	var out ApplyOutput
-	err := workflow.ExecuteActivity(actx, ApplyProjectionActivity, in).Get(ctx, &out)
+	err := workflow.ExecuteActivity(actx, contract.ApplyProjectionActivity, in).Get(ctx, &out)
 	if err == nil {
 		r.status.Attempts = append(r.status.Attempts, out.Attempts...)
-		r.status.Attempts = append(r.status.Attempts, Attempt{Number: out.Attempt, Run: run, StartedAt: out.StartedAt, IRVersion: out.IRVersion})
+		r.status.Attempts = append(r.status.Attempts, contract.Attempt{Number: out.Attempt, Run: run, StartedAt: out.StartedAt, IRVersion: out.IRVersion})
 		r.status.IRVersion = out.IRVersion
 		return true
 	}
@@ -242,12 +224,12 @@ func (r *retryRun) runSchedule(ctx workflow.Context, plan config.Plan, run int, 
 // A last attempt that timed out returned nothing; its attempts, itself
 // included, are in the heartbeat details the timeout carries. first is the
 // overall number of the activity's first attempt.
-func failedAttempts(ctx workflow.Context, err error, run, first int) []Attempt {
+func failedAttempts(ctx workflow.Context, err error, run, first int) []contract.Attempt {
 	// The timeout is checked first: its cause may be the previous attempt's
 	// ApplicationError, whose details lack the attempt that timed out.
 	var timeoutErr *temporal.TimeoutError
 	if errors.As(err, &timeoutErr) {
-		var attempts []Attempt
+		var attempts []contract.Attempt
 		if timeoutErr.HasLastHeartbeatDetails() {
 			// A decode failure only loses the earlier attempts' history.
 			_ = timeoutErr.LastHeartbeatDetails(&attempts)
@@ -262,25 +244,25 @@ func failedAttempts(ctx workflow.Context, err error, run, first int) []Attempt {
 		if n > 0 {
 			next = attempts[n-1].Number + 1
 		}
-		return SettleUnreported(append(attempts, Attempt{Number: next, Run: run, StartedAt: workflow.Now(ctx)}))
+		return SettleUnreported(append(attempts, contract.Attempt{Number: next, Run: run, StartedAt: workflow.Now(ctx)}))
 	}
 	var appErr *temporal.ApplicationError
 	if errors.As(err, &appErr) && appErr.HasDetails() {
-		var attempts []Attempt
+		var attempts []contract.Attempt
 		if derr := appErr.Details(&attempts); derr == nil && len(attempts) > 0 {
 			return attempts
 		}
 	}
 	// A panic leaves no details: record what is known, as an execution error.
-	kind := kindSQL
+	kind := string(contract.KindSQL)
 	if appErr != nil && appErr.Type() != "" {
 		kind = appErr.Type()
 	}
-	return []Attempt{{Number: 0, Run: run, StartedAt: workflow.Now(ctx), ErrorKind: kind, Error: err.Error()}}
+	return []contract.Attempt{{Number: 0, Run: run, StartedAt: workflow.Now(ctx), ErrorKind: kind, Error: err.Error()}}
 }
 
 func (r *retryRun) deadLetter(ctx workflow.Context) error {
-	var this []Attempt
+	var this []contract.Attempt
 	for _, a := range r.status.Attempts {
 		if a.Run == r.status.ReplayCount {
 			this = append(this, a)
@@ -290,7 +272,7 @@ func (r *retryRun) deadLetter(ctx workflow.Context) error {
 		StartToCloseTimeout: publishTimeout,
 		RetryPolicy:         deadLetterRetry,
 	})
-	in := DeadLetterInput{
+	in := contract.DeadLetterInput{
 		Event:       r.in.Event,
 		Key:         r.in.Key,
 		Projection:  r.in.Projection,
@@ -299,8 +281,8 @@ func (r *retryRun) deadLetter(ctx workflow.Context) error {
 		ReplayCount: r.status.ReplayCount,
 		Source:      r.in.Source,
 	}
-	var at DLQCoordinates
-	if err := workflow.ExecuteActivity(actx, PublishDeadLetterActivity, in).Get(ctx, &at); err != nil {
+	var at contract.DLQCoordinates
+	if err := workflow.ExecuteActivity(actx, contract.PublishDeadLetterActivity, in).Get(ctx, &at); err != nil {
 		return err
 	}
 	r.status.DLQ = &at
@@ -318,8 +300,8 @@ func (r *retryRun) tellLane(ctx workflow.Context) {
 	r.toldLane = true
 	id := workflow.GetInfo(ctx).WorkflowExecution.ID
 	// The lane may have closed already; that is no reason to fail this run.
-	if err := workflow.SignalExternalWorkflow(ctx, parent.ID, "", SignalChildSettled,
-		ChildSettled{WorkflowID: id, State: StateDeadLettered}).Get(ctx, nil); err != nil {
+	if err := workflow.SignalExternalWorkflow(ctx, parent.ID, "", contract.SignalChildSettled,
+		contract.ChildSettled{WorkflowID: id, State: contract.StateDeadLettered}).Get(ctx, nil); err != nil {
 		workflow.GetLogger(ctx).Info("lane not told of dead letter", "lane", parent.ID, "error", err)
 	}
 }
@@ -332,18 +314,18 @@ func (r *retryRun) awaitDecision(ctx workflow.Context, replay, discard workflow.
 	var got string
 	sel := workflow.NewSelector(ctx)
 	sel.AddReceive(replay, func(c workflow.ReceiveChannel, _ bool) {
-		var s ReplaySignal
+		var s contract.ReplaySignal
 		c.Receive(ctx, &s)
 		r.status.LastReplayReason = s.Reason
-		got = SignalReplay
+		got = contract.SignalReplay
 	})
 	sel.AddReceive(discard, func(c workflow.ReceiveChannel, _ bool) {
 		c.Receive(ctx, nil)
-		got = SignalDiscard
+		got = contract.SignalDiscard
 	})
 	window := r.in.ReplayWindow
 	if window <= 0 {
-		window = DefaultReplayWindow
+		window = contract.DefaultReplayWindow
 	}
 	sel.AddFuture(workflow.NewTimer(tctx, window), func(workflow.Future) {})
 	sel.Select(ctx)
@@ -368,11 +350,11 @@ func (r *retryRun) signalAtWindowEnd(ctx workflow.Context, replay, discard workf
 	if workflow.GetVersion(ctx, changeSignalAtWindowEnd, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return ""
 	}
-	var s ReplaySignal
+	var s contract.ReplaySignal
 	if replay.ReceiveAsync(&s) {
 		r.status.LastReplayReason = s.Reason
-		return SignalReplay
+		return contract.SignalReplay
 	}
 	discard.ReceiveAsync(nil)
-	return SignalDiscard
+	return contract.SignalDiscard
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/causet/projection-retry/activities"
 	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/event"
 	"github.com/causet/projection-retry/projection"
@@ -52,7 +53,7 @@ func (f *fakeApplier) Apply(_ context.Context, name string, ev event.Envelope) (
 	f.calls++
 	if f.calls <= f.failures {
 		return projection.Result{Projection: name, EventID: ev.EventID, IRVersion: 1, Status: projection.StatusFailed,
-			Err: &projection.ApplyError{Kind: projection.KindSQL, Err: f.err}}, nil
+			Err: &projection.ApplyError{Kind: contract.KindSQL, Err: f.err}}, nil
 	}
 	return projection.Result{Projection: name, EventID: ev.EventID, IRVersion: 2, Status: projection.StatusApplied}, nil
 }
@@ -65,15 +66,15 @@ type fakePublisher struct {
 	records  []dlq.Record
 }
 
-func (f *fakePublisher) Publish(_ context.Context, _ []byte, r dlq.Record) (workflows.DLQCoordinates, error) {
+func (f *fakePublisher) Publish(_ context.Context, _ []byte, r dlq.Record) (contract.DLQCoordinates, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
 	if f.calls <= f.failures {
-		return workflows.DLQCoordinates{}, errors.New("broker unavailable")
+		return contract.DLQCoordinates{}, errors.New("broker unavailable")
 	}
 	f.records = append(f.records, r)
-	return workflows.DLQCoordinates{Topic: "causet.projection-dlq.v1", Partition: 0, Offset: int64(len(f.records) - 1)}, nil
+	return contract.DLQCoordinates{Topic: "causet.projection-dlq.v1", Partition: 0, Offset: int64(len(f.records) - 1)}, nil
 }
 
 type harness struct {
@@ -105,12 +106,12 @@ func newHarnessApply(t *testing.T, a *activities.Activities, publisher *fakePubl
 	s.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
 	h := &harness{env: s.NewTestWorkflowEnvironment(), publisher: publisher}
 	h.env.SetStartTime(start)
-	h.env.RegisterWorkflowWithOptions(workflows.ProjectionRetryWorkflow, workflow.RegisterOptions{Name: workflows.RetryWorkflowName})
-	h.env.RegisterWorkflowWithOptions(workflows.ProjectionLaneWorkflow, workflow.RegisterOptions{Name: workflows.LaneWorkflowName})
-	h.env.RegisterActivityWithOptions(apply, activity.RegisterOptions{Name: workflows.ApplyProjectionActivity})
-	h.env.RegisterActivityWithOptions(a.PublishDeadLetter, activity.RegisterOptions{Name: workflows.PublishDeadLetterActivity})
+	h.env.RegisterWorkflowWithOptions(workflows.ProjectionRetryWorkflow, workflow.RegisterOptions{Name: contract.RetryWorkflowName})
+	h.env.RegisterWorkflowWithOptions(workflows.ProjectionLaneWorkflow, workflow.RegisterOptions{Name: contract.LaneWorkflowName})
+	h.env.RegisterActivityWithOptions(apply, activity.RegisterOptions{Name: contract.ApplyProjectionActivity})
+	h.env.RegisterActivityWithOptions(a.PublishDeadLetter, activity.RegisterOptions{Name: contract.PublishDeadLetterActivity})
 	h.env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
-		if info.ActivityType.Name == workflows.ApplyProjectionActivity {
+		if info.ActivityType.Name == contract.ApplyProjectionActivity {
 			h.mu.Lock()
 			h.starts = append(h.starts, h.env.Now().Sub(start))
 			h.mu.Unlock()
@@ -119,23 +120,23 @@ func newHarnessApply(t *testing.T, a *activities.Activities, publisher *fakePubl
 	return h
 }
 
-func input(mode config.Mode, r config.Retry) workflows.RetryInput {
-	in := workflows.RetryInput{
+func input(mode config.Mode, r config.Retry) contract.RetryInput {
+	in := contract.RetryInput{
 		Event: testEvent(), Projection: "artist_followers", Mode: mode, Retry: r,
-		Source:       workflows.Source{Topic: "causet.events.v1", Partition: 2, Offset: 41},
+		Source:       contract.Source{Topic: "causet.events.v1", Partition: 2, Offset: 41},
 		ReplayWindow: time.Hour,
 	}
 	if mode == config.ModeInline {
-		in.FirstAttempt = &workflows.Attempt{Number: 1, StartedAt: start, ErrorKind: "sql", Error: "first failure", IRVersion: 1}
+		in.FirstAttempt = &contract.Attempt{Number: 1, StartedAt: start, ErrorKind: "sql", Error: "first failure", IRVersion: 1}
 	}
 	return in
 }
 
-func (h *harness) status(t *testing.T) workflows.Status {
+func (h *harness) status(t *testing.T) contract.Status {
 	t.Helper()
-	v, err := h.env.QueryWorkflow(workflows.QueryStatus)
+	v, err := h.env.QueryWorkflow(contract.QueryStatus)
 	require.NoError(t, err)
-	var s workflows.Status
+	var s contract.Status
 	require.NoError(t, v.Get(&s))
 	return s
 }
@@ -179,16 +180,16 @@ func TestScheduleOffsets(t *testing.T) {
 			h := newHarness(t, 100, 0)
 			h.env.RegisterDelayedCallback(func() {
 				s := h.status(t)
-				require.Equal(t, workflows.StateDeadLettered, s.State)
+				require.Equal(t, contract.StateDeadLettered, s.State)
 				require.Len(t, s.Attempts, tc.retry.MaxAttempts)
 				for i, a := range s.Attempts {
 					require.Equal(t, i+1, a.Number)
 					require.Equal(t, "sql", a.ErrorKind)
 				}
 				require.NotNil(t, s.DLQ)
-				h.env.SignalWorkflow(workflows.SignalDiscard, nil)
+				h.env.SignalWorkflow(contract.SignalDiscard, nil)
 			}, 30*time.Minute)
-			h.env.ExecuteWorkflow(workflows.RetryWorkflowName, input(tc.mode, tc.retry))
+			h.env.ExecuteWorkflow(contract.RetryWorkflowName, input(tc.mode, tc.retry))
 			require.True(t, h.env.IsWorkflowCompleted())
 			require.NoError(t, h.env.GetWorkflowError())
 			require.Equal(t, tc.want, h.starts)
@@ -203,11 +204,11 @@ func TestScheduleOffsets(t *testing.T) {
 
 func TestSucceedsOnAttemptThree(t *testing.T) {
 	h := newHarness(t, 1, 0) // attempt 1 failed inline, attempt 2 fails, attempt 3 applies
-	h.env.ExecuteWorkflow(workflows.RetryWorkflowName, input(config.ModeInline, config.DefaultRetry()))
+	h.env.ExecuteWorkflow(contract.RetryWorkflowName, input(config.ModeInline, config.DefaultRetry()))
 	require.NoError(t, h.env.GetWorkflowError())
-	var s workflows.Status
+	var s contract.Status
 	require.NoError(t, h.env.GetWorkflowResult(&s))
-	require.Equal(t, workflows.StateSucceeded, s.State)
+	require.Equal(t, contract.StateSucceeded, s.State)
 	require.Empty(t, h.publisher.records)
 	require.Nil(t, s.DLQ)
 	require.Len(t, s.Attempts, 3)
@@ -220,17 +221,17 @@ func TestSucceedsOnAttemptThree(t *testing.T) {
 
 func TestAllAttemptsFailDeadLettersOnceWithEveryAttempt(t *testing.T) {
 	h := newHarness(t, 100, 0)
-	h.env.ExecuteWorkflow(workflows.RetryWorkflowName, input(config.ModeInline, config.DefaultRetry()))
+	h.env.ExecuteWorkflow(contract.RetryWorkflowName, input(config.ModeInline, config.DefaultRetry()))
 	require.NoError(t, h.env.GetWorkflowError())
-	var s workflows.Status
+	var s contract.Status
 	require.NoError(t, h.env.GetWorkflowResult(&s))
-	require.Equal(t, workflows.StateDeadLettered, s.State, "closes dead-lettered when the window expires")
+	require.Equal(t, contract.StateDeadLettered, s.State, "closes dead-lettered when the window expires")
 	require.Len(t, h.publisher.records, 1)
 	rec := h.publisher.records[0]
 	require.Len(t, rec.Attempts, 5)
 	require.Equal(t, "artist_followers", rec.ProjectionName)
 	require.Equal(t, "production", rec.ForkID)
-	require.Equal(t, workflows.Source{Topic: "causet.events.v1", Partition: 2, Offset: 41}, rec.Source)
+	require.Equal(t, contract.Source{Topic: "causet.events.v1", Partition: 2, Offset: 41}, rec.Source)
 	require.Equal(t, start, rec.FirstFailedAt)
 	for i, a := range rec.Attempts {
 		require.Equal(t, i+1, a.Number)
@@ -245,16 +246,16 @@ func TestDeadLetterPublishRetriesUntilItLands(t *testing.T) {
 	h := newHarness(t, 100, 3)
 	var closedBeforePublish bool
 	h.env.SetOnActivityCompletedListener(func(info *activity.Info, _ converter.EncodedValue, err error) {
-		if info.ActivityType.Name == workflows.PublishDeadLetterActivity && h.env.IsWorkflowCompleted() {
+		if info.ActivityType.Name == contract.PublishDeadLetterActivity && h.env.IsWorkflowCompleted() {
 			closedBeforePublish = true
 		}
 	})
-	h.env.ExecuteWorkflow(workflows.RetryWorkflowName, input(config.ModeInline, config.DefaultRetry()))
+	h.env.ExecuteWorkflow(contract.RetryWorkflowName, input(config.ModeInline, config.DefaultRetry()))
 	require.NoError(t, h.env.GetWorkflowError())
 	require.Equal(t, 4, h.publisher.calls, "three failures, then the record lands")
 	require.Len(t, h.publisher.records, 1)
 	require.False(t, closedBeforePublish)
-	var s workflows.Status
+	var s contract.Status
 	require.NoError(t, h.env.GetWorkflowResult(&s))
 	require.NotNil(t, s.DLQ)
 }
@@ -262,14 +263,14 @@ func TestDeadLetterPublishRetriesUntilItLands(t *testing.T) {
 func TestReplayAfterFix(t *testing.T) {
 	h := newHarness(t, 5, 0) // attempts 2..5 fail (inline attempt 1 is in the input), then the fix lands
 	h.env.RegisterDelayedCallback(func() {
-		require.Equal(t, workflows.StateDeadLettered, h.status(t).State)
-		h.env.SignalWorkflow(workflows.SignalReplay, workflows.ReplaySignal{Reason: "fixed IR v2"})
+		require.Equal(t, contract.StateDeadLettered, h.status(t).State)
+		h.env.SignalWorkflow(contract.SignalReplay, contract.ReplaySignal{Reason: "fixed IR v2"})
 	}, time.Minute)
-	h.env.ExecuteWorkflow(workflows.RetryWorkflowName, input(config.ModeInline, config.DefaultRetry()))
+	h.env.ExecuteWorkflow(contract.RetryWorkflowName, input(config.ModeInline, config.DefaultRetry()))
 	require.NoError(t, h.env.GetWorkflowError())
-	var s workflows.Status
+	var s contract.Status
 	require.NoError(t, h.env.GetWorkflowResult(&s))
-	require.Equal(t, workflows.StateSucceeded, s.State)
+	require.Equal(t, contract.StateSucceeded, s.State)
 	require.Equal(t, 1, s.ReplayCount)
 	require.Equal(t, "fixed IR v2", s.LastReplayReason)
 	require.Len(t, h.publisher.records, 1)
@@ -282,32 +283,32 @@ func TestReplayAfterFix(t *testing.T) {
 func TestReplayThatFailsDeadLettersAgain(t *testing.T) {
 	h := newHarness(t, 100, 0)
 	h.env.RegisterDelayedCallback(func() {
-		h.env.SignalWorkflow(workflows.SignalReplay, nil)
+		h.env.SignalWorkflow(contract.SignalReplay, nil)
 	}, time.Minute)
 	h.env.RegisterDelayedCallback(func() {
 		s := h.status(t)
-		require.Equal(t, workflows.StateDeadLettered, s.State)
+		require.Equal(t, contract.StateDeadLettered, s.State)
 		require.Equal(t, 1, s.ReplayCount)
-		h.env.SignalWorkflow(workflows.SignalDiscard, nil)
+		h.env.SignalWorkflow(contract.SignalDiscard, nil)
 	}, 10*time.Minute)
-	h.env.ExecuteWorkflow(workflows.RetryWorkflowName, input(config.ModeInline, config.DefaultRetry()))
+	h.env.ExecuteWorkflow(contract.RetryWorkflowName, input(config.ModeInline, config.DefaultRetry()))
 	require.NoError(t, h.env.GetWorkflowError())
 	require.Len(t, h.publisher.records, 2)
 	require.Equal(t, 1, h.publisher.records[1].ReplayCount)
 	require.Len(t, h.publisher.records[1].Attempts, 5, "a replay runs the whole schedule")
-	var s workflows.Status
+	var s contract.Status
 	require.NoError(t, h.env.GetWorkflowResult(&s))
-	require.Equal(t, workflows.StateDiscarded, s.State)
+	require.Equal(t, contract.StateDiscarded, s.State)
 }
 
 func TestDiscard(t *testing.T) {
 	h := newHarness(t, 100, 0)
-	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(workflows.SignalDiscard, nil) }, time.Minute)
-	h.env.ExecuteWorkflow(workflows.RetryWorkflowName, input(config.ModeInline, config.DefaultRetry()))
+	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(contract.SignalDiscard, nil) }, time.Minute)
+	h.env.ExecuteWorkflow(contract.RetryWorkflowName, input(config.ModeInline, config.DefaultRetry()))
 	require.NoError(t, h.env.GetWorkflowError())
-	var s workflows.Status
+	var s contract.Status
 	require.NoError(t, h.env.GetWorkflowResult(&s))
-	require.Equal(t, workflows.StateDiscarded, s.State)
+	require.Equal(t, contract.StateDiscarded, s.State)
 	require.Less(t, h.env.Now().Sub(start), time.Hour, "closed by the signal, not the window")
 }
 
@@ -315,11 +316,11 @@ func TestWindowExpiry(t *testing.T) {
 	h := newHarness(t, 100, 0)
 	in := input(config.ModeInline, config.DefaultRetry())
 	in.ReplayWindow = 3 * time.Hour
-	h.env.ExecuteWorkflow(workflows.RetryWorkflowName, in)
+	h.env.ExecuteWorkflow(contract.RetryWorkflowName, in)
 	require.NoError(t, h.env.GetWorkflowError())
-	var s workflows.Status
+	var s contract.Status
 	require.NoError(t, h.env.GetWorkflowResult(&s))
-	require.Equal(t, workflows.StateDeadLettered, s.State)
+	require.Equal(t, contract.StateDeadLettered, s.State)
 	require.GreaterOrEqual(t, h.env.Now().Sub(start), 3*time.Hour)
 }
 
@@ -327,7 +328,7 @@ func TestInvalidEventDeadLettersAfterOneAttempt(t *testing.T) {
 	h := newHarness(t, 0, 0)
 	in := input(config.ModeWorkflow, config.DefaultRetry())
 	in.Event.Payload = []byte(`[1]`)
-	h.env.ExecuteWorkflow(workflows.RetryWorkflowName, in)
+	h.env.ExecuteWorkflow(contract.RetryWorkflowName, in)
 	require.NoError(t, h.env.GetWorkflowError())
 	require.Equal(t, 0, h.applier.calls)
 	require.Len(t, h.starts, 1)
@@ -338,7 +339,7 @@ func TestInvalidEventDeadLettersAfterOneAttempt(t *testing.T) {
 
 func TestSingleAttemptInlineGoesStraightToDLQ(t *testing.T) {
 	h := newHarness(t, 100, 0)
-	h.env.ExecuteWorkflow(workflows.RetryWorkflowName, input(config.ModeInline, config.Retry{MaxAttempts: 1, Initial: time.Second, Multiplier: 2, Max: time.Second}))
+	h.env.ExecuteWorkflow(contract.RetryWorkflowName, input(config.ModeInline, config.Retry{MaxAttempts: 1, Initial: time.Second, Multiplier: 2, Max: time.Second}))
 	require.NoError(t, h.env.GetWorkflowError())
 	require.Empty(t, h.starts)
 	require.Len(t, h.publisher.records, 1)
@@ -360,8 +361,8 @@ func TestSearchAttributesPerState(t *testing.T) {
 			}
 		}
 	})
-	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(workflows.SignalReplay, nil) }, time.Minute)
-	h.env.ExecuteWorkflow(workflows.RetryWorkflowName, input(config.ModeInline, config.DefaultRetry()))
+	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(contract.SignalReplay, nil) }, time.Minute)
+	h.env.ExecuteWorkflow(contract.RetryWorkflowName, input(config.ModeInline, config.DefaultRetry()))
 	require.NoError(t, h.env.GetWorkflowError())
 	require.Equal(t, []string{"retrying", "dead_lettered", "replaying", "succeeded"}, states)
 	require.Equal(t, map[string]string{
@@ -378,16 +379,16 @@ func TestStatusShowsNextRetryWhileRetrying(t *testing.T) {
 	h.env.SetStartTime(now)
 	in := input(config.ModeInline, config.DefaultRetry())
 	in.FirstAttempt.StartedAt = now
-	var mid workflows.Status
+	var mid contract.Status
 	h.env.RegisterDelayedCallback(func() { mid = h.status(t) }, 2*time.Second)
-	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(workflows.SignalDiscard, nil) }, time.Minute)
-	h.env.ExecuteWorkflow(workflows.RetryWorkflowName, in)
+	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(contract.SignalDiscard, nil) }, time.Minute)
+	h.env.ExecuteWorkflow(contract.RetryWorkflowName, in)
 	require.NoError(t, h.env.GetWorkflowError())
-	require.Equal(t, workflows.StateRetrying, mid.State)
+	require.Equal(t, contract.StateRetrying, mid.State)
 	require.Equal(t, []time.Time{now.Add(time.Second), now.Add(3 * time.Second), now.Add(7 * time.Second), now.Add(15 * time.Second)}, mid.Schedule)
 	require.NotNil(t, mid.NextRetryAt)
 	require.True(t, mid.NextRetryAt.After(now), "the next planned attempt is still ahead")
-	var end workflows.Status
+	var end contract.Status
 	require.NoError(t, h.env.GetWorkflowResult(&end))
 	require.Nil(t, end.NextRetryAt)
 	require.Empty(t, end.Schedule)
@@ -415,10 +416,10 @@ func (f *hangingApplier) Apply(ctx context.Context, name string, ev event.Envelo
 type lastHeartbeat struct {
 	interceptor.WorkerInterceptorBase
 	mu   sync.Mutex
-	last map[string][]workflows.Attempt // by activity ID
+	last map[string][]contract.Attempt // by activity ID
 }
 
-func (l *lastHeartbeat) get(activityID string) []workflows.Attempt {
+func (l *lastHeartbeat) get(activityID string) []contract.Attempt {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.last[activityID])
@@ -448,7 +449,7 @@ type heartbeatOutbound struct {
 
 func (o *heartbeatOutbound) RecordHeartbeat(ctx context.Context, details ...any) {
 	if len(details) == 1 {
-		if at, ok := details[0].([]workflows.Attempt); ok {
+		if at, ok := details[0].([]contract.Attempt); ok {
 			o.l.mu.Lock()
 			o.l.last[activity.GetInfo(ctx).ActivityID] = slices.Clone(at)
 			o.l.mu.Unlock()
@@ -472,7 +473,7 @@ func newTimeoutHarness(t *testing.T, failures int, hang ...int32) *harness {
 	}
 	publisher := &fakePublisher{}
 	a := &activities.Activities{Applier: applier, Publisher: publisher}
-	beats := &lastHeartbeat{last: map[string][]workflows.Attempt{}}
+	beats := &lastHeartbeat{last: map[string][]contract.Attempt{}}
 	var mu sync.Mutex
 	lastErr := map[string]error{} // by activity ID
 	apply := func(ctx context.Context, in workflows.ApplyInput) (out workflows.ApplyOutput, err error) {
@@ -522,7 +523,7 @@ func TestTimedOutAttemptKeepsEveryAttempt(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newTimeoutHarness(t, 100, tc.hang...)
-			h.env.ExecuteWorkflow(workflows.RetryWorkflowName, input(tc.mode, config.DefaultRetry()))
+			h.env.ExecuteWorkflow(contract.RetryWorkflowName, input(tc.mode, config.DefaultRetry()))
 			require.NoError(t, h.env.GetWorkflowError())
 			require.Len(t, h.publisher.records, 1)
 			rec := h.publisher.records[0]
@@ -545,11 +546,11 @@ func TestTimedOutAttemptKeepsEveryAttempt(t *testing.T) {
 // run's attempts.
 func TestTimedOutAttemptBeforeSuccessIsKept(t *testing.T) {
 	h := newTimeoutHarness(t, 1, 2) // attempt 1 fails, 2 times out, 3 applies
-	h.env.ExecuteWorkflow(workflows.RetryWorkflowName, input(config.ModeWorkflow, config.DefaultRetry()))
+	h.env.ExecuteWorkflow(contract.RetryWorkflowName, input(config.ModeWorkflow, config.DefaultRetry()))
 	require.NoError(t, h.env.GetWorkflowError())
-	var s workflows.Status
+	var s contract.Status
 	require.NoError(t, h.env.GetWorkflowResult(&s))
-	require.Equal(t, workflows.StateSucceeded, s.State)
+	require.Equal(t, contract.StateSucceeded, s.State)
 	require.Empty(t, h.publisher.records)
 	require.Len(t, s.Attempts, 3)
 	require.Equal(t, []int{1, 2, 3}, []int{s.Attempts[0].Number, s.Attempts[1].Number, s.Attempts[2].Number})

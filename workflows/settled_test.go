@@ -16,16 +16,16 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/causet/projection-retry/activities"
-	"github.com/causet/projection-retry/workflows"
+	"github.com/causet/projection-retry/contract"
 )
 
-func executionInfo(t *testing.T, status enumspb.WorkflowExecutionStatus, state workflows.State) *workflowpb.WorkflowExecutionInfo {
+func executionInfo(t *testing.T, status enumspb.WorkflowExecutionStatus, state contract.State) *workflowpb.WorkflowExecutionInfo {
 	info := &workflowpb.WorkflowExecutionInfo{Status: status}
 	if state != "" {
 		p, err := converter.GetDefaultDataConverter().ToPayload(string(state))
 		require.NoError(t, err)
 		info.SearchAttributes = &commonpb.SearchAttributes{IndexedFields: map[string]*commonpb.Payload{
-			workflows.AttrRetryState.GetName(): p,
+			contract.AttrRetryState.GetName(): p,
 		}}
 	}
 	return info
@@ -39,16 +39,16 @@ func TestRetrySettled(t *testing.T) {
 		want bool
 	}{
 		{"no such workflow", nil, true},
-		{"completed", executionInfo(t, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, workflows.StateSucceeded), true},
-		{"terminated while retrying", executionInfo(t, enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, workflows.StateRetrying), true},
-		{"retrying", executionInfo(t, running, workflows.StateRetrying), false},
-		{"replaying", executionInfo(t, running, workflows.StateReplaying), false},
+		{"completed", executionInfo(t, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, contract.StateSucceeded), true},
+		{"terminated while retrying", executionInfo(t, enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, contract.StateRetrying), true},
+		{"retrying", executionInfo(t, running, contract.StateRetrying), false},
+		{"replaying", executionInfo(t, running, contract.StateReplaying), false},
 		{"running, state not set yet", executionInfo(t, running, ""), false},
-		{"dead-lettered, waiting for replay", executionInfo(t, running, workflows.StateDeadLettered), true},
-		{"discarded", executionInfo(t, running, workflows.StateDiscarded), true},
+		{"dead-lettered, waiting for replay", executionInfo(t, running, contract.StateDeadLettered), true},
+		{"discarded", executionInfo(t, running, contract.StateDiscarded), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			require.Equal(t, tc.want, workflows.RetrySettled(tc.info))
+			require.Equal(t, tc.want, contract.Settled(tc.info))
 		})
 	}
 }
@@ -58,7 +58,7 @@ func TestRetrySettled(t *testing.T) {
 type scriptedDescriber struct {
 	t      *testing.T
 	mu     sync.Mutex
-	states []workflows.State
+	states []contract.State
 	calls  []string
 }
 
@@ -86,13 +86,13 @@ func (d *scriptedDescriber) callCount() int {
 
 func TestLaneWaitsForHeadStartedOutsideIt(t *testing.T) {
 	h, o := newLaneHarness(t, nil)
-	head := workflows.RetryWorkflowID("artist_followers", "production", "head")
-	d := &scriptedDescriber{t: t, states: []workflows.State{workflows.StateRetrying, workflows.StateRetrying, workflows.StateDeadLettered}}
+	head := contract.RetryWorkflowID("artist_followers", "production", "head")
+	d := &scriptedDescriber{t: t, states: []contract.State{contract.StateRetrying, contract.StateRetrying, contract.StateDeadLettered}}
 	a := &activities.Activities{Workflows: d}
-	h.env.RegisterActivityWithOptions(a.AwaitRetrySettled, activity.RegisterOptions{Name: workflows.AwaitRetrySettledActivity})
+	h.env.RegisterActivityWithOptions(a.AwaitRetrySettled, activity.RegisterOptions{Name: contract.AwaitRetrySettledActivity})
 	describedBeforeApply := -1
 	h.env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
-		if info.ActivityType.Name == workflows.ApplyProjectionActivity && describedBeforeApply < 0 {
+		if info.ActivityType.Name == contract.ApplyProjectionActivity && describedBeforeApply < 0 {
 			describedBeforeApply = d.callCount()
 		}
 	})
@@ -102,7 +102,7 @@ func TestLaneWaitsForHeadStartedOutsideIt(t *testing.T) {
 		in.WaitFor = head
 		u = enqueue(h, in)
 	}, 0)
-	h.env.ExecuteWorkflow(workflows.LaneWorkflowName, laneInput())
+	h.env.ExecuteWorkflow(contract.LaneWorkflowName, laneInput())
 	require.NoError(t, h.env.GetWorkflowError())
 	require.True(t, u.accepted)
 	require.Equal(t, []string{"e2"}, o.applied)
@@ -115,8 +115,8 @@ func TestAwaitRetrySettledReturnsForMissingWorkflow(t *testing.T) {
 	env := s.NewTestActivityEnvironment()
 	d := &scriptedDescriber{t: t}
 	a := &activities.Activities{Workflows: d}
-	env.RegisterActivityWithOptions(a.AwaitRetrySettled, activity.RegisterOptions{Name: workflows.AwaitRetrySettledActivity})
-	_, err := env.ExecuteActivity(workflows.AwaitRetrySettledActivity, "projection-retry:p:f:never-started")
+	env.RegisterActivityWithOptions(a.AwaitRetrySettled, activity.RegisterOptions{Name: contract.AwaitRetrySettledActivity})
+	_, err := env.ExecuteActivity(contract.AwaitRetrySettledActivity, "projection-retry:p:f:never-started")
 	require.NoError(t, err)
 	require.Len(t, d.calls, 1)
 }
@@ -125,13 +125,13 @@ func TestAwaitRetrySettledReturnsForMissingWorkflow(t *testing.T) {
 // without another AwaitRetrySettled.
 func TestLaneWaitsForItsHeadOnce(t *testing.T) {
 	h, o := newLaneHarness(t, nil)
-	head := workflows.RetryWorkflowID("artist_followers", "production", "head")
-	d := &scriptedDescriber{t: t, states: []workflows.State{workflows.StateRetrying, workflows.StateDeadLettered}}
+	head := contract.RetryWorkflowID("artist_followers", "production", "head")
+	d := &scriptedDescriber{t: t, states: []contract.State{contract.StateRetrying, contract.StateDeadLettered}}
 	a := &activities.Activities{Workflows: d}
-	h.env.RegisterActivityWithOptions(a.AwaitRetrySettled, activity.RegisterOptions{Name: workflows.AwaitRetrySettledActivity})
+	h.env.RegisterActivityWithOptions(a.AwaitRetrySettled, activity.RegisterOptions{Name: contract.AwaitRetrySettledActivity})
 	waits := 0
 	h.env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
-		if info.ActivityType.Name == workflows.AwaitRetrySettledActivity {
+		if info.ActivityType.Name == contract.AwaitRetrySettledActivity {
 			waits++
 		}
 	})
@@ -142,7 +142,7 @@ func TestLaneWaitsForItsHeadOnce(t *testing.T) {
 			enqueue(h, in)
 		}
 	}, 0)
-	h.env.ExecuteWorkflow(workflows.LaneWorkflowName, laneInput())
+	h.env.ExecuteWorkflow(contract.LaneWorkflowName, laneInput())
 	require.NoError(t, h.env.GetWorkflowError())
 	require.Equal(t, []string{"e2", "e3", "e4"}, o.applied)
 	require.Equal(t, 1, waits, "one wait for the head, not one per event")

@@ -13,18 +13,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.temporal.io/api/workflowservice/v1"
-	"go.temporal.io/sdk/client"
 
-	"github.com/causet/projection-retry/activities"
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/devstack"
-	"github.com/causet/projection-retry/dlq"
-	"github.com/causet/projection-retry/projection"
+	"github.com/causet/projection-retry/internal/app"
 	"github.com/causet/projection-retry/starter"
-	"github.com/causet/projection-retry/worker"
 )
 
 // devOut is where `causet dev` prints its banner (tests swap it).
@@ -62,80 +58,27 @@ func (c devCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	}()
 	cfg.DatabaseURL, cfg.KafkaBrokers = stack.DatabaseURL, stack.KafkaBrokers
 
-	pool, err := openPool(ctx, cfg.DatabaseURL)
-	if err != nil {
+	// The service of `causet worker` and `causet bridge`, on this stack: the
+	// examples deployed before the engine reads the catalog, and Temporal
+	// the dev server started here (or TEMPORAL_* via envconfig).
+	var deployed []devstack.Deployed
+	opts := []app.Option{app.WithLogger(logger), app.WithSetup(func(ctx context.Context, pool *pgxpool.Pool) (err error) {
+		deployed, err = devstack.SetupExamples(ctx, pool, c.Demo)
 		return err
-	}
-	defer pool.Close()
-	deployed, err := devstack.SetupExamples(ctx, pool, c.Demo)
-	if err != nil {
-		return err
-	}
-	engine, err := projection.NewEngine(ctx, pool, logger, projection.WithCostLimit(cfg.IRCostLimit))
-	if err != nil {
-		return err
-	}
-	defer engine.Close()
-
-	// Temporal: the dev server started here, or TEMPORAL_* via envconfig.
-	var tc client.Client
-	namespace := client.DefaultNamespace
+	})}
 	if stack.Temporal != nil {
-		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		tc, err = client.DialContext(dctx, client.Options{
-			HostPort: stack.Temporal.HostPort, Namespace: namespace, Logger: worker.SDKLogger(logger),
-		})
-		cancel()
-		if err != nil {
-			return fmt.Errorf("connect to Temporal at %s: %w", stack.Temporal.HostPort, err)
-		}
-	} else {
-		var closeMetrics func()
-		tc, namespace, closeMetrics, err = dialTemporal(ctx, logger, nil)
-		if err != nil {
-			return err
-		}
-		defer closeMetrics()
+		opts = append(opts, app.WithTemporalAddress(stack.Temporal.HostPort))
 	}
-	defer tc.Close()
-	if err := worker.EnsureSearchAttributes(ctx, tc.OperatorService(), namespace); err != nil {
-		return err
-	}
-
-	dlqProducer, err := newKafkaClient(cfg,
-		kgo.DefaultProduceTopic(cfg.DLQTopic),
-		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.WithLogger(starter.KafkaLogger(logger)),
-	)
-	if err != nil {
-		return fmt.Errorf("kafka client: %w", err)
-	}
-	defer dlqProducer.Close()
-
-	reg := prometheus.NewRegistry()
-	w, err := worker.New(worker.Options{
-		Client:    tc,
-		TaskQueue: cfg.TaskQueue,
-		Activities: &activities.Activities{
-			Applier:   engine,
-			Publisher: &dlq.Publisher{Client: dlqProducer, Topic: cfg.DLQTopic},
-			Logger:    logger,
-			Metrics:   activities.NewMetrics(reg),
-		},
-	})
+	svc, err := app.Open(ctx, cfg, opts...)
 	if err != nil {
 		return err
 	}
-	bopts := starter.OptionsFromConfig(cfg)
-	bopts.Engine = starter.ProjectionEngine(engine)
-	bopts.Starter = tc
-	bopts.Lanes = tc
-	bopts.Blocks = starter.NewPostgresBlockStore(pool)
-	bopts.Probe = pool.Ping
-	bopts.TemporalProbe = temporalProbe(tc)
-	bopts.Logger = logger
-	bopts.Registerer = reg
-	bridge, err := starter.New(bopts)
+	defer svc.Close()
+	w, err := svc.NewWorker()
+	if err != nil {
+		return err
+	}
+	bridge, err := svc.NewBridge()
 	if err != nil {
 		return err
 	}
@@ -152,10 +95,10 @@ func (c devCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	wg.Go(func() { fail("bridge", bridge.Run(runCtx)) })
 
 	cli := temporalCLIName(stack)
-	printDevBanner(devOut, c, cfg, stack, deployed, namespace, cli)
+	printDevBanner(devOut, c, cfg, stack, deployed, svc.Temporal.Namespace, cli)
 	if c.Demo {
 		wg.Go(func() { fail("demo feeder", feedDemo(runCtx, cfg, c.Rate, logger)) })
-		wg.Go(func() { announceFirstDeadLetter(runCtx, tc, namespace, devOut, stack, cli) })
+		wg.Go(func() { announceFirstDeadLetter(runCtx, svc.Temporal, devOut, stack, cli) })
 	}
 
 	<-runCtx.Done()
@@ -292,7 +235,7 @@ func printDevBanner(out io.Writer, c devCmd, cfg config.Config, stack *devstack.
 // feedDemo produces the demo stream to the events topic at rate events/s
 // until ctx is done.
 func feedDemo(ctx context.Context, cfg config.Config, rate float64, logger *slog.Logger) error {
-	cl, err := newKafkaClient(cfg,
+	cl, err := app.NewKafkaClient(cfg,
 		kgo.DefaultProduceTopic(cfg.EventsTopic),
 		kgo.WithLogger(starter.KafkaLogger(logger)),
 	)
@@ -327,7 +270,7 @@ func feedDemo(ctx context.Context, cfg config.Config, rate float64, logger *slog
 
 // announceFirstDeadLetter waits for the first dead-lettered workflow and
 // prints its ready-to-paste replay line.
-func announceFirstDeadLetter(ctx context.Context, tc client.Client, namespace string, out io.Writer, stack *devstack.Stack, cli string) {
+func announceFirstDeadLetter(ctx context.Context, tc *app.Temporal, out io.Writer, stack *devstack.Stack, cli string) {
 	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
 	for {
@@ -336,8 +279,8 @@ func announceFirstDeadLetter(ctx context.Context, tc client.Client, namespace st
 			return
 		case <-t.C:
 		}
-		resp, err := tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
-			Namespace: namespace, Query: deadLetterQuery, PageSize: 1,
+		resp, err := tc.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Namespace: tc.Namespace, Query: deadLetterQuery, PageSize: 1,
 		})
 		if err != nil || len(resp.GetExecutions()) == 0 {
 			continue

@@ -19,6 +19,7 @@ import (
 
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/dlq"
+	"github.com/causet/projection-retry/internal/app"
 )
 
 // dlqOut is where the dlq subcommands print (tests swap it).
@@ -122,13 +123,12 @@ func (c *dlqTailCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	}
 	var tc dlq.Temporal
 	if !c.NoState {
-		cl, _, closeMetrics, err := dialTemporal(ctx, logger, nil)
+		cl, err := app.DialTemporal(ctx, logger, app.TemporalOptions{})
 		if err != nil {
 			return fmt.Errorf("%w (use --no-state to list without workflow states)", err)
 		}
 		defer cl.Close()
-		defer closeMetrics()
-		tc = cl
+		tc = cl.Client
 	}
 	r, err := dlq.NewReader(ctx, ro)
 	if err != nil {
@@ -292,14 +292,13 @@ func (c *dlqReplayCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if c.Limit < 0 {
 		return fmt.Errorf("--limit=%d is invalid: want 0 (no limit) or more", c.Limit)
 	}
-	tc, _, closeMetrics, err := dialTemporal(ctx, logger, nil)
+	tc, err := app.DialTemporal(ctx, logger, app.TemporalOptions{})
 	if err != nil {
 		return err
 	}
 	defer tc.Close()
-	defer closeMetrics()
 	rp, err := dlq.NewReplayer(dlq.ReplayerOptions{
-		Client: tc, TaskQueue: cfg.TaskQueue, Retry: cfg.Retry, ReplayWindow: cfg.DLQReplayWindow,
+		Client: tc.Client, TaskQueue: cfg.TaskQueue, Retry: cfg.Retry, ReplayWindow: cfg.DLQReplayWindow,
 		Reason: c.Reason, DryRun: c.DryRun, Rate: perSec, Limit: c.Limit,
 	})
 	if err != nil {

@@ -19,9 +19,9 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/internal/testenv"
-	"github.com/causet/projection-retry/workflows"
 )
 
 func TestDLQFlagParsing(t *testing.T) {
@@ -183,7 +183,7 @@ func TestKafkaDLQReplaySummary(t *testing.T) {
 
 	out, progress, err := replay(missingTemporal{}, true)
 	require.Error(t, err, "the unreadable record fails")
-	require.Contains(t, out, "would be restarted: "+workflows.RetryWorkflowID("artist_followers", "production", "ev-0"))
+	require.Contains(t, out, "would be restarted: "+contract.RetryWorkflowID("artist_followers", "production", "ev-0"))
 	require.Contains(t, out, "failed: 0:2 -: record")
 	require.Contains(t, out, "replay summary (dry run: nothing was signalled or started): signalled 0, restarted 2, already succeeded or in progress 0, failed 1")
 	require.Contains(t, progress, "replay: read 3/3 records")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/internal/app"
 	"github.com/causet/projection-retry/starter"
 )
 
@@ -51,7 +52,7 @@ func (c produceCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		defer f.Close()
 		in, name = f, c.File
 	}
-	cl, err := newKafkaClient(cfg,
+	cl, err := app.NewKafkaClient(cfg,
 		kgo.DefaultProduceTopic(cfg.EventsTopic),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.WithLogger(starter.KafkaLogger(logger)),

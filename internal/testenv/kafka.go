@@ -97,6 +97,13 @@ func Topic(t testing.TB, prefix string) string {
 // the topic is deleted when the test ends.
 func CreateTopic(t testing.TB, brokers []string, topic string, partitions int32) {
 	t.Helper()
+	CreateTopicWithConfig(t, brokers, topic, partitions, nil)
+}
+
+// CreateTopicWithConfig is CreateTopic with topic configs (e.g.
+// "max.message.bytes"); nil configs are the broker's defaults.
+func CreateTopicWithConfig(t testing.TB, brokers []string, topic string, partitions int32, configs map[string]*string) {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		t.Fatalf("testenv: kafka client: %v", err)
@@ -106,7 +113,7 @@ func CreateTopic(t testing.TB, brokers []string, topic string, partitions int32)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	resp, err := adm.CreateTopic(ctx, partitions, 1, nil, topic)
+	resp, err := adm.CreateTopic(ctx, partitions, 1, configs, topic)
 	if err == nil {
 		err = resp.Err
 	}

@@ -1,10 +1,6 @@
-// Package workflows holds ProjectionRetryWorkflow, its signals, queries and
-// search attributes, and the types shared by the bridge, the activities and
-// the DLQ tooling.
-package workflows
+package contract
 
 import (
-	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -12,66 +8,6 @@ import (
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/event"
 )
-
-// Names of the Temporal contract (CONTRACT §6).
-const (
-	RetryWorkflowName = "ProjectionRetryWorkflow"
-	LaneWorkflowName  = "ProjectionLaneWorkflow"
-	SignalReplay      = "replay"
-	SignalDiscard     = "discard"
-	QueryStatus       = "status"
-)
-
-// State is a retry workflow's state, also its CausetRetryState search attribute.
-type State string
-
-const (
-	StateRetrying     State = "retrying"
-	StateDeadLettered State = "dead_lettered"
-	StateReplaying    State = "replaying"
-	StateSucceeded    State = "succeeded"
-	StateDiscarded    State = "discarded"
-)
-
-// Search attributes (Keyword) set at start and upserted on every state change.
-var (
-	AttrProjection = temporal.NewSearchAttributeKeyKeyword("CausetProjection")
-	AttrEventType  = temporal.NewSearchAttributeKeyKeyword("CausetEventType")
-	AttrEntityID   = temporal.NewSearchAttributeKeyKeyword("CausetEntityId")
-	AttrForkID     = temporal.NewSearchAttributeKeyKeyword("CausetForkId")
-	AttrRetryState = temporal.NewSearchAttributeKeyKeyword("CausetRetryState")
-)
-
-// SearchAttributeNames lists the custom search attributes the namespace needs.
-var SearchAttributeNames = []string{
-	AttrProjection.GetName(), AttrEventType.GetName(), AttrEntityID.GetName(),
-	AttrForkID.GetName(), AttrRetryState.GetName(),
-}
-
-// RetryWorkflowID is the idempotent ID of the retry workflow of one
-// (projection, fork, event): starting it twice finds the same run. Fields are
-// escaped (idField), so distinct triples never share an ID.
-func RetryWorkflowID(projection, forkID, eventID string) string {
-	return "projection-retry:" + idField(projection) + ":" + idField(forkID) + ":" + idField(eventID)
-}
-
-// LaneWorkflowID is the ID of the ordering lane of one (projection, fork,
-// entity), its fields escaped as in RetryWorkflowID.
-func LaneWorkflowID(projection, forkID, entityID string) string {
-	return "projection-lane:" + idField(projection) + ":" + idField(forkID) + ":" + idField(entityID)
-}
-
-// idField escapes the separator ':' as %3A and the escape '%' as %25, and
-// nothing else, so a field without either keeps the ID it had before IDs
-// were escaped.
-func idField(s string) string {
-	if !strings.ContainsAny(s, "%:") {
-		return s
-	}
-	return idEscaper.Replace(s)
-}
-
-var idEscaper = strings.NewReplacer("%", "%25", ":", "%3A")
 
 // Source locates the event's record on the events topic.
 type Source struct {
@@ -93,6 +29,15 @@ type Attempt struct {
 	IRVersion int       `json:"irVersion,omitempty"`
 }
 
+// FirstAttempt is the record of a failed attempt 1 run by the bridge.
+func FirstAttempt(startedAt time.Time, kind string, err error, irVersion int) *Attempt {
+	a := &Attempt{Number: 1, StartedAt: startedAt, ErrorKind: kind, IRVersion: irVersion}
+	if err != nil {
+		a.Error = err.Error()
+	}
+	return a
+}
+
 // RetryInput starts a ProjectionRetryWorkflow.
 type RetryInput struct {
 	Event      event.Envelope `json:"event"`
@@ -112,6 +57,68 @@ type RetryInput struct {
 	// earlier event of the key that the bridge started outside the lane:
 	// the lane runs this event only once that workflow has settled.
 	WaitFor string `json:"waitFor,omitempty"`
+}
+
+// WorkflowID is the retry workflow's ID (RetryWorkflowID).
+func (in RetryInput) WorkflowID() string {
+	return RetryWorkflowID(in.Projection, in.Event.ForkID, in.Event.EventID)
+}
+
+// SearchAttributeUpdates set the retry workflow's five search attributes
+// as at start, in state retrying.
+func (in RetryInput) SearchAttributeUpdates() []temporal.SearchAttributeUpdate {
+	return []temporal.SearchAttributeUpdate{
+		AttrProjection.ValueSet(in.Projection),
+		AttrEventType.ValueSet(in.Event.EventType),
+		AttrEntityID.ValueSet(in.Event.EntityID),
+		AttrForkID.ValueSet(in.Event.ForkID),
+		AttrRetryState.ValueSet(string(StateRetrying)),
+	}
+}
+
+// SearchAttributes are the retry workflow's search attributes at start
+// (SearchAttributeUpdates).
+func (in RetryInput) SearchAttributes() temporal.SearchAttributes {
+	return temporal.NewSearchAttributes(in.SearchAttributeUpdates()...)
+}
+
+// DefaultReplayWindow applies when the input carries no window.
+const DefaultReplayWindow = 168 * time.Hour
+
+// LaneInput starts (or continues) the lane of one (projection, fork, entity).
+type LaneInput struct {
+	Projection string `json:"projection"`
+	ForkID     string `json:"forkId"`
+	EntityID   string `json:"entityId"`
+	// Queue carries accepted events across continue-as-new.
+	Queue []RetryInput `json:"queue,omitempty"`
+	// Done carries the count of finished events across continue-as-new.
+	Done int `json:"done,omitempty"`
+	// MaxQueued and MaxQueuedBytes bound the queue (0: no bound): past
+	// them enqueue is refused with LaneFullErrorType, so the queue, which is
+	// the continue-as-new input, stays under Temporal's blob limit and the
+	// history a waiting lane gathers stays small. A first event is always
+	// taken, whatever its size (the bridge bounds events).
+	MaxQueued      int `json:"maxQueued,omitempty"`
+	MaxQueuedBytes int `json:"maxQueuedBytes,omitempty"`
+}
+
+// ChildSettled is the payload of SignalChildSettled.
+type ChildSettled struct {
+	WorkflowID string `json:"workflowId"`
+	State      State  `json:"state"`
+}
+
+// DeadLetterInput is the PublishDeadLetter activity's input: a retry run
+// that failed every attempt.
+type DeadLetterInput struct {
+	Event       event.Envelope `json:"event"`
+	Key         []byte         `json:"key,omitempty"`
+	Projection  string         `json:"projection"`
+	IRVersion   int            `json:"irVersion"`
+	Attempts    []Attempt      `json:"attempts"`
+	ReplayCount int            `json:"replayCount"`
+	Source      Source         `json:"source"`
 }
 
 // DLQCoordinates locate a published dead letter.

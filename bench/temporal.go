@@ -1,0 +1,168 @@
+package bench
+
+// The phases that measure Temporal: the default schedule's accuracy on the
+// dev server, and the hand-off capacity against raw ExecuteWorkflow calls
+// with the bridge's memory while those failures are in flight.
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/contract"
+	"github.com/causet/projection-retry/starter"
+)
+
+// ---- 5. schedule accuracy ----
+
+func (b *bench) schedule(ctx context.Context) error {
+	n := b.sizes.Schedule
+	prefix := b.runID + "-schedule"
+	topic, _, err := b.phaseEvents(ctx, "schedule", prefix, n, 100)
+	if err != nil {
+		return err
+	}
+	// The default schedule (5 attempts, 1s × 2, max 30s), whose plan the
+	// observed attempts are compared with below.
+	p, err := b.startBridge(ctx, "schedule", phaseEnv(topic, b.workQueue, retryEnv(config.DefaultRetry())))
+	if err != nil {
+		return err
+	}
+	defer p.stop()
+	if _, _, err := b.waitBridge(ctx, p, 2*time.Minute, func(c counters) (bool, error) { return c.handedOff >= float64(n), nil }); err != nil {
+		return err
+	}
+	plan := config.DefaultRetry().Plan(config.ModeInline)
+	run := ScheduleRun{Events: n}
+	for _, o := range plan.Offsets {
+		run.ExpectedS = append(run.ExpectedS, o.Seconds())
+	}
+	deadline := time.Now().Add(plan.Offsets[len(plan.Offsets)-1] + time.Minute)
+	for i := range n {
+		id := contract.RetryWorkflowID(benchProjection, benchFork, fmt.Sprintf("%s-%07d", prefix, i))
+		var st contract.Status
+		for {
+			v, err := b.tc.QueryWorkflow(ctx, id, "", contract.QueryStatus)
+			if err == nil {
+				err = v.Get(&st)
+			}
+			if err == nil && len(st.Attempts) >= len(plan.Offsets) {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("workflow %s: %d of %d attempts after the schedule plus a minute (last error %v)", id, len(st.Attempts), len(plan.Offsets), err)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+		var obs []float64
+		t0 := st.Attempts[0].StartedAt
+		for k, a := range st.Attempts[:len(plan.Offsets)] {
+			off := a.StartedAt.Sub(t0)
+			obs = append(obs, off.Seconds())
+			run.LatenessMaxS = max(run.LatenessMaxS, (off - plan.Offsets[k]).Seconds())
+		}
+		run.ObservedS = append(run.ObservedS, obs)
+	}
+	b.res.Schedule = run
+	b.progress("schedule accuracy: expected %s s, observed %v, worst lateness %.3f s", floats(run.ExpectedS, 0), run.ObservedS, run.LatenessMaxS)
+	return nil
+}
+
+// ---- 6 + 7. hand-off capacity and in-flight memory ----
+
+func (b *bench) handoff(ctx context.Context) error {
+	n := b.sizes.Handoff
+	conc := b.sizes.MaxInflight
+	half := n / 2
+	raw1, err := b.rawStarts(ctx, b.runID+"-raw1", half, conc)
+	if err != nil {
+		return err
+	}
+
+	topic, _, err := b.phaseEvents(ctx, "handoff", b.runID+"-handoff", n, 100)
+	if err != nil {
+		return err
+	}
+	p, err := b.startBridge(ctx, "handoff", phaseEnv(topic, b.handoffQueue(), retryEnv(longRetry)))
+	if err != nil {
+		return err
+	}
+	elapsed, cpu, err := b.waitBridge(ctx, p, 15*time.Minute, func(c counters) (bool, error) { return c.handedOff >= float64(n), nil })
+	if err != nil {
+		p.stop()
+		return err
+	}
+	// Let the bridge commit and settle, then read its memory.
+	time.Sleep(2 * time.Second)
+	cur, peak, err := rss(p.cmd.Process.Pid)
+	p.stop()
+	if err != nil {
+		return err
+	}
+	b.res.InFlight = InFlightRun{Failures: n, RSSMB: cur, PeakRSSMB: peak}
+
+	raw2, err := b.rawStarts(ctx, b.runID+"-raw2", n-half, conc)
+	if err != nil {
+		return err
+	}
+	rawRate := float64(n) / (raw1.d + raw2.d).Seconds()
+	b.res.Handoff = HandoffRun{Events: n, Concurrency: conc, BridgeStartsPerSec: float64(n) / elapsed.Seconds(), RawStartsPerSec: rawRate,
+		RawBeforePerSec: float64(half) / raw1.d.Seconds(), RawAfterPerSec: float64(n-half) / raw2.d.Seconds(),
+		BridgeCPU: cpu, RawCPU: raw1.cpu}
+	b.progress("  hand-off cores used: bridge run: machine %.2f, bridge %.2f, postgres %.2f, temporal %.2f; raw run: machine %.2f, bench %.2f, temporal %.2f; raw before %.0f/s, after %.0f/s",
+		cpu.MachineBusy, cpu.Bridge, cpu.Postgres, cpu.Temporal, raw1.cpu.MachineBusy, raw1.cpu.Bench, raw1.cpu.Temporal, b.res.Handoff.RawBeforePerSec, b.res.Handoff.RawAfterPerSec)
+	b.progress("hand-off: bridge %.0f workflow starts/s at 100%% failing, raw ExecuteWorkflow %.0f/s (%d concurrent)", b.res.Handoff.BridgeStartsPerSec, rawRate, conc)
+	b.progress("in flight: bridge RSS %.0f MB (peak %.0f MB) with %d failures handed off and retrying", cur, peak, n)
+	return nil
+}
+
+// rawStarts makes n ExecuteWorkflow calls for the retry workflow, with the
+// bridge's start options, from conc goroutines, and returns the time taken.
+type timed struct {
+	d   time.Duration
+	cpu CPUUse
+}
+
+func (b *bench) rawStarts(ctx context.Context, prefix string, n, conc int) (timed, error) {
+	s0 := b.sample(0)
+	var next atomic.Int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range conc {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				id := fmt.Sprintf("%s-%07d", prefix, i)
+				in := contract.RetryInput{
+					Event: envelope(id, "fail-"+id, i, true, time.Now()), Projection: benchProjection, Key: []byte("fail-" + id),
+					Source: contract.Source{Topic: "raw", Partition: 0, Offset: int64(i)}, Mode: config.ModeInline,
+					FirstAttempt: &contract.Attempt{Number: 1, StartedAt: time.Now(), ErrorKind: "ir_eval", Error: "division by zero"},
+					Retry:        longRetry, ReplayWindow: contract.DefaultReplayWindow,
+				}
+				sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				_, err := b.tc.ExecuteWorkflow(sctx, starter.StartOptions(b.handoffQueue(), in), contract.RetryWorkflowName, in)
+				cancel()
+				if err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		return timed{}, fmt.Errorf("raw ExecuteWorkflow: %w", err)
+	}
+	return timed{d: time.Since(start), cpu: s0.use(b.sample(0))}, nil
+}

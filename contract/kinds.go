@@ -1,0 +1,23 @@
+package contract
+
+// ErrorKind classifies a failed attempt (CONTRACT §2 errorKind). It is also
+// the ApplicationError type of a failed ApplyProjection attempt.
+type ErrorKind string
+
+const (
+	// KindSQL is an execution error: schema mismatch, constraint, bad value;
+	// also an attempt that ran past its timeout.
+	KindSQL ErrorKind = "sql"
+	// KindIREval is a CEL evaluation error, or a projection that is not deployed.
+	KindIREval ErrorKind = "ir_eval"
+	// KindConnection means the database could not be reached or the
+	// connection was lost; nothing of the attempt was committed.
+	KindConnection ErrorKind = "connection"
+	// KindInvalidEvent means the event can never be applied (not a valid
+	// envelope, or refused by Temporal); it is never retried.
+	KindInvalidEvent ErrorKind = "invalid_event"
+)
+
+// NonRetryableErrorTypes are the ApplicationError types an activity retry
+// policy never retries.
+var NonRetryableErrorTypes = []string{string(KindInvalidEvent)}

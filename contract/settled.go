@@ -1,0 +1,55 @@
+package contract
+
+import (
+	"context"
+	"errors"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/converter"
+)
+
+// Settled reports whether the retry workflow described by info no longer
+// holds its key's later events back: it is closed, or open only to wait for
+// a replay or discard decision (dead_lettered, as a lane's child that
+// reports dead_lettered lets the lane move on). A nil info (no such
+// workflow) is settled: there is nothing to wait for.
+func Settled(info *workflowpb.WorkflowExecutionInfo) bool {
+	if info == nil || info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return true
+	}
+	p, ok := info.GetSearchAttributes().GetIndexedFields()[AttrRetryState.GetName()]
+	if !ok {
+		return false
+	}
+	var s string
+	if err := converter.GetDefaultDataConverter().FromPayload(p, &s); err != nil {
+		return false
+	}
+	switch State(s) {
+	case StateDeadLettered, StateDiscarded, StateSucceeded:
+		return true
+	}
+	return false
+}
+
+// Describer describes workflow executions; a client.Client is one.
+type Describer interface {
+	DescribeWorkflowExecution(ctx context.Context, workflowID, runID string) (*workflowservice.DescribeWorkflowExecutionResponse, error)
+}
+
+// RetrySettled describes the latest run of workflowID and reports whether it
+// has settled (Settled); a workflow that does not exist has.
+func RetrySettled(ctx context.Context, d Describer, workflowID string) (bool, error) {
+	resp, err := d.DescribeWorkflowExecution(ctx, workflowID, "")
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return Settled(resp.GetWorkflowExecutionInfo()), nil
+}

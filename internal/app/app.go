@@ -1,0 +1,140 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/projection"
+	"github.com/causet/projection-retry/worker"
+)
+
+// Service is what the long-running commands share. Open fills every field;
+// Close releases them.
+type Service struct {
+	// Config is the configuration Open was given.
+	Config config.Config
+	// Logger is the process's logger (WithLogger; slog.Default() without).
+	Logger *slog.Logger
+	// Registry holds the Go and process collectors, the Temporal SDK's
+	// metrics and whatever the worker and the bridge register.
+	Registry *prometheus.Registry
+	// Pool is the one pgx pool of the process, on DATABASE_URL.
+	Pool *pgxpool.Pool
+	// Engine is the projection engine on Pool.
+	Engine *projection.Engine
+	// Temporal is the connected client, with its namespace.
+	Temporal *Temporal
+
+	dlq     *kgo.Client
+	closers []func()
+}
+
+// Option adjusts Open.
+type Option func(*options)
+
+type options struct {
+	logger   *slog.Logger
+	hostPort string
+	setup    func(context.Context, *pgxpool.Pool) error
+}
+
+// WithLogger is the logger of the service, the Temporal SDK and the Kafka
+// clients.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithTemporalAddress dials this Temporal frontend (host:port) in namespace
+// "default" instead of reading TEMPORAL_*: for a dev server started by the
+// process itself (causet dev).
+func WithTemporalAddress(hostPort string) Option {
+	return func(o *options) { o.hostPort = hostPort }
+}
+
+// WithSetup runs setup on the pool once it is open, before the projection
+// engine reads the catalog (causet dev deploys its example projections so).
+func WithSetup(setup func(context.Context, *pgxpool.Pool) error) Option {
+	return func(o *options) { o.setup = setup }
+}
+
+// Open builds the service from cfg: it requires DATABASE_URL, opens the pool
+// and the projection engine, dials Temporal and adds the search attributes
+// the workflows use where the server allows it. On error what was opened is
+// closed again.
+func Open(ctx context.Context, cfg config.Config, opts ...Option) (_ *Service, err error) {
+	o := options{logger: slog.Default()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	s := &Service{Config: cfg, Logger: o.logger}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	if err := cfg.RequireDatabaseURL(); err != nil {
+		return nil, err
+	}
+	s.Registry = prometheus.NewRegistry()
+	s.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if s.Pool, err = OpenPool(ctx, cfg.DatabaseURL); err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, s.Pool.Close)
+	if o.setup != nil {
+		if err := o.setup(ctx, s.Pool); err != nil {
+			return nil, err
+		}
+	}
+	if s.Engine, err = projection.NewEngine(ctx, s.Pool, s.Logger, projection.WithCostLimit(cfg.IRCostLimit)); err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, s.Engine.Close)
+	if s.Temporal, err = DialTemporal(ctx, s.Logger, TemporalOptions{HostPort: o.hostPort, Metrics: s.Registry}); err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, s.Temporal.Close)
+	if err := worker.EnsureSearchAttributes(ctx, s.Temporal.Client.OperatorService(), s.Temporal.Namespace); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close releases what the service opened, newest first: the DLQ producer,
+// the Temporal client, the engine, the pool. It is idempotent.
+func (s *Service) Close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+	s.closers = nil
+}
+
+// OpenPool builds a pgx pool on url; errors never echo the URL, which may
+// hold a password.
+func OpenPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, errors.New("DATABASE_URL is not a valid PostgreSQL URL")
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("connect to PostgreSQL at %s:%d: %w", pc.ConnConfig.Host, pc.ConnConfig.Port, err)
+	}
+	return pool, nil
+}
+
+// NewKafkaClient builds a Kafka client on the configured brokers with their
+// TLS and SASL, followed by extra.
+func NewKafkaClient(cfg config.Config, extra ...kgo.Opt) (*kgo.Client, error) {
+	opts, err := cfg.KafkaOpts(extra...)
+	if err != nil {
+		return nil, err
+	}
+	return kgo.NewClient(opts...)
+}

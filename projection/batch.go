@@ -1,0 +1,538 @@
+package projection
+
+// Applying a batch: one transaction per attempt, the (projection, event)
+// pairs, their evaluation, and the savepoint algorithm that isolates the
+// failing writes.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"cel.dev/cel-go/interpreter"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/causet/projection-retry/contract"
+	"github.com/causet/projection-retry/event"
+)
+
+// pair is one (projection, event) to apply.
+type pair struct {
+	res  Result
+	op   *compiledOp
+	ev   *event.Envelope
+	vals []any // evaluated column values
+	args []any // values adapted to the statement's parameter types
+	sd   *pgconn.StatementDescription
+	ec   *evalCache
+	// prefail is set when the pair cannot be written (CEL error, statement
+	// PostgreSQL rejects); it still goes through the ledger lookup, so that
+	// an event applied by an earlier version stays a duplicate.
+	prefail *ApplyError
+	done    bool // status final
+}
+
+func (e *Engine) run(ctx context.Context, evs []event.Envelope, only string, opts ApplyOptions) ([]Result, error) {
+	var (
+		res   []Result
+		err   error
+		retry bool
+	)
+	for attempt := 0; attempt < 3; attempt++ {
+		res, retry, err = e.attempt(ctx, evs, only, opts)
+		if !retry || ctx.Err() != nil {
+			break
+		}
+	}
+	return res, err
+}
+
+// attempt runs one apply transaction. retry is true when it failed on a
+// connection error before anything was sent in a transaction, so running it
+// again (on another pooled connection) is safe.
+func (e *Engine) attempt(ctx context.Context, evs []event.Envelope, only string, opts ApplyOptions) ([]Result, bool, error) {
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		res, err := failAll(e.pairs(e.snapshot(), evs, only, opts.Hold), err)
+		return res, false, err
+	}
+	defer conn.Release()
+
+	var catVersion int64
+	if err := conn.QueryRow(ctx, catalogVersionSQL).Scan(&catVersion); err != nil {
+		res, ferr := failAll(e.pairs(e.snapshot(), evs, only, opts.Hold), fmt.Errorf("read projection catalog: %w", err))
+		return res, Classify(err) == contract.KindConnection, ferr
+	}
+	st, err := e.refresh(ctx, conn, catVersion)
+	if err != nil {
+		res, err := failAll(e.pairs(e.snapshot(), evs, only, opts.Hold), err)
+		return res, false, err
+	}
+	pairs := e.pairs(st, evs, only, opts.Hold)
+	if len(pairs) == 0 {
+		return nil, false, nil
+	}
+
+	// Prepare the statements (a no-op for those already prepared on this
+	// connection) outside the transaction, so that a statement PostgreSQL
+	// rejects (e.g. a missing column) fails only its own pairs.
+	ledgerSD, err := conn.Conn().Prepare(ctx, ledgerInsertSQL, ledgerInsertSQL)
+	if err != nil {
+		res, ferr := failAll(pairs, err)
+		return res, Classify(err) == contract.KindConnection, ferr
+	}
+	stmts := map[string]*pgconn.StatementDescription{}
+	stmtErr := map[string]error{}
+	for _, p := range pairs {
+		if p.done || p.prefail != nil {
+			continue
+		}
+		sql := p.op.sql
+		if stmts[sql] == nil && stmtErr[sql] == nil {
+			sd, err := conn.Conn().Prepare(ctx, sql, sql)
+			if err != nil && Classify(err) == contract.KindConnection {
+				res, ferr := failAll(pairs, err)
+				return res, false, ferr
+			}
+			stmts[sql], stmtErr[sql] = sd, err
+		}
+		if err := stmtErr[sql]; err != nil {
+			p.prefail = &ApplyError{Kind: contract.KindSQL, Err: err}
+		}
+		p.sd = stmts[sql]
+	}
+
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		res, ferr := failAll(pairs, err)
+		return res, false, ferr
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+
+	badStmts, err := e.execPairs(ctx, conn.Conn(), ledgerSD, pairs)
+	if err != nil {
+		res, ferr := failAll(pairs, err)
+		return res, false, ferr
+	}
+
+	res := results(pairs)
+	if opts.BeforeCommit != nil {
+		if err := opts.BeforeCommit(ctx, tx, slices.Clone(res)); err != nil {
+			res, ferr := failAll(pairs, fmt.Errorf("before commit: %w", err))
+			return res, false, ferr
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		res, ferr := failAll(pairs, err)
+		return res, false, ferr
+	}
+	// Drop statements that failed at execution so the next attempt prepares
+	// them against the current schema.
+	for _, sql := range badStmts {
+		_ = conn.Conn().Deallocate(ctx, sql)
+	}
+	return res, false, nil
+}
+
+// pairs builds the (projection, event) pairs in input order. Invalid events
+// and undeployed projections fail here; columns are evaluated later
+// (evaluate), while the database inserts the ledger rows.
+func (e *Engine) pairs(st *catalogState, evs []event.Envelope, only string, hold func(string, *event.Envelope) bool) []*pair {
+	var out []*pair
+	for i := range evs {
+		ev := &evs[i]
+		var names []string
+		if only != "" {
+			names = []string{only}
+		} else {
+			names = st.byEvent[ev.EventType]
+		}
+		if len(names) == 0 {
+			continue
+		}
+		ec := &evalCache{ev: ev}
+		ec.check()
+		for _, name := range names {
+			p := &pair{ev: ev, ec: ec, res: Result{Projection: name, Index: i, EventID: ev.EventID}}
+			out = append(out, p)
+			c := st.byName[name]
+			if c != nil {
+				p.res.IRVersion = c.version
+			}
+			switch {
+			case hold != nil && hold(name, ev):
+				p.res.Status = StatusHeld
+				p.done = true
+			case ec.err != nil:
+				p.fail(&ApplyError{Kind: Classify(ec.err), Err: ec.err})
+			case c == nil:
+				p.fail(&ApplyError{Kind: contract.KindIREval, Err: fmt.Errorf("%w: %s", ErrNotDeployed, name)})
+			case st.broken[name] != nil:
+				// Not evaluated, but still looked up in the ledger: a
+				// duplicate stays a duplicate.
+				p.prefail = &ApplyError{Kind: contract.KindIREval, Err: st.broken[name]}
+			default:
+				p.op = c.ops[ev.EventType]
+				if p.op == nil {
+					p.res.Status = StatusSkipped
+					p.done = true
+				}
+			}
+		}
+	}
+	return out
+}
+
+// evalCache holds one event's CEL activation, shared by its pairs.
+type evalCache struct {
+	ev         *event.Envelope
+	fields     map[string]any
+	activation interpreter.Activation
+	err        error // the event is invalid
+}
+
+// check validates the envelope, decoding its payload once.
+func (c *evalCache) check() {
+	ev := c.ev
+	for _, s := range []string{ev.EventID, ev.EventType, ev.EntityID, ev.ForkID} {
+		if strings.TrimSpace(s) == "" {
+			c.err = ev.Validate()
+			if c.err == nil {
+				c.err = &event.InvalidError{Reason: "required field missing"}
+			}
+			return
+		}
+	}
+	c.fields, c.err = ev.Fields()
+	if c.err != nil && !event.IsInvalid(c.err) {
+		c.err = &event.InvalidError{Reason: c.err.Error()}
+	}
+}
+
+// evaluate computes the pair's column values and binds them to its
+// statement's parameter types; a failure becomes p.prefail.
+func (p *pair) evaluate(ctx context.Context) {
+	if p.done || p.prefail != nil {
+		return
+	}
+	if p.ec.activation == nil {
+		act, err := interpreter.NewActivation(map[string]any{"event": p.ec.fields})
+		if err != nil {
+			p.prefail = &ApplyError{Kind: contract.KindIREval, Err: err}
+			return
+		}
+		p.ec.activation = act
+	}
+	vals, err := p.op.eval(ctx, p.ec.activation)
+	if err != nil {
+		p.prefail = &ApplyError{Kind: Classify(err), Err: err}
+		return
+	}
+	p.vals = vals
+	if err := p.bind(); err != nil {
+		p.prefail = &ApplyError{Kind: contract.KindSQL, Err: err}
+	}
+}
+
+func (p *pair) fail(ae *ApplyError) {
+	p.res.Status = StatusFailed
+	p.res.Err = ae
+	p.done = true
+}
+
+// bind adapts the values to the statement's parameter types.
+func (p *pair) bind() error {
+	if len(p.sd.ParamOIDs) != len(p.vals) {
+		return fmt.Errorf("statement has %d parameters, want %d", len(p.sd.ParamOIDs), len(p.vals))
+	}
+	args := make([]any, len(p.vals))
+	for i, v := range p.vals {
+		a, err := adapt(p.sd.ParamOIDs[i], v)
+		if err != nil {
+			return fmt.Errorf("column %s: %w", p.op.cols[i].name, err)
+		}
+		args[i] = a
+	}
+	p.args = args
+	return nil
+}
+
+const savepointName = "causet_apply"
+
+// ledgerUndoSQL removes ledger rows this transaction inserted for pairs that
+// then could not be written (CEL or statement failure).
+const ledgerUndoSQL = `DELETE FROM causet_projection_applied l
+USING unnest($1::text[], $2::text[], $3::text[]) AS k(projection, fork_id, event_id)
+WHERE l.projection = k.projection AND l.fork_id = k.fork_id AND l.event_id = k.event_id`
+
+type ledgerKey struct{ projection, fork, event string }
+
+func (p *pair) key() ledgerKey { return ledgerKey{p.res.Projection, p.ev.ForkID, p.ev.EventID} }
+
+// execPairs applies the pairs in rounds of two round trips.
+//
+// Round trip 1 inserts the round's ledger rows in one multi-row INSERT: the
+// rows it returns are new, the others are duplicates. It is sent before the
+// CEL expressions are evaluated, so the database works while the client
+// evaluates. Round trip 2 removes the new ledger rows of pairs that failed to
+// evaluate or prepare, then runs the writes of the new pairs as pipelined
+// prepared statements.
+//
+// When write k fails, the round is rolled back to the savepoint, its pair is
+// marked failed, and the next round resends the others with a window that
+// halves on each failure (but keeps the writes known to be good) and doubles
+// on success, so even a batch in which everything fails costs O(n)
+// statements. It returns the SQL of statements that failed at execution, and
+// an error when the whole transaction is lost.
+func (e *Engine) execPairs(ctx context.Context, conn *pgx.Conn, ledgerSD *pgconn.StatementDescription, pairs []*pair) ([]string, error) {
+	var pending []*pair
+	for _, p := range pairs {
+		if !p.done {
+			pending = append(pending, p)
+		}
+	}
+	var (
+		eqb       pgx.ExtendedQueryBuilder
+		typeMap   = conn.TypeMap()
+		pgConn    = conn.PgConn()
+		control   = []string{"SAVEPOINT " + savepointName}
+		window    = len(pending)
+		badStmts  []string
+		evaluated = false
+		evalErr   error
+	)
+	for len(pending) > 0 {
+		chunk := pending[:min(window, len(pending))]
+
+		// Round trip 1: savepoint bookkeeping and the ledger rows.
+		projs, forks, ids := make([]string, len(chunk)), make([]string, len(chunk)), make([]string, len(chunk))
+		vers := make([]int32, len(chunk))
+		for i, p := range chunk {
+			projs[i], forks[i], ids[i], vers[i] = p.res.Projection, p.ev.ForkID, p.ev.EventID, int32(p.res.IRVersion)
+		}
+		batch := &pgconn.Batch{}
+		for _, sql := range control {
+			batch.ExecParams(sql, nil, nil, nil, nil)
+		}
+		if err := eqb.Build(typeMap, ledgerSD, []any{projs, forks, ids, vers}); err != nil {
+			return nil, err
+		}
+		batch.ExecStatement(ledgerSD, eqb.ParamValues, eqb.ParamFormats, eqb.ResultFormats)
+		mrr := pgConn.ExecBatch(ctx, batch)
+		if !evaluated {
+			// While the database inserts the ledger rows.
+			for _, p := range pending {
+				if ctx.Err() != nil {
+					break
+				}
+				p.evaluate(ctx)
+			}
+			// Evaluation the context cut short left pairs without values:
+			// the attempt is lost.
+			evalErr = ctx.Err()
+			evaluated = true
+		}
+		rs, err := mrr.ReadAll()
+		if err == nil {
+			err = evalErr
+		}
+		if err == nil && len(rs) != len(control)+1 {
+			err = fmt.Errorf("ledger insert returned %d results, want %d", len(rs), len(control)+1)
+		}
+		if err != nil {
+			return nil, err
+		}
+		inserted := map[ledgerKey]int{}
+		for _, row := range rs[len(control)].Rows {
+			inserted[ledgerKey{string(row[0]), string(row[1]), string(row[2])}]++
+		}
+		isNew := make([]bool, len(chunk))
+		var writes []*pair
+		var writePos []int // position in chunk of each write
+		var undo [3][]string
+		for i, p := range chunk {
+			k := p.key()
+			if inserted[k] == 0 {
+				continue
+			}
+			inserted[k]--
+			isNew[i] = true
+			if p.prefail != nil {
+				undo[0], undo[1], undo[2] = append(undo[0], k.projection), append(undo[1], k.fork), append(undo[2], k.event)
+				continue
+			}
+			writes = append(writes, p)
+			writePos = append(writePos, i)
+		}
+		// A pair that could not be evaluated or prepared is settled now:
+		// failed, unless the ledger already had it (a duplicate). A repeat,
+		// within this round, of a pair that failed so, failed too.
+		failedNew := map[ledgerKey]bool{}
+		for i, p := range chunk {
+			if p.prefail == nil {
+				continue
+			}
+			switch k := p.key(); {
+			case isNew[i]:
+				failedNew[k] = true
+				p.fail(p.prefail)
+			case failedNew[k]:
+				p.fail(p.prefail)
+			default:
+				p.done = true
+				p.res.Status = StatusDuplicate
+			}
+		}
+
+		lockOrder(writes, writePos)
+
+		// Round trip 2: undo the ledger rows of failed pairs, then the writes.
+		failAt, failErr := -1, error(nil)
+		if len(writes) > 0 || len(undo[0]) > 0 {
+			batch = &pgconn.Batch{}
+			nUndo := 0
+			if len(undo[0]) > 0 {
+				if err := eqb.Build(typeMap, nil, []any{undo[0], undo[1], undo[2]}); err != nil {
+					return nil, err
+				}
+				batch.ExecParams(ledgerUndoSQL, eqb.ParamValues, nil, eqb.ParamFormats, eqb.ResultFormats)
+				nUndo = 1
+			}
+			for k, p := range writes {
+				if err := eqb.Build(typeMap, p.sd, p.args); err != nil {
+					failAt, failErr = k, err // nothing sent; the ledger rows are rolled back below
+					break
+				}
+				batch.ExecStatement(p.sd, eqb.ParamValues, eqb.ParamFormats, eqb.ResultFormats)
+			}
+			if failAt < 0 {
+				n := 0
+				mrr := pgConn.ExecBatch(ctx, batch)
+				for mrr.NextResult() {
+					if _, err := mrr.ResultReader().Close(); err != nil {
+						failErr = err
+						break
+					}
+					n++
+				}
+				if err := mrr.Close(); failErr == nil {
+					failErr = err
+				}
+				if failErr == nil && n != nUndo+len(writes) {
+					failErr = fmt.Errorf("pipeline returned %d results, want %d", n, nUndo+len(writes))
+				}
+				if failErr != nil {
+					var pe *pgconn.PgError
+					if Classify(failErr) == contract.KindConnection || !errors.As(failErr, &pe) || n < nUndo || n-nUndo >= len(writes) {
+						return nil, failErr
+					}
+					failAt = n - nUndo
+				}
+			}
+		}
+
+		if failAt < 0 {
+			for i, p := range chunk {
+				if p.done {
+					continue
+				}
+				p.done = true
+				if isNew[i] {
+					p.res.Status = StatusApplied
+				} else {
+					p.res.Status = StatusDuplicate
+				}
+			}
+			pending = pending[len(chunk):]
+			control = []string{"RELEASE SAVEPOINT " + savepointName, "SAVEPOINT " + savepointName}
+			window = min(window*2, 1<<20)
+			continue
+		}
+
+		bad := writes[failAt]
+		bad.fail(&ApplyError{Kind: contract.KindSQL, Err: failErr})
+		badStmts = append(badStmts, bad.op.sql)
+		e.logger.Debug("projection write failed; isolating it", "projectionName", bad.res.Projection,
+			"eventId", bad.res.EventID, "error", failErr.Error())
+		rest := make([]*pair, 0, len(pending))
+		for _, p := range pending {
+			if !p.done {
+				rest = append(rest, p)
+			}
+		}
+		pending = rest
+		control = []string{"ROLLBACK TO SAVEPOINT " + savepointName}
+		window = max(writePos[failAt], window/2, 1)
+	}
+	if strings.HasPrefix(control[0], "ROLLBACK") {
+		// The last round failed and nothing followed to roll it back: do it
+		// now, or the transaction stays aborted and its commit rolls back.
+		if _, err := pgConn.Exec(ctx, control[0]).ReadAll(); err != nil {
+			return nil, err
+		}
+	}
+	return badStmts, nil
+}
+
+// lockOrder sorts a round's writes by the row each one locks (table, key),
+// keeping the input order of writes to the same row. Concurrent batches (one
+// per partition) then take row locks in one global order and cannot deadlock
+// on rows they share, such as a counter that events of many entities
+// increment; the effect on every row is unchanged.
+func lockOrder(writes []*pair, pos []int) {
+	if len(writes) < 2 {
+		return
+	}
+	keys := make([]string, len(writes))
+	var b strings.Builder
+	for i, p := range writes {
+		b.Reset()
+		b.WriteString(p.op.table)
+		for _, v := range p.args[:p.op.nkeys] {
+			b.WriteByte(0)
+			fmt.Fprint(&b, v)
+		}
+		keys[i] = b.String()
+	}
+	idx := make([]int, len(writes))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return keys[idx[a]] < keys[idx[b]] })
+	w, ps := slices.Clone(writes), slices.Clone(pos)
+	for i, j := range idx {
+		writes[i], pos[i] = w[j], ps[j]
+	}
+}
+
+func results(pairs []*pair) []Result {
+	out := make([]Result, len(pairs))
+	for i, p := range pairs {
+		out[i] = p.res
+	}
+	return out
+}
+
+// failAll marks every pair failed with err (invalid events keep their own
+// error, held pairs stay held) and returns the results and err as an *ApplyError.
+func failAll(pairs []*pair, err error) ([]Result, error) {
+	ae := newApplyError(err)
+	out := make([]Result, len(pairs))
+	for i, p := range pairs {
+		r := p.res
+		if r.Status == StatusHeld {
+			out[i] = r
+			continue
+		}
+		if !(r.Status == StatusFailed && r.Err != nil && r.Err.Kind == contract.KindInvalidEvent) {
+			r.Status = StatusFailed
+			r.Err = ae
+		}
+		out[i] = r
+	}
+	return out, ae
+}

@@ -1,0 +1,172 @@
+package reliability
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// proc is a causet subprocess.
+type proc struct {
+	name    string
+	cmd     *exec.Cmd
+	log     string
+	metrics string // host:port of its /metrics
+	done    chan struct{}
+	err     error
+}
+
+var procSeq struct {
+	sync.Mutex
+	n int
+}
+
+// start runs `causet <args...>` with the stack's env (+extra); its stderr goes
+// to a log file in the stack's dir. It is killed when the test ends.
+func (s *stack) start(name string, extra map[string]string, args ...string) *proc {
+	s.t.Helper()
+	procSeq.Lock()
+	procSeq.n++
+	n := procSeq.n
+	procSeq.Unlock()
+	p := &proc{name: name, log: filepath.Join(s.dir, fmt.Sprintf("%s-%d.log", name, n)), done: make(chan struct{}),
+		metrics: "127.0.0.1:" + strconv.Itoa(freePort(s.t))}
+	f, err := os.Create(p.log)
+	require.NoError(s.t, err)
+	withMetrics := map[string]string{"CAUSET_METRICS_ADDR": p.metrics}
+	for k, v := range extra {
+		withMetrics[k] = v
+	}
+	p.cmd = exec.Command(s.bin, args...)
+	p.cmd.Env = s.procEnv(withMetrics)
+	p.cmd.Stdout, p.cmd.Stderr = f, f
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	require.NoError(s.t, p.cmd.Start())
+	go func() { p.err = p.cmd.Wait(); f.Close(); close(p.done) }()
+	s.t.Cleanup(func() { p.kill() })
+	return p
+}
+
+func (s *stack) bridge(extra map[string]string) *proc { return s.start("bridge", extra, "bridge") }
+func (s *stack) worker(extra map[string]string) *proc { return s.start("worker", extra, "worker") }
+
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// kill sends SIGKILL (kill -9) and waits for the process to be gone.
+func (p *proc) kill() {
+	if p.exited() {
+		return
+	}
+	_ = syscall.Kill(p.pid(), syscall.SIGKILL)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+	}
+}
+
+// memKB reads VmRSS and VmHWM (peak RSS) in kB from /proc/<pid>/status.
+func (p *proc) memKB() (rss, hwm int64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.pid()))
+	if err != nil {
+		return -1, -1
+	}
+	sc := bufio.NewScanner(strings.NewReader(string(b)))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 2 {
+			continue
+		}
+		v, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "VmRSS:":
+			rss = v
+		case "VmHWM:":
+			hwm = v
+		}
+	}
+	return rss, hwm
+}
+
+// logTail returns the last n lines of the process log.
+func (p *proc) logTail(n int) string {
+	b, _ := os.ReadFile(p.log)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// logCount counts log lines containing s.
+func (p *proc) logCount(s string) int {
+	b, _ := os.ReadFile(p.log)
+	return strings.Count(string(b), s)
+}
+
+// logEvents returns the process' JSON log lines whose "event" is ev.
+func (p *proc) logEvents(ev string) []map[string]any {
+	b, _ := os.ReadFile(p.log)
+	var out []map[string]any
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.Contains(line, `"`+ev+`"`) {
+			continue
+		}
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) == nil && m["event"] == ev {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// metric sums the samples of a Prometheus metric on the process' /metrics
+// (-1 when it cannot be read).
+func (p *proc) metric(name string) float64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.metrics+"/metrics", nil)
+	if err != nil {
+		return -1
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	sum := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+" ") && !strings.HasPrefix(line, name+"{") {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err == nil {
+			sum += v
+		}
+	}
+	return sum
+}

@@ -1,0 +1,207 @@
+package reliability
+
+import (
+	"github.com/stretchr/testify/require"
+
+	"github.com/causet/projection-retry/contract"
+)
+
+// verdict compares the world with the produced events.
+type verdict struct {
+	ordering                                ordering
+	produced, succeeded, failing            int
+	lost, doubleApplied, appliedFailing     int
+	ledger                                  int
+	workflows, dupWorkflows, missingWF      int
+	unexpectedWF, laned, lanedEarlier       int
+	lanes, laneRuns                         int
+	inversions                              int
+	dlq, dlqDup, dlqMissing, dlqUnexpect    int
+	examplesLost, examplesDouble, exDLQMiss []string
+	examplesUnexpected, examplesInversions  []string
+}
+
+// verify checks effects, ledger, workflows and DLQ against the events.
+// checkWF/checkDLQ turn off the workflow/DLQ parts.
+//
+// Workflows are counted by ID among the ProjectionRetryWorkflow runs of the
+// task queue: a failing event must have exactly one. With entity ordering an
+// event of an entity that has a failing event may also have one: it ran in
+// the key's lane, as a child. That is normally an event after the failure;
+// after a crash it can also be an earlier one, redelivered from the last
+// committed offset while its key is already blocked by the later failure
+// (it was applied before the crash, so its child finds it in the ledger).
+// Any other event must not have one. Lanes are counted apart: a key has a
+// lane run each time it is blocked with later events, plus its
+// continue-as-new runs.
+func (s *stack) verify(events []evt, checkWF, checkDLQ bool) verdict {
+	s.t.Helper()
+	v := verdict{ordering: s.ordering}
+	v.produced = len(events)
+	app := s.applied()
+	failing := map[string]bool{}
+	firstFailure := map[string]int64{} // entity -> sequence of its first failing event
+	byWF := map[string]evt{}           // retry workflow ID -> its event
+	for _, e := range events {
+		byWF[wfID(e.id)] = e
+		if e.fails {
+			if f, ok := firstFailure[e.entity]; !ok || e.seq < f {
+				firstFailure[e.entity] = e.seq
+			}
+		}
+	}
+	for _, e := range events {
+		if e.fails {
+			v.failing++
+			failing[e.id] = true
+			if app[e.id] > 0 {
+				v.appliedFailing++
+			}
+			continue
+		}
+		v.succeeded++
+		switch n := app[e.id]; {
+		case n == 0:
+			v.lost++
+			if len(v.examplesLost) < 5 {
+				v.examplesLost = append(v.examplesLost, e.id)
+			}
+		case n > 1:
+			v.doubleApplied += n - 1
+			if len(v.examplesDouble) < 5 {
+				v.examplesDouble = append(v.examplesDouble, e.id)
+			}
+		}
+	}
+	v.ledger = s.countSQL(`SELECT count(*) FROM causet_projection_applied WHERE projection = $1`, relProjection)
+	v.inversions = s.countSQL(`SELECT coalesce(sum(inversions), 0)::int FROM rel_order`)
+	if v.inversions > 0 {
+		rows, err := s.pool.Query(s.ctx, `SELECT entity_id || ':' || inversions FROM rel_order WHERE inversions > 0 ORDER BY inversions DESC LIMIT 5`)
+		require.NoError(s.t, err)
+		for rows.Next() {
+			var x string
+			require.NoError(s.t, rows.Scan(&x))
+			v.examplesInversions = append(v.examplesInversions, x)
+		}
+		rows.Close()
+	}
+	if checkWF {
+		runs := map[string]int{}
+		for _, e := range s.workflowsOnQueue(contract.RetryWorkflowName) {
+			runs[e.ID]++
+		}
+		v.workflows = len(runs)
+		for _, n := range runs {
+			if n > 1 {
+				v.dupWorkflows += n - 1
+			}
+		}
+		for id := range failing {
+			if runs[wfID(id)] == 0 {
+				v.missingWF++
+			}
+		}
+		for id := range runs {
+			e, known := byWF[id]
+			switch {
+			case known && e.fails:
+			case known && s.ordering == orderingEntity && entityFailed(firstFailure, e):
+				v.laned++
+				if !hasFailedBefore(firstFailure, e) {
+					v.lanedEarlier++
+				}
+			default:
+				v.unexpectedWF++
+				if len(v.examplesUnexpected) < 5 {
+					v.examplesUnexpected = append(v.examplesUnexpected, id)
+				}
+			}
+		}
+		lanes := map[string]bool{}
+		for _, e := range s.workflowsOnQueue(contract.LaneWorkflowName) {
+			lanes[e.ID] = true
+			v.laneRuns++
+		}
+		v.lanes = len(lanes)
+	}
+	if checkDLQ {
+		counts := map[string]int{}
+		for _, d := range s.readDLQ() {
+			counts[d.eventID]++
+		}
+		for id, n := range counts {
+			v.dlq += n
+			if n > 1 {
+				v.dlqDup += n - 1
+			}
+			if !failing[id] {
+				v.dlqUnexpect += n
+			}
+		}
+		for id := range failing {
+			if counts[id] == 0 {
+				v.dlqMissing++
+				if len(v.exDLQMiss) < 5 {
+					v.exDLQMiss = append(v.exDLQMiss, id)
+				}
+			}
+		}
+	}
+	return v
+}
+
+func entityFailed(firstFailure map[string]int64, e evt) bool {
+	_, ok := firstFailure[e.entity]
+	return ok
+}
+
+func hasFailedBefore(firstFailure map[string]int64, e evt) bool {
+	f, ok := firstFailure[e.entity]
+	return ok && f < e.seq
+}
+
+// report puts the verdict into the result and asserts it.
+func (r *result) verdict(v verdict, checkWF, checkDLQ bool) {
+	t := r.t
+	r.lost = v.lost
+	r.double = v.doubleApplied
+	r.dupWF = v.dupWorkflows
+	r.fig("events", v.produced)
+	r.fig("succeeding", v.succeeded)
+	r.fig("failing", v.failing)
+	r.fig("ledger_rows", v.ledger)
+	r.fig("failing_applied", v.appliedFailing)
+	r.fig("order_inversions", v.inversions)
+	if checkWF {
+		r.fig("workflows", v.workflows)
+		r.fig("missing_workflows", v.missingWF)
+		r.fig("unexpected_workflows", v.unexpectedWF)
+		r.fig("laned_events", v.laned)
+		r.fig("laned_redelivered_before_failure", v.lanedEarlier)
+		r.fig("lanes", v.lanes)
+		r.fig("lane_runs", v.laneRuns)
+	}
+	if checkDLQ {
+		r.fig("dlq_records", v.dlq)
+		r.fig("dlq_duplicates", v.dlqDup)
+		r.fig("dlq_missing", v.dlqMissing)
+		r.fig("dlq_unexpected", v.dlqUnexpect)
+	}
+	require.Zero(t, v.lost, "lost events, e.g. %v", v.examplesLost)
+	require.Zero(t, v.doubleApplied, "double-applied events, e.g. %v", v.examplesDouble)
+	require.Zero(t, v.appliedFailing, "failing events have no effect")
+	require.Equal(t, v.succeeded, v.ledger, "one ledger row per successful event")
+	if v.ordering == orderingEntity {
+		require.Zero(t, v.inversions, "an entity's events applied out of sequence order (entity:inversions) %v", v.examplesInversions)
+	}
+	if checkWF {
+		require.Zero(t, v.dupWorkflows, "duplicate workflow runs")
+		require.Zero(t, v.missingWF, "failing events without a workflow")
+		require.Zero(t, v.unexpectedWF, "workflows for events that did not fail (nor followed a failure of their entity), e.g. %v", v.examplesUnexpected)
+	}
+	if checkDLQ {
+		require.Zero(t, v.dlqDup, "DLQ records twice")
+		require.Zero(t, v.dlqMissing, "failing events missing from the DLQ, e.g. %v", v.exDLQMiss)
+		require.Zero(t, v.dlqUnexpect, "DLQ records of events that should not be there")
+	}
+}
