@@ -27,7 +27,9 @@ import (
 
 func needTools(t *testing.T) {
 	t.Helper()
-	_, errPG := proc.FindPGBin("pg_ctl")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	_, errPG := proc.PostgresBinDir(ctx) // system binaries, or fetched ones
 	_, errT := FindTemporalCLI()
 	if err := errors.Join(errPG, errT); err != nil {
 		if inCI, _ := strconv.ParseBool(os.Getenv("CI")); inCI {

@@ -17,7 +17,8 @@ import (
 )
 
 // ErrNoPostgres is wrapped by the error StartPostgres returns when the
-// PostgreSQL server binaries (pg_ctl, initdb) cannot be found.
+// PostgreSQL server binaries (pg_ctl, initdb) can be neither found nor
+// fetched.
 var ErrNoPostgres = errors.New("PostgreSQL server binaries not found")
 
 // PostgresOptions configure StartPostgres.
@@ -71,8 +72,20 @@ func FindPGBin(name string) (string, error) {
 	return cands[len(cands)-1], nil
 }
 
-// command runs a PostgreSQL binary, as the postgres user when we are root
-// (initdb and postgres refuse to run as root).
+// serverUser is the user a root process runs PostgreSQL as: "postgres",
+// which the distribution packages create, or else "nobody" (a machine
+// without those packages, using fetched binaries).
+func serverUser(lookup func(string) (*user.User, error)) (string, error) {
+	for _, name := range []string{"postgres", "nobody"} {
+		if _, err := lookup(name); err == nil {
+			return name, nil
+		}
+	}
+	return "", errors.New(`running as root and there is neither a "postgres" nor a "nobody" system user to run PostgreSQL as (initdb and postgres refuse to run as root)`)
+}
+
+// command runs a PostgreSQL binary, as p.runAs (postgres or nobody) when we
+// are root (initdb and postgres refuse to run as root).
 func (p *Postgres) command(ctx context.Context, bin string, args ...string) *exec.Cmd {
 	if p.runAs != "" {
 		return exec.CommandContext(ctx, "runuser", append([]string{"-u", p.runAs, "--", bin}, args...)...)
@@ -82,8 +95,10 @@ func (p *Postgres) command(ctx context.Context, bin string, args ...string) *exe
 
 // StartPostgres initialises a cluster in a new temp dir, starts it with
 // pg_ctl on a free 127.0.0.1 port and waits until it accepts TCP
-// connections. When running as root, the server runs as the "postgres"
-// system user. On error nothing is left behind.
+// connections. The binaries are the system's, or fetched ones when there are
+// none (see [PostgresBinariesEnv]). When running as root, the server runs as
+// the "postgres" system user (or "nobody" when there is none). On error
+// nothing is left behind.
 func StartPostgres(ctx context.Context, opts PostgresOptions) (*Postgres, error) {
 	if opts.MaxConnections <= 0 {
 		opts.MaxConnections = 200
@@ -91,21 +106,15 @@ func StartPostgres(ctx context.Context, opts PostgresOptions) (*Postgres, error)
 	if opts.TempDirPrefix == "" {
 		opts.TempDirPrefix = "causet-pg-"
 	}
-	pgCtl, err := FindPGBin("pg_ctl")
+	bins, err := postgresBinaries(ctx)
 	if err != nil {
 		return nil, err
 	}
-	initdb := filepath.Join(filepath.Dir(pgCtl), "initdb")
-	if _, err := os.Stat(initdb); err != nil {
-		if initdb, err = FindPGBin("initdb"); err != nil {
-			return nil, err
-		}
-	}
-	p := &Postgres{pgCtl: pgCtl, maxConns: opts.MaxConnections, stopWatchdog: func() {}}
+	initdb := bins.initdb
+	p := &Postgres{pgCtl: bins.pgCtl, maxConns: opts.MaxConnections, stopWatchdog: func() {}}
 	if os.Geteuid() == 0 {
-		p.runAs = "postgres"
-		if _, err := user.Lookup(p.runAs); err != nil {
-			return nil, fmt.Errorf("running as root and there is no %q system user to run PostgreSQL as: %w", p.runAs, err)
+		if p.runAs, err = serverUser(user.Lookup); err != nil {
+			return nil, err
 		}
 		if _, err := exec.LookPath("runuser"); err != nil {
 			return nil, errors.New("running as root and runuser(1) is missing")

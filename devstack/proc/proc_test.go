@@ -21,8 +21,10 @@ import (
 func needTools(t *testing.T, postgres, temporal bool) {
 	t.Helper()
 	var err error
-	if postgres {
-		_, err = FindPGBin("pg_ctl")
+	if postgres { // system binaries, or fetched ones (see PostgresBinariesEnv)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		_, err = PostgresBinDir(ctx)
 	}
 	if err == nil && temporal {
 		_, err = FindTemporalCLI()

@@ -17,7 +17,8 @@ import (
 )
 
 const pgHowTo = "set TEST_DATABASE_URL=postgres://user:pass@host:port/db?sslmode=disable, " +
-	"or install the PostgreSQL server binaries (initdb, pg_ctl, postgres) on PATH"
+	"install the PostgreSQL server binaries (initdb, pg_ctl, postgres), or allow the one-time fetch of " +
+	"PostgreSQL 15 from Maven Central (CAUSET_POSTGRES_BINARIES, README)"
 
 // Postgres returns a pool connected to a fresh, empty database that only this
 // test uses. The database lives on TEST_DATABASE_URL's server when that is
