@@ -1,6 +1,3 @@
-// Package config reads the service's environment with validation and
-// defaults. A bad value stops the program with one line naming the variable,
-// the value and what is allowed; nothing silently falls back to a default.
 package config
 
 import (
@@ -35,8 +32,18 @@ const (
 	OrderingNone Ordering = "none"
 )
 
-// Defaults of the bounds, exported once.
+// Defaults of CONTRACT §3, exported once: every package that needs one
+// uses these.
 const (
+	DefaultKafkaBrokers  = "127.0.0.1:9092"
+	DefaultEventsTopic   = "causet.events.v1"
+	DefaultDLQTopic      = "causet.projection-dlq.v1"
+	DefaultConsumerGroup = "causet-projection-worker"
+	DefaultTaskQueue     = "causet-projections"
+	DefaultReplayWindow  = 168 * time.Hour
+	DefaultMaxInflight   = 256
+	DefaultMetricsAddr   = "127.0.0.1:9464"
+
 	// DefaultLaneMaxQueued keeps a lane's continue-as-new input (its queue)
 	// well under Temporal's 2 MiB blob limit for events of ~1 KiB; the lane
 	// also refuses past a byte budget, so large events cannot breach it.
@@ -90,24 +97,25 @@ func FromEnv() (Config, error) { return Load(os.LookupEnv) }
 // Load reads every variable through lookup, applying defaults for unset ones.
 func Load(lookup Lookup) (Config, error) {
 	p := parser{lookup: lookup}
+	def := DefaultRetry()
 	c := Config{
 		Retry: Retry{
-			MaxAttempts: p.intRange("PROJECTION_WORKER_MAX_RETRIES", 5, 1, 100, "an integer from 1 to 100 (total attempts, the first included)"),
-			Initial:     p.millis("PROJECTION_WORKER_RETRY_INITIAL_MS", 1000),
-			Multiplier:  p.multiplier("PROJECTION_WORKER_RETRY_MULTIPLIER", 2),
-			Max:         p.millis("PROJECTION_WORKER_RETRY_MAX_MS", 30000),
+			MaxAttempts: p.intRange("PROJECTION_WORKER_MAX_RETRIES", def.MaxAttempts, 1, 100, "an integer from 1 to 100 (total attempts, the first included)"),
+			Initial:     p.millis("PROJECTION_WORKER_RETRY_INITIAL_MS", int(def.Initial.Milliseconds())),
+			Multiplier:  p.multiplier("PROJECTION_WORKER_RETRY_MULTIPLIER", def.Multiplier),
+			Max:         p.millis("PROJECTION_WORKER_RETRY_MAX_MS", int(def.Max.Milliseconds())),
 		},
 		DatabaseURL:       p.str("DATABASE_URL", ""),
-		KafkaBrokers:      p.brokers("KAFKA_BROKERS", "127.0.0.1:9092"),
-		EventsTopic:       p.name("CAUSET_EVENTS_TOPIC", "causet.events.v1"),
-		DLQTopic:          p.name("CAUSET_DLQ_TOPIC", "causet.projection-dlq.v1"),
-		ConsumerGroup:     p.name("CAUSET_CONSUMER_GROUP", "causet-projection-worker"),
-		TaskQueue:         p.name("CAUSET_TASK_QUEUE", "causet-projections"),
+		KafkaBrokers:      p.brokers("KAFKA_BROKERS", DefaultKafkaBrokers),
+		EventsTopic:       p.name("CAUSET_EVENTS_TOPIC", DefaultEventsTopic),
+		DLQTopic:          p.name("CAUSET_DLQ_TOPIC", DefaultDLQTopic),
+		ConsumerGroup:     p.name("CAUSET_CONSUMER_GROUP", DefaultConsumerGroup),
+		TaskQueue:         p.name("CAUSET_TASK_QUEUE", DefaultTaskQueue),
 		BridgeMode:        Mode(p.oneOf("CAUSET_BRIDGE_MODE", string(ModeInline), string(ModeInline), string(ModeWorkflow))),
 		Ordering:          Ordering(p.oneOf("CAUSET_ORDERING", string(OrderingEntity), string(OrderingEntity), string(OrderingNone))),
-		DLQReplayWindow:   p.duration("CAUSET_DLQ_REPLAY_WINDOW", 168*time.Hour),
-		BridgeMaxInflight: p.intRange("CAUSET_BRIDGE_MAX_INFLIGHT", 256, 1, 1_000_000, "an integer from 1 to 1000000"),
-		MetricsAddr:       p.hostPort("CAUSET_METRICS_ADDR", "127.0.0.1:9464"),
+		DLQReplayWindow:   p.duration("CAUSET_DLQ_REPLAY_WINDOW", DefaultReplayWindow),
+		BridgeMaxInflight: p.intRange("CAUSET_BRIDGE_MAX_INFLIGHT", DefaultMaxInflight, 1, 1_000_000, "an integer from 1 to 1000000"),
+		MetricsAddr:       p.hostPort("CAUSET_METRICS_ADDR", DefaultMetricsAddr),
 		LaneMaxQueued: p.intRange("CAUSET_LANE_MAX_QUEUED", DefaultLaneMaxQueued, 1, 100_000,
 			"an integer from 1 to 100000 (events waiting in one lane)"),
 		IRCostLimit: uint64(p.int64Range("CAUSET_IR_COST_LIMIT", DefaultIRCostLimit, 1_000, 1_000_000_000,

@@ -83,7 +83,7 @@ func (in RetryInput) SearchAttributes() temporal.SearchAttributes {
 }
 
 // DefaultReplayWindow applies when the input carries no window.
-const DefaultReplayWindow = 168 * time.Hour
+const DefaultReplayWindow = config.DefaultReplayWindow
 
 // LaneInput starts (or continues) the lane of one (projection, fork, entity).
 type LaneInput struct {

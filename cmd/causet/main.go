@@ -1,4 +1,3 @@
-// Command causet runs Causet's projection worker on Temporal and its tooling.
 package main
 
 import (

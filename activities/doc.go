@@ -1,0 +1,3 @@
+// Package activities implements ApplyProjection, PublishDeadLetter and
+// AwaitRetrySettled.
+package activities

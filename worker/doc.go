@@ -1,0 +1,3 @@
+// Package worker wires the Temporal worker: registration, client options,
+// search attributes and metrics.
+package worker
