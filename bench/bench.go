@@ -1,17 +1,3 @@
-// Package bench is `causet bench`: one run that measures the PostgreSQL
-// ceiling, the bridge end to end in inline mode at 0%, 1% and 10% failing
-// events, workflow mode, the seed's in-place-retry design (the peer), the
-// default schedule's accuracy on Temporal, the hand-off capacity against raw
-// ExecuteWorkflow calls and the bridge's memory with many failures in
-// flight, and writes results.md, results.json and chart.svg.
-//
-// The bridge under test is the real one, run as a child process (`causet
-// bridge`, via Options.BridgeCommand) so its resident set is its own: the
-// bench process also holds the in-process Kafka (kfake) with every record,
-// the Temporal worker, the peer and the producers. Throughput is timed from
-// the first poll of the bridge's metrics that shows a consumed record to the
-// first that shows every event applied or handed off (20 ms polls), so
-// process start, Temporal dial and the consumer group join are not counted.
 package bench
 
 import (
@@ -27,13 +13,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.temporal.io/sdk/client"
 
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/devstack"
-	"github.com/causet/projection-retry/projection"
+	"github.com/causet/projection-retry/internal/app"
 )
 
 // Options configure Run.
@@ -96,12 +80,10 @@ type bench struct {
 	idleQueue    string // no worker polls it: handed-off workflows stay open
 	workQueue    string // the in-process worker's
 
-	procs  procs
-	pool   *pgxpool.Pool
-	engine *projection.Engine
-	tc     client.Client
-	prod   *kgo.Client
-	res    *Result
+	procs procs
+	svc   *app.Service // the pool, engine, Temporal client and worker
+	prod  *kgo.Client
+	res   *Result
 }
 
 // Run starts what it needs (devstack: PostgreSQL, the Temporal dev server

@@ -38,7 +38,7 @@ func (b *bench) ceiling(ctx context.Context) error {
 						}
 						batch.Queue(ceilingUpsert, id, fmt.Sprintf("e-%d", k%1000), at, int64(k+1))
 					}
-					err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, batch).Close() })
+					err := pgx.BeginFunc(ctx, b.svc.Pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, batch).Close() })
 					if err != nil {
 						errc <- err
 						return
@@ -156,7 +156,7 @@ func (b *bench) inlineRep(ctx context.Context, run *InlineRun, rep int, last boo
 	}); err != nil {
 		return fmt.Errorf("paced phase: %w", err)
 	}
-	err = b.pool.QueryRow(ctx, `SELECT count(*),
+	err = b.svc.Pool.QueryRow(ctx, `SELECT count(*),
   coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), 0),
   coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms), 0)
 FROM (SELECT (extract(epoch FROM applied_at - produced_at) * 1000)::float8 AS ms
@@ -223,7 +223,7 @@ func (b *bench) workflowMode(ctx context.Context) error {
 // rowsWithPrefix counts the applied rows of a phase.
 func (b *bench) rowsWithPrefix(ctx context.Context, prefix string) (int, error) {
 	var n int
-	err := b.pool.QueryRow(ctx, `SELECT count(*) FROM bench_rows WHERE event_id >= $1 AND event_id < $2`, prefix+"-", prefix+".").Scan(&n)
+	err := b.svc.Pool.QueryRow(ctx, `SELECT count(*) FROM bench_rows WHERE event_id >= $1 AND event_id < $2`, prefix+"-", prefix+".").Scan(&n)
 	return n, err
 }
 
@@ -244,7 +244,7 @@ func (b *bench) peerRuns(ctx context.Context) error {
 				return err
 			}
 			s0 := b.sample(0)
-			elapsed, dl, err := runPeer(ctx, b.brokers, topic, topic+"-g", b.dlqTopic, b.engine, b.short, n)
+			elapsed, dl, err := runPeer(ctx, b.brokers, topic, topic+"-g", b.dlqTopic, b.svc.Engine, b.short, n)
 			if err != nil {
 				return err
 			}

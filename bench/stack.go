@@ -9,21 +9,14 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
-	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/contrib/envconfig"
 
-	"github.com/causet/projection-retry/activities"
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/devstack"
-	"github.com/causet/projection-retry/dlq"
+	"github.com/causet/projection-retry/internal/app"
 	"github.com/causet/projection-retry/projection"
-	"github.com/causet/projection-retry/worker"
 )
 
 // benchIR is the projection under test: one upsert per event. v divides by
@@ -70,12 +63,41 @@ CREATE TABLE IF NOT EXISTS bench_ledger (
 );
 TRUNCATE bench_rows, bench_ceiling, bench_ledger;`
 
+// setup opens the service the way `causet worker` does (package app): the
+// pool, with the bench tables and projection deployed before the engine
+// reads the catalog, the engine, and the Temporal client (the stack's dev
+// server, or TEMPORAL_* via envconfig). Its worker (startWorker) polls
+// workQueue and dead-letters to dlqTopic.
 func (b *bench) setup(ctx context.Context, stack *devstack.Stack) error {
-	pool, err := pgxpool.New(ctx, b.dbURL)
+	cfg, err := config.FromEnv()
 	if err != nil {
-		return fmt.Errorf("connect to PostgreSQL: %w", err)
+		return err
 	}
-	b.pool = pool
+	cfg.DatabaseURL, cfg.KafkaBrokers = b.dbURL, b.brokers
+	cfg.DLQTopic, cfg.TaskQueue = b.dlqTopic, b.workQueue
+	opts := []app.Option{app.WithLogger(b.log), app.WithSetup(b.setupTables)}
+	if stack.Temporal != nil {
+		opts = append(opts, app.WithTemporalAddress(stack.Temporal.HostPort))
+		b.temporalAddr = stack.Temporal.HostPort
+	}
+	if b.svc, err = app.Open(ctx, cfg, opts...); err != nil {
+		return err
+	}
+	if stack.Temporal != nil {
+		b.res.Machine.Temporal = "dev server (in memory), " + stack.Temporal.CLI
+	} else {
+		b.res.Machine.Temporal = "TEMPORAL_ADDRESS " + b.svc.Temporal.HostPort
+	}
+	if b.prod, err = kgo.NewClient(kgo.SeedBrokers(b.brokers...), kgo.ProducerLinger(0),
+		kgo.MaxBufferedRecords(1<<20), kgo.AllowAutoTopicCreation()); err != nil {
+		return err
+	}
+	return devstack.EnsureTopics(ctx, b.brokers, int32(b.sizes.Partitions), b.dlqTopic)
+}
+
+// setupTables records the server version, creates the bench tables (empty)
+// and deploys the bench projection.
+func (b *bench) setupTables(ctx context.Context, pool *pgxpool.Pool) error {
 	if err := pool.QueryRow(ctx, `SHOW server_version`).Scan(&b.res.Machine.Postgres); err != nil {
 		return err
 	}
@@ -89,84 +111,30 @@ func (b *bench) setup(ctx context.Context, stack *devstack.Stack) error {
 	if err != nil {
 		return err
 	}
-	if _, err := projection.Deploy(ctx, pool, doc); err != nil {
-		return err
-	}
-	if b.engine, err = projection.NewEngine(ctx, pool, b.log); err != nil {
-		return err
-	}
-
-	copts := client.Options{Namespace: client.DefaultNamespace, Logger: worker.SDKLogger(b.log)}
-	if stack.Temporal != nil {
-		copts.HostPort = stack.Temporal.HostPort
-		b.temporalAddr = stack.Temporal.HostPort
-		b.res.Machine.Temporal = "dev server (in memory), " + stack.Temporal.CLI
-	} else {
-		eo, err := envconfig.LoadDefaultClientOptions()
-		if err != nil {
-			return fmt.Errorf("temporal client configuration: %w", err)
-		}
-		eo.Logger = copts.Logger
-		if eo.Namespace == "" {
-			eo.Namespace = client.DefaultNamespace
-		}
-		copts = eo
-		b.res.Machine.Temporal = "TEMPORAL_ADDRESS " + eo.HostPort
-	}
-	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	b.tc, err = client.DialContext(dctx, copts)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("connect to Temporal: %w", err)
-	}
-	if b.prod, err = kgo.NewClient(kgo.SeedBrokers(b.brokers...), kgo.ProducerLinger(0),
-		kgo.MaxBufferedRecords(1<<20), kgo.AllowAutoTopicCreation()); err != nil {
-		return err
-	}
-	return devstack.EnsureTopics(ctx, b.brokers, int32(b.sizes.Partitions), b.dlqTopic)
+	_, err = projection.Deploy(ctx, pool, doc)
+	return err
 }
 
 func (b *bench) close() {
 	if b.prod != nil {
 		b.prod.Close()
 	}
-	if b.tc != nil {
-		b.tc.Close()
-	}
-	if b.engine != nil {
-		b.engine.Close()
-	}
-	if b.pool != nil {
-		b.pool.Close()
+	if b.svc != nil {
+		b.svc.Close()
 	}
 }
 
-// startWorker runs a worker on workQueue until the returned stop is called.
+// startWorker runs the service's worker (on workQueue) until the returned
+// stop is called.
 func (b *bench) startWorker() (func(), error) {
-	dcl, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...), kgo.RequiredAcks(kgo.AllISRAcks()))
+	w, err := b.svc.NewWorker()
 	if err != nil {
-		return nil, err
-	}
-	w, err := worker.New(worker.Options{
-		Client:    b.tc,
-		TaskQueue: b.workQueue,
-		Activities: &activities.Activities{
-			Applier:   b.engine,
-			Publisher: &dlq.Publisher{Client: dcl, Topic: b.dlqTopic},
-			Logger:    b.log,
-			Metrics:   activities.NewMetrics(prometheus.NewRegistry()),
-		},
-	})
-	if err != nil {
-		dcl.Close()
 		return nil, err
 	}
 	if err := w.Start(); err != nil {
-		dcl.Close()
 		return nil, err
 	}
-	var once sync.Once
-	return func() { once.Do(func() { w.Stop(); dcl.Close() }) }, nil
+	return w.Stop, nil
 }
 
 // retryEnv is the environment that sets a bridge child's retry schedule to r.

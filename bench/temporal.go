@@ -45,7 +45,7 @@ func (b *bench) schedule(ctx context.Context) error {
 		id := contract.RetryWorkflowID(benchProjection, benchFork, fmt.Sprintf("%s-%07d", prefix, i))
 		var st contract.Status
 		for {
-			v, err := b.tc.QueryWorkflow(ctx, id, "", contract.QueryStatus)
+			v, err := b.svc.Temporal.Client.QueryWorkflow(ctx, id, "", contract.QueryStatus)
 			if err == nil {
 				err = v.Get(&st)
 			}
@@ -151,7 +151,7 @@ func (b *bench) rawStarts(ctx context.Context, prefix string, n, conc int) (time
 					Retry:        longRetry, ReplayWindow: contract.DefaultReplayWindow,
 				}
 				sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-				_, err := b.tc.ExecuteWorkflow(sctx, starter.StartOptions(b.handoffQueue(), in), contract.RetryWorkflowName, in)
+				_, err := b.svc.Temporal.Client.ExecuteWorkflow(sctx, starter.StartOptions(b.handoffQueue(), in), contract.RetryWorkflowName, in)
 				cancel()
 				if err != nil {
 					firstErr.CompareAndSwap(nil, err)

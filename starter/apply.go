@@ -2,34 +2,36 @@ package starter
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/dlq"
+	"github.com/causet/projection-retry/projection"
 )
 
 // countOutcomes counts a batch's outcomes in the metrics, and the events no
 // projection listed in the apply as skipped, and returns, in order, the
 // outcomes that still need a hand-off: failed and held pairs.
-func (p *partition) countOutcomes(items []item, outcomes []Outcome) []Outcome {
+func (p *partition) countOutcomes(items []item, outcomes []projection.Result) []projection.Result {
 	m := p.b.m
 	matched := make([]bool, len(items))
 	unmatched := len(items)
-	var rest []Outcome
+	var rest []projection.Result
 	for _, o := range outcomes {
 		if !matched[o.Index] {
 			matched[o.Index] = true
 			unmatched--
 		}
 		switch o.Status {
-		case StatusApplied, StatusDuplicate:
+		case projection.StatusApplied, projection.StatusDuplicate:
 			m.applied.WithLabelValues(string(o.Status)).Inc()
-		case StatusFailed:
-			m.failed.WithLabelValues(o.ErrorKind).Inc()
+		case projection.StatusFailed:
+			m.failed.WithLabelValues(kindOf(o)).Inc()
 			rest = append(rest, o)
-		case StatusHeld:
+		case projection.StatusHeld:
 			m.heldInline.Inc()
 			rest = append(rest, o)
 		}
@@ -112,7 +114,7 @@ const maxHealthyRetries = 3
 // to Temporal and dead-letters nothing. An outage is proven by the probe:
 // while the database answers it, the batch is tried maxHealthyRetries
 // times, then isolated.
-func (p *partition) applyThroughOutage(items []item, last *kgo.Record, apply func() ([]Outcome, error)) ([]Outcome, applyResult) {
+func (p *partition) applyThroughOutage(items []item, last *kgo.Record, apply func() ([]projection.Result, error)) ([]projection.Result, applyResult) {
 	r := p.retrier(p.log, p.database())
 	for {
 		outcomes, err := apply()
@@ -143,9 +145,12 @@ func (p *partition) applyThroughOutage(items []item, last *kgo.Record, apply fun
 	}
 }
 
-func firstConnectionError(outcomes []Outcome) error {
+// errOutage stands for a batch whose every failure was a lost connection.
+var errOutage = errors.New("database unreachable")
+
+func firstConnectionError(outcomes []projection.Result) error {
 	for _, o := range outcomes {
-		if o.Status == StatusFailed && o.ErrorKind == string(contract.KindConnection) && o.Err != nil {
+		if o.Status == projection.StatusFailed && kindOf(o) == string(contract.KindConnection) && o.Err != nil {
 			return o.Err
 		}
 	}

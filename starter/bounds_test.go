@@ -16,6 +16,7 @@ import (
 
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/projection"
 )
 
 // Fetching pauses by queued bytes, not only by records: large events
@@ -28,14 +29,14 @@ func TestBridgeKafkaPausesByQueuedBytes(t *testing.T) {
 	t.Cleanup(func() { released.Do(func() { close(release) }) })
 	engine := EngineFunc{
 		ProjectionsFunc: func(string) []string { return []string{"artist_stats"} },
-		ApplyBatchFunc: func(ctx context.Context, evs []event.Envelope) ([]Outcome, error) {
+		ApplyBatchFunc: func(ctx context.Context, evs []event.Envelope) ([]projection.Result, error) {
 			select { // a database that hangs: the partition's queue fills
 			case <-release:
 			case <-ctx.Done():
 			}
-			out := make([]Outcome, len(evs))
+			out := make([]projection.Result, len(evs))
 			for i := range evs {
-				out[i] = Outcome{Projection: "artist_stats", Index: i, Status: StatusApplied}
+				out[i] = projection.Result{Projection: "artist_stats", Index: i, Status: projection.StatusApplied}
 			}
 			return out, nil
 		},
@@ -96,19 +97,19 @@ func TestBridgeKafkaFirstAttemptTimeAfterOutage(t *testing.T) {
 			var down atomic.Bool
 			down.Store(true)
 			var outageOver atomic.Int64
-			fail := func(evs []event.Envelope) ([]Outcome, error) {
+			fail := func(evs []event.Envelope) ([]projection.Result, error) {
 				if down.Load() {
 					return nil, errors.New("connection refused (test)")
 				}
-				out := make([]Outcome, len(evs))
+				out := make([]projection.Result, len(evs))
 				for i := range evs {
-					out[i] = Outcome{Projection: "artist_stats", Index: i, Status: StatusFailed, ErrorKind: "sql", Err: errors.New("boom")}
+					out[i] = projection.Result{Projection: "artist_stats", Index: i, Status: projection.StatusFailed, Err: &projection.ApplyError{Kind: "sql", Err: errors.New("boom")}}
 				}
 				return out, nil
 			}
 			engine := EngineFunc{
 				ProjectionsFunc: func(string) []string { return []string{"artist_stats"} },
-				ApplyBatchFunc:  func(_ context.Context, evs []event.Envelope) ([]Outcome, error) { return fail(evs) },
+				ApplyBatchFunc:  func(_ context.Context, evs []event.Envelope) ([]projection.Result, error) { return fail(evs) },
 			}
 			s := &capturingStarter{recordingStarter: newRecordingStarter(nil)}
 			o := h.options(s)

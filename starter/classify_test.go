@@ -17,6 +17,7 @@ import (
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/projection"
 )
 
 // refuseLedgerRowSQL makes the dedupe ledger refuse one event's row: the
@@ -77,14 +78,14 @@ func TestBridgeKafkaSkipDecidedByTheApply(t *testing.T) {
 	var seen []string
 	engine := EngineFunc{
 		ProjectionsFunc: func(string) []string { return nil }, // a cache that missed the deploy
-		ApplyBatchFunc: func(_ context.Context, evs []event.Envelope) ([]Outcome, error) {
+		ApplyBatchFunc: func(_ context.Context, evs []event.Envelope) ([]projection.Result, error) {
 			mu.Lock()
 			defer mu.Unlock()
-			var out []Outcome
+			var out []projection.Result
 			for i, ev := range evs {
 				seen = append(seen, ev.EventID)
 				if ev.EventType == "TRACK_PLAYED" { // the catalog in the apply's transaction lists it
-					out = append(out, Outcome{Projection: "artist_stats", Index: i, Status: StatusApplied})
+					out = append(out, projection.Result{Projection: "artist_stats", Index: i, Status: projection.StatusApplied})
 				}
 			}
 			return out, nil

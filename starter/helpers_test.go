@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	commonpb "go.temporal.io/api/common/v1"
-
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -132,7 +130,7 @@ func (h *harness) options(starter WorkflowStarter) Options {
 		Group:          h.group,
 		DLQTopic:       h.dlqTopic,
 		TaskQueue:      h.taskQueue,
-		Engine:         ProjectionEngine(h.engine),
+		Engine:         h.engine,
 		Starter:        starter,
 		Blocks:         NewPostgresBlockStore(h.pool),
 		Probe:          h.pool.Ping,
@@ -241,71 +239,29 @@ func (h *harness) count(sql string, args ...any) int {
 	return n
 }
 
-// committed returns the group's committed offset per partition of the topic.
+// committed returns the group's committed offset per partition of the
+// topic (empty when nothing is committed or offsets cannot be read).
 func (h *harness) committed() map[int32]int64 {
 	h.t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(h.brokers...))
-	require.NoError(h.t, err)
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	offs, err := adm.FetchOffsets(h.ctx, h.group)
-	if err != nil {
-		return map[int32]int64{}
-	}
-	out := map[int32]int64{}
-	offs.Each(func(o kadm.OffsetResponse) {
-		if o.Topic == h.topic && o.Err == nil {
-			out[o.Partition] = o.At
-		}
-	})
-	return out
+	return testenv.CommittedOffsets(h.t, h.brokers, h.group, h.topic)
 }
 
 // endOffsets returns the topic's end offset per partition.
 func (h *harness) endOffsets() map[int32]int64 {
 	h.t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(h.brokers...))
-	require.NoError(h.t, err)
-	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(h.ctx, h.topic)
-	require.NoError(h.t, err)
-	out := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
-	return out
+	return testenv.EndOffsets(h.t, h.brokers, h.topic)
 }
 
 // waitCommittedToEnd waits until every partition is committed to its end.
 func (h *harness) waitCommittedToEnd(within time.Duration) {
 	h.t.Helper()
-	ends := h.endOffsets()
-	require.Eventually(h.t, func() bool {
-		c := h.committed()
-		for p, end := range ends {
-			if c[p] != end {
-				return false
-			}
-		}
-		return true
-	}, within, 50*time.Millisecond, "offsets not committed to the end %v", ends)
+	testenv.RequireCommittedToEnd(h.t, h.brokers, h.group, h.topic, within)
 }
 
 // workflowsOnQueue lists the executions started on this test's task queue.
 func (h *harness) workflowsOnQueue() []string {
 	h.t.Helper()
-	var ids []string
-	var token []byte
-	for {
-		resp, err := h.temporal.Client.ListWorkflow(h.ctx, &workflowservice.ListWorkflowExecutionsRequest{
-			Namespace: h.temporal.Namespace, Query: fmt.Sprintf("TaskQueue = %q", h.taskQueue), NextPageToken: token, PageSize: 1000,
-		})
-		require.NoError(h.t, err)
-		for _, e := range resp.Executions {
-			ids = append(ids, e.Execution.WorkflowId)
-		}
-		if token = resp.NextPageToken; len(token) == 0 {
-			return ids
-		}
-	}
+	return testenv.WorkflowIDs(h.temporal.WorkflowsOnQueue(h.t, h.taskQueue, ""))
 }
 
 // startedInput returns the input of the workflow's first run and its description.
@@ -481,8 +437,5 @@ func kgoOffset(o int64) kgo.EpochOffset { return kgo.EpochOffset{Epoch: -1, Offs
 
 // describe returns the workflow's description through the raw service API.
 func (h *harness) describe(id string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
-	return h.temporal.Client.WorkflowService().DescribeWorkflowExecution(h.ctx, &workflowservice.DescribeWorkflowExecutionRequest{
-		Namespace: h.temporal.Namespace,
-		Execution: &commonpb.WorkflowExecution{WorkflowId: id},
-	})
+	return h.temporal.DescribeWorkflow(id)
 }

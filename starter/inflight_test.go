@@ -17,6 +17,7 @@ import (
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/event"
 	"github.com/causet/projection-retry/internal/testenv"
+	"github.com/causet/projection-retry/projection"
 )
 
 // slowStarter takes a while per start and records the peak concurrency.
@@ -66,10 +67,10 @@ func TestBridgeKafkaMaxInflightBound(t *testing.T) {
 
 	engine := EngineFunc{
 		ProjectionsFunc: func(string) []string { return []string{"artist_followers"} },
-		ApplyBatchFunc: func(_ context.Context, evs []event.Envelope) ([]Outcome, error) {
-			out := make([]Outcome, len(evs))
+		ApplyBatchFunc: func(_ context.Context, evs []event.Envelope) ([]projection.Result, error) {
+			out := make([]projection.Result, len(evs))
 			for i := range evs {
-				out[i] = Outcome{Projection: "artist_followers", IRVersion: 1, Index: i, Status: StatusFailed, ErrorKind: "sql", Err: errors.New("boom")}
+				out[i] = projection.Result{Projection: "artist_followers", IRVersion: 1, Index: i, Status: projection.StatusFailed, Err: &projection.ApplyError{Kind: "sql", Err: errors.New("boom")}}
 			}
 			return out, nil
 		},

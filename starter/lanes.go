@@ -16,6 +16,7 @@ import (
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/projection"
 )
 
 // Ordering lanes (CAUSET_ORDERING=entity, CONTRACT §6).
@@ -302,10 +303,10 @@ func (r *laneRouter) applyOrdered(seg *segment, items []item, last *kgo.Record) 
 		return index[ev] > at
 	}
 	var newBlocked []BlockedKey
-	beforeCommit := func(ctx context.Context, tx pgx.Tx, outs []Outcome) error {
+	beforeCommit := func(ctx context.Context, tx pgx.Tx, outs []projection.Result) error {
 		first := map[LaneKey]int{}
 		for _, o := range outs {
-			if o.Status == StatusFailed {
+			if o.Status == projection.StatusFailed {
 				k := keyOf(o.Projection, &evs[o.Index])
 				if at, ok := first[k]; !ok || o.Index < at {
 					first[k] = o.Index
@@ -314,7 +315,7 @@ func (r *laneRouter) applyOrdered(seg *segment, items []item, last *kgo.Record) 
 		}
 		rerun := false
 		for _, o := range outs {
-			if o.Status != StatusApplied && o.Status != StatusDuplicate {
+			if o.Status != projection.StatusApplied && o.Status != projection.StatusDuplicate {
 				continue
 			}
 			k := keyOf(o.Projection, &evs[o.Index])
@@ -331,7 +332,7 @@ func (r *laneRouter) applyOrdered(seg *segment, items []item, last *kgo.Record) 
 		newBlocked = newBlocked[:0]
 		seen := map[LaneKey]bool{}
 		for _, o := range outs {
-			if o.Status != StatusFailed && o.Status != StatusHeld {
+			if o.Status != projection.StatusFailed && o.Status != projection.StatusHeld {
 				continue
 			}
 			k := keyOf(o.Projection, &evs[o.Index])
@@ -350,17 +351,16 @@ func (r *laneRouter) applyOrdered(seg *segment, items []item, last *kgo.Record) 
 		return b.opts.Blocks.Add(ctx, tx, p.topic, p.id, newBlocked)
 	}
 
-	eng := b.opts.Engine.(HoldingEngine)
 	var (
 		startedAt time.Time
 		runs      int
 	)
-	outcomes, res := p.applyThroughOutage(items, last, func() ([]Outcome, error) {
+	outcomes, res := p.applyThroughOutage(items, last, func() ([]projection.Result, error) {
 		// Attempt 1 starts with this try's first run: a try after an outage
 		// starts it afresh, so the schedule counts from the attempt that ran.
 		startedAt = time.Now().UTC()
 		for {
-			outcomes, err := eng.ApplyBatchWith(p.ctx, evs, BatchOptions{Hold: hold, BeforeCommit: beforeCommit})
+			outcomes, err := p.b.opts.Engine.ApplyBatch(p.ctx, evs, projection.ApplyOptions{Hold: hold, BeforeCommit: beforeCommit})
 			if !errors.Is(err, errRerun) || p.ctx.Err() != nil {
 				return outcomes, err
 			}
@@ -393,9 +393,9 @@ func (r *laneRouter) applyOrdered(seg *segment, items []item, last *kgo.Record) 
 	for _, oc := range p.countOutcomes(items, outcomes) {
 		it := items[oc.Index]
 		k := keyOf(oc.Projection, &it.env)
-		if oc.Status == StatusFailed {
+		if oc.Status == projection.StatusFailed {
 			head := heads[k] != "" && heads[k] == contract.RetryWorkflowID(oc.Projection, it.env.ForkID, it.env.EventID)
-			jobs = append(jobs, laneJob{seg: seg, rec: it.rec, in: p.retryInput(it, oc.Projection, oc.firstAttempt(startedAt)), key: k, head: head})
+			jobs = append(jobs, laneJob{seg: seg, rec: it.rec, in: p.retryInput(it, oc.Projection, firstAttempt(oc, startedAt)), key: k, head: head})
 			continue
 		}
 		in := p.retryInput(it, oc.Projection, nil)

@@ -14,6 +14,7 @@ import (
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/projection"
 )
 
 // laneFullMaxWait caps the wait between tries of an event whose lane is full.
@@ -300,11 +301,11 @@ func (r *laneRouter) applyUnblocking(j laneJob) (done bool, failed *contract.Att
 	evs := []event.Envelope{j.in.Event}
 	removed := false
 	started := time.Now().UTC()
-	outs, err := b.opts.Engine.(HoldingEngine).ApplyBatchWith(p.ctx, evs, BatchOptions{
+	outs, err := b.opts.Engine.ApplyBatch(p.ctx, evs, projection.ApplyOptions{
 		Hold: func(proj string, _ *event.Envelope) bool { return proj != j.in.Projection },
-		BeforeCommit: func(ctx context.Context, tx pgx.Tx, outs []Outcome) error {
+		BeforeCommit: func(ctx context.Context, tx pgx.Tx, outs []projection.Result) error {
 			for _, oc := range outs {
-				if oc.Projection == j.in.Projection && oc.Status == StatusFailed {
+				if oc.Projection == j.in.Projection && oc.Status == projection.StatusFailed {
 					return nil
 				}
 			}
@@ -323,10 +324,10 @@ func (r *laneRouter) applyUnblocking(j laneJob) (done bool, failed *contract.Att
 			continue
 		}
 		switch oc.Status {
-		case StatusApplied, StatusDuplicate:
+		case projection.StatusApplied, projection.StatusDuplicate:
 			b.m.applied.WithLabelValues(string(oc.Status)).Inc()
-		case StatusFailed:
-			return false, &contract.Attempt{Number: 1, StartedAt: started, ErrorKind: oc.ErrorKind, Error: errString(oc.Err), IRVersion: oc.IRVersion}, nil
+		case projection.StatusFailed:
+			return false, &contract.Attempt{Number: 1, StartedAt: started, ErrorKind: kindOf(oc), Error: errString(errOf(oc)), IRVersion: oc.IRVersion}, nil
 		}
 	}
 	if !removed { // the projection no longer lists the event: nothing ran the hook

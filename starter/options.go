@@ -150,16 +150,16 @@ func OptionsFromConfig(c config.Config) Options {
 
 func (o *Options) setDefaults() {
 	if o.Topic == "" {
-		o.Topic = "causet.events.v1"
+		o.Topic = config.DefaultEventsTopic
 	}
 	if o.Group == "" {
-		o.Group = "causet-projection-worker"
+		o.Group = config.DefaultConsumerGroup
 	}
 	if o.DLQTopic == "" {
-		o.DLQTopic = "causet.projection-dlq.v1"
+		o.DLQTopic = config.DefaultDLQTopic
 	}
 	if o.TaskQueue == "" {
-		o.TaskQueue = "causet-projections"
+		o.TaskQueue = config.DefaultTaskQueue
 	}
 	if o.Mode == "" {
 		o.Mode = config.ModeInline
@@ -176,10 +176,10 @@ func (o *Options) setDefaults() {
 		o.Retry = config.DefaultRetry()
 	}
 	if o.ReplayWindow == 0 {
-		o.ReplayWindow = 168 * time.Hour
+		o.ReplayWindow = config.DefaultReplayWindow
 	}
 	if o.MaxInflight == 0 {
-		o.MaxInflight = 256
+		o.MaxInflight = config.DefaultMaxInflight
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -243,9 +243,6 @@ func (o *Options) validate() error {
 		return fmt.Errorf("starter: Options.Ordering %q is invalid: want %q or %q", o.Ordering, config.OrderingEntity, config.OrderingNone)
 	}
 	if o.ordered() {
-		if _, ok := o.Engine.(HoldingEngine); !ok {
-			return errors.New("starter: Options.Engine must implement HoldingEngine with Ordering entity")
-		}
 		switch {
 		case o.Blocks == nil:
 			return errors.New("starter: Options.Blocks is required with Ordering entity (NewPostgresBlockStore)")

@@ -8,6 +8,7 @@ import (
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/projection"
 )
 
 // router decides what becomes of a partition's decoded events, in offset
@@ -82,7 +83,7 @@ func (r directRouter) applyInline(seg *segment, items []item, last *kgo.Record) 
 	p := r.p
 	evs := envelopes(items)
 	var startedAt time.Time
-	outcomes, res := p.applyThroughOutage(items, last, func() ([]Outcome, error) {
+	outcomes, res := p.applyThroughOutage(items, last, func() ([]projection.Result, error) {
 		startedAt = time.Now().UTC()
 		return p.b.opts.Engine.ApplyBatch(p.ctx, evs)
 	})
@@ -94,7 +95,7 @@ func (r directRouter) applyInline(seg *segment, items []item, last *kgo.Record) 
 	}
 	for _, o := range p.countOutcomes(items, outcomes) {
 		it := items[o.Index]
-		if !p.handOff(seg, it.rec, p.retryInput(it, o.Projection, o.firstAttempt(startedAt))) {
+		if !p.handOff(seg, it.rec, p.retryInput(it, o.Projection, firstAttempt(o, startedAt))) {
 			return false
 		}
 	}
@@ -109,7 +110,7 @@ func envelopes(items []item) []event.Envelope {
 	return evs
 }
 
-// firstAttempt is the record of the failed inline attempt 1 o.
-func (o Outcome) firstAttempt(startedAt time.Time) *contract.Attempt {
-	return contract.FirstAttempt(startedAt, o.ErrorKind, o.Err, o.IRVersion)
+// firstAttempt is the record of the failed inline attempt 1 r.
+func firstAttempt(r projection.Result, startedAt time.Time) *contract.Attempt {
+	return contract.FirstAttempt(startedAt, kindOf(r), errOf(r), r.IRVersion)
 }

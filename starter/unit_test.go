@@ -15,6 +15,7 @@ import (
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/projection"
 )
 
 func validOptions() Options {
@@ -22,7 +23,7 @@ func validOptions() Options {
 		Brokers: []string{"127.0.0.1:9092"},
 		Engine: EngineFunc{
 			ProjectionsFunc: func(string) []string { return nil },
-			ApplyBatchFunc:  func(context.Context, []event.Envelope) ([]Outcome, error) { return nil, nil },
+			ApplyBatchFunc:  func(context.Context, []event.Envelope) ([]projection.Result, error) { return nil, nil },
 		},
 		Starter: newRecordingStarter(nil),
 		Blocks:  newMemBlocks(),
@@ -137,13 +138,13 @@ func TestBackoffCapped(t *testing.T) {
 }
 
 func TestIsOutage(t *testing.T) {
-	ok := Outcome{Status: StatusApplied}
-	sqlFail := Outcome{Status: StatusFailed, ErrorKind: "sql", Err: errors.New("x")}
-	conn := Outcome{Status: StatusFailed, ErrorKind: string(contract.KindConnection), Err: errors.New("refused")}
-	require.False(t, isOutage([]Outcome{ok, sqlFail}, nil))
-	require.True(t, isOutage([]Outcome{ok, conn}, nil))
+	ok := projection.Result{Status: projection.StatusApplied}
+	sqlFail := projection.Result{Status: projection.StatusFailed, Err: &projection.ApplyError{Kind: "sql", Err: errors.New("x")}}
+	conn := projection.Result{Status: projection.StatusFailed, Err: &projection.ApplyError{Kind: contract.KindConnection, Err: errors.New("refused")}}
+	require.False(t, isOutage([]projection.Result{ok, sqlFail}, nil))
+	require.True(t, isOutage([]projection.Result{ok, conn}, nil))
 	require.True(t, isOutage(nil, errors.New("dial")))
-	require.EqualError(t, firstConnectionError([]Outcome{sqlFail, conn}), "refused")
+	require.EqualError(t, firstConnectionError([]projection.Result{sqlFail, conn}), "refused")
 }
 
 // TestSegmentsCommitInOrder: a batch whose hand-off is pending holds back

@@ -1,5 +1,6 @@
 // Package app assembles the service that `causet worker`, `causet bridge`
-// and `causet dev` run (and `causet bench` measures, through its bridge
+// and `causet dev` run (and `causet bench` runs in process for its pool,
+// engine, Temporal client and worker, and measures through its bridge
 // child): the configuration, the logger, one Prometheus registry, the one
 // pgx pool of the process, the projection engine on it, the Temporal client
 // (TEMPORAL_* read with Temporal's own contrib/envconfig, or causet dev's

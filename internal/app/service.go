@@ -66,7 +66,7 @@ func (s *Service) NewWorker() (sdkworker.Worker, error) {
 // registry, and the Kafka TLS and SASL with the client's metrics.
 func (s *Service) BridgeOptions() (starter.Options, error) {
 	opts := starter.OptionsFromConfig(s.Config)
-	opts.Engine = starter.ProjectionEngine(s.Engine)
+	opts.Engine = s.Engine
 	opts.Starter = s.Temporal.Client
 	opts.Lanes = s.Temporal.Client
 	opts.Blocks = starter.NewPostgresBlockStore(s.Pool)

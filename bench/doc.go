@@ -1,0 +1,15 @@
+// Package bench is `causet bench`: one run that measures the PostgreSQL
+// ceiling, the bridge end to end in inline mode at 0%, 1% and 10% failing
+// events, workflow mode, the seed's in-place-retry design (the peer), the
+// default schedule's accuracy on Temporal, the hand-off capacity against raw
+// ExecuteWorkflow calls and the bridge's memory with many failures in
+// flight, and writes results.md, results.json and chart.svg.
+//
+// The bridge under test is the real one, run as a child process (`causet
+// bridge`, via Options.BridgeCommand) so its resident set is its own: the
+// bench process also holds the in-process Kafka (kfake) with every record,
+// the Temporal worker, the peer and the producers. Throughput is timed from
+// the first poll of the bridge's metrics that shows a consumed record to the
+// first that shows every event applied or handed off (20 ms polls), so
+// process start, Temporal dial and the consumer group join are not counted.
+package bench
