@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Mode is where a projection's first attempt runs.
@@ -136,17 +134,6 @@ func Load(lookup Lookup) (Config, error) {
 	}
 	c.KafkaSecurity = sec
 	return c, nil
-}
-
-// KafkaOpts returns the seed brokers and TLS/SASL options every Kafka client
-// of the process starts from, followed by extra.
-func (c Config) KafkaOpts(extra ...kgo.Opt) ([]kgo.Opt, error) {
-	sec, err := c.KafkaSecurity.Opts()
-	if err != nil {
-		return nil, err
-	}
-	opts := append([]kgo.Opt{kgo.SeedBrokers(c.KafkaBrokers...)}, sec...)
-	return append(opts, extra...), nil
 }
 
 // RequireDatabaseURL returns the one-line error for a command that needs a database.

@@ -10,10 +10,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-
-	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/sasl/plain"
-	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
 
 // SASL mechanisms accepted in KAFKA_SASL_MECHANISM.
@@ -146,7 +142,7 @@ func (k KafkaSecurity) Validate() error {
 		return fmt.Errorf("KAFKA_SASL_MECHANISM=%q is invalid: want one of %s", k.SASLMechanism, saslMechanisms)
 	}
 	if k.TLS {
-		if _, err := k.tlsConfig(); err != nil {
+		if _, err := k.TLSConfig(); err != nil {
 			return err
 		}
 	}
@@ -155,34 +151,8 @@ func (k KafkaSecurity) Validate() error {
 
 var saslMechanisms = strings.Join([]string{SASLPlain, SASLScramSHA256, SASLScramSHA512}, ", ")
 
-// Opts returns the franz-go options for these settings: kgo.DialTLSConfig
-// when TLS is on and kgo.SASL when a mechanism is set; none when neither.
-// Append them to the other options of every kgo.NewClient.
-func (k KafkaSecurity) Opts() ([]kgo.Opt, error) {
-	if err := k.Validate(); err != nil {
-		return nil, err
-	}
-	var opts []kgo.Opt
-	if k.TLS {
-		tc, err := k.tlsConfig()
-		if err != nil {
-			return nil, err
-		}
-		opts = append(opts, kgo.DialTLSConfig(tc))
-	}
-	switch k.SASLMechanism {
-	case SASLPlain:
-		opts = append(opts, kgo.SASL(plain.Auth{User: k.SASLUsername, Pass: k.SASLPassword}.AsMechanism()))
-	case SASLScramSHA256:
-		opts = append(opts, kgo.SASL(scram.Auth{User: k.SASLUsername, Pass: k.SASLPassword}.AsSha256Mechanism()))
-	case SASLScramSHA512:
-		opts = append(opts, kgo.SASL(scram.Auth{User: k.SASLUsername, Pass: k.SASLPassword}.AsSha512Mechanism()))
-	}
-	return opts, nil
-}
-
-// tlsConfig reads the TLS files into a client configuration.
-func (k KafkaSecurity) tlsConfig() (*tls.Config, error) {
+// TLSConfig reads the TLS files into a client configuration.
+func (k KafkaSecurity) TLSConfig() (*tls.Config, error) {
 	tc := &tls.Config{
 		MinVersion:         tls.VersionTLS12,
 		ServerName:         k.TLSServerName,

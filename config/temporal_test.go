@@ -27,6 +27,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+
+	"github.com/causet/projection-retry/internal/testenv"
 )
 
 // temporalEnv implements envconfig.EnvLookup over key/value pairs. It points
@@ -57,7 +59,7 @@ func loadTemporal(t *testing.T, kv ...string) (client.Options, error) {
 }
 
 func TestTemporalEnvconfigOptions(t *testing.T) {
-	pki := newTestPKI(t, "temporal CA")
+	pki := testenv.NewPKI(t, "temporal CA")
 	const apiKey = "S3cr3tTemporalKey"
 
 	t.Run("nothing set", func(t *testing.T) {
@@ -230,7 +232,7 @@ func dialTemporal(t *testing.T, o client.Options) (client.Client, error) {
 }
 
 func TestTemporalTLSDial(t *testing.T) {
-	pki := newTestPKI(t, "temporal CA")
+	pki := testenv.NewPKI(t, "temporal CA")
 	const apiKey = "S3cr3tTemporalKey"
 
 	t.Run("mTLS with API key", func(t *testing.T) {
@@ -265,7 +267,7 @@ func TestTemporalTLSDial(t *testing.T) {
 	})
 	t.Run("wrong CA fails", func(t *testing.T) {
 		addr, _ := startFakeFrontend(t, pki.ServerTLS(false))
-		other := newTestPKI(t, "other CA")
+		other := testenv.NewPKI(t, "other CA")
 		o, err := loadTemporal(t, "TEMPORAL_ADDRESS", addr, "TEMPORAL_API_KEY", apiKey, "TEMPORAL_TLS_SERVER_CA_CERT_PATH", other.CAFile)
 		require.NoError(t, err)
 		_, err = dialTemporal(t, o)

@@ -132,7 +132,7 @@ func OpenPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 // NewKafkaClient builds a Kafka client on the configured brokers with their
 // TLS and SASL, followed by extra.
 func NewKafkaClient(cfg config.Config, extra ...kgo.Opt) (*kgo.Client, error) {
-	opts, err := cfg.KafkaOpts(extra...)
+	opts, err := KafkaOpts(cfg, extra...)
 	if err != nil {
 		return nil, err
 	}

@@ -74,7 +74,7 @@ func (s *Service) BridgeOptions() (starter.Options, error) {
 	opts.TemporalProbe = s.Temporal.Probe
 	opts.Logger = s.Logger
 	opts.Registerer = s.Registry
-	sec, err := s.Config.KafkaSecurity.Opts()
+	sec, err := KafkaSecurityOpts(s.Config.KafkaSecurity)
 	if err != nil {
 		return starter.Options{}, err
 	}
