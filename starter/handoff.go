@@ -145,13 +145,15 @@ func (p *partition) untilStarted(log *slog.Logger, in contract.RetryInput, start
 // refuses classifies a failed start (or lane enqueue) of an event once:
 // true when it must be dead-lettered — Temporal refused the request itself,
 // or it failed maxHealthyStartFailures times while Temporal answered its
-// probe. Throttling, and failures Temporal's probe does not answer, are an
-// outage: the same start is retried.
+// probe. Throttling, a request that timed out (an enqueue waits for a
+// worker to take the update: no worker is an outage too), and failures
+// Temporal's probe does not answer, are an outage: the same request is
+// retried.
 func (r *retrier) refuses(msg string, err error) bool {
 	switch {
 	case isRefusal(err):
 		return true
-	case isThrottled(err):
+	case isThrottled(err) || isTimeout(err):
 		r.outageTry(msg, err)
 	case r.failed(msg, err):
 		r.log.Debug("request failed while Temporal answers", "try", r.healthy, "error", err.Error())
@@ -178,6 +180,14 @@ const maxHealthyStartFailures = 5
 func isRefusal(err error) bool {
 	var ia *serviceerror.InvalidArgument
 	return errors.As(err, &ia)
+}
+
+// isTimeout reports a request that ran out of time: the server (or, for a
+// lane's update, a worker) did not answer in time.
+func isTimeout(err error) bool {
+	var de *serviceerror.DeadlineExceeded
+	var ce *serviceerror.Canceled
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &de) || errors.As(err, &ce)
 }
 
 // isThrottled reports a start refused for capacity (rate limits): Temporal

@@ -3,10 +3,13 @@ package starter
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
@@ -165,4 +168,48 @@ func TestSegmentsCommitInOrder(t *testing.T) {
 	require.True(t, ok)
 	require.EqualValues(t, 30, eo.Offset)
 	require.Empty(t, p.segs)
+}
+
+// A failed start or lane enqueue is classified once: Temporal refusing the
+// request dead-letters at once; throttling and timeouts (no worker takes a
+// lane's update) are outages however long they last; other failures while
+// Temporal answers its probe dead-letter after maxHealthyStartFailures.
+func TestRetrierRefuses(t *testing.T) {
+	newRetrier := func(probe func(context.Context) error) *retrier {
+		b := &Bridge{opts: Options{StartTimeout: time.Second, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond, TemporalProbe: probe},
+			m: newMetrics(prometheus.NewRegistry())}
+		p := &partition{b: b, ctx: context.Background(), log: slog.New(slog.DiscardHandler)}
+		return p.retrier(p.log, p.temporal())
+	}
+	answers := func(context.Context) error { return nil }
+	down := func(context.Context) error { return errors.New("connection refused") }
+
+	require.True(t, newRetrier(answers).refuses("start", serviceerror.NewInvalidArgument("bad search attribute")))
+
+	for name, err := range map[string]error{
+		"throttled":        serviceerror.NewResourceExhausted(0, "rate limit"),
+		"deadline":         context.DeadlineExceeded,
+		"server deadline":  serviceerror.NewDeadlineExceeded("update not accepted"),
+		"wrapped deadline": fmt.Errorf("update: %w", context.DeadlineExceeded),
+	} {
+		r := newRetrier(answers)
+		for range 3 * maxHealthyStartFailures {
+			require.False(t, r.refuses("start", err), name)
+		}
+		require.Zero(t, r.healthy, name)
+		require.False(t, r.outage.IsZero(), "%s is an outage", name)
+	}
+
+	r := newRetrier(down)
+	for range 3 * maxHealthyStartFailures {
+		require.False(t, r.refuses("start", errors.New("unavailable")), "Temporal down: an outage")
+	}
+	require.Zero(t, r.healthy)
+
+	r = newRetrier(answers)
+	for range maxHealthyStartFailures - 1 {
+		require.False(t, r.refuses("start", errors.New("workflow input rejected")))
+	}
+	require.True(t, r.refuses("start", errors.New("workflow input rejected")), "the event is at fault once Temporal answered every time")
+	require.True(t, r.outage.IsZero(), "no outage was logged")
 }
