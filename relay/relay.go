@@ -1,0 +1,337 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/causet/projection-retry/config"
+)
+
+// LockKey is the advisory lock key held by the one publishing relay of a
+// database ("causetrl" in ASCII).
+const LockKey int64 = 0x63617573_6574726c
+
+// The producer's own retries, below the relay's batch retries.
+const (
+	// ProducerRecordRetries is how often a record is tried before its batch
+	// fails and the relay's backoff takes over (kgo.RecordRetries).
+	ProducerRecordRetries = 5
+	// ProducerRequestTimeout is how long a broker may take to answer one
+	// produce request (kgo.ProduceRequestTimeout).
+	ProducerRequestTimeout = 10 * time.Second
+)
+
+// ProducerBackoff is the producer's wait before its n-th retry
+// (kgo.RetryBackoffFn): 100ms doubling to 1s, ±20% jitter. Five tries
+// span about 2.5s, then the relay's backoff governs.
+func ProducerBackoff(n int) time.Duration {
+	d := 100 * time.Millisecond << min(max(n-1, 0), 4)
+	return jitter(min(d, time.Second))
+}
+
+// dbTimeout bounds one statement of the relay.
+const dbTimeout = 30 * time.Second
+
+// Options configure a Relay.
+type Options struct {
+	// Pool is the ledger's database. Required. The relay opens one
+	// connection of its own with the pool's settings, for the lock and the
+	// batches; the pool serves the lag metrics.
+	Pool *pgxpool.Pool
+	// Brokers are the Kafka seed brokers. Required.
+	Brokers []string
+	// KafkaOptions are added last to the producer's options (TLS, SASL,
+	// logger, hooks). Optional.
+	KafkaOptions []kgo.Opt
+	// Topic is the events topic (CAUSET_EVENTS_TOPIC). Optional, defaults
+	// to config.DefaultEventsTopic.
+	Topic string
+	// Batch bounds the rows read and produced at once
+	// (CAUSET_RELAY_BATCH). Optional, defaults to DefaultBatch; at most
+	// MaxBatch.
+	Batch int
+	// PollInterval is the wait after a batch that was not full
+	// (CAUSET_RELAY_POLL_INTERVAL). Optional, defaults to
+	// DefaultPollInterval.
+	PollInterval time.Duration
+	// LockRetry is how often a relay that does not hold the lock tries
+	// again. Optional, defaults to 1s.
+	LockRetry time.Duration
+	// MinBackoff and MaxBackoff bound the capped exponential backoff after a
+	// batch Kafka did not acknowledge or a database error. Optional, default
+	// to 100ms and 10s.
+	MinBackoff, MaxBackoff time.Duration
+	// ShutdownGrace is how long Run, once its context is done, waits for
+	// records already sent to be answered before it closes the producer
+	// (which fails them). Optional, defaults to 5s.
+	ShutdownGrace time.Duration
+	// Logger receives the relay's logs. Optional, defaults to slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the relay's metrics. Optional, defaults to none
+	// (counted, not registered).
+	Registerer prometheus.Registerer
+}
+
+func (o *Options) setDefaults() {
+	if o.Topic == "" {
+		o.Topic = config.DefaultEventsTopic
+	}
+	if o.Batch == 0 {
+		o.Batch = DefaultBatch
+	}
+	if o.PollInterval == 0 {
+		o.PollInterval = DefaultPollInterval
+	}
+	if o.LockRetry == 0 {
+		o.LockRetry = time.Second
+	}
+	if o.MinBackoff == 0 {
+		o.MinBackoff = 100 * time.Millisecond
+	}
+	if o.MaxBackoff == 0 {
+		o.MaxBackoff = 10 * time.Second
+	}
+	if o.ShutdownGrace == 0 {
+		o.ShutdownGrace = 5 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+func (o *Options) validate() error {
+	switch {
+	case o.Pool == nil:
+		return errors.New("relay: Options.Pool is required")
+	case len(o.Brokers) == 0:
+		return errors.New("relay: Options.Brokers is required")
+	case o.Batch < 1 || o.Batch > MaxBatch:
+		return fmt.Errorf("relay: Options.Batch is %d: want 1 to %d", o.Batch, MaxBatch)
+	case o.PollInterval < 0 || o.LockRetry < 0 || o.ShutdownGrace < 0:
+		return errors.New("relay: Options.PollInterval, LockRetry and ShutdownGrace must not be negative")
+	case o.MinBackoff < 0 || o.MaxBackoff < o.MinBackoff:
+		return fmt.Errorf("relay: Options.MinBackoff %s and MaxBackoff %s: want 0 <= MinBackoff <= MaxBackoff", o.MinBackoff, o.MaxBackoff)
+	}
+	return nil
+}
+
+// Relay publishes the ledger's unpublished events. Build it with New and run
+// it with Run.
+type Relay struct {
+	opts Options
+	log  *slog.Logger
+	m    *metrics
+	cl   *kgo.Client
+
+	closeOnce sync.Once
+	ran       atomic.Bool
+}
+
+// New validates opts, applies defaults, registers the metrics and builds the
+// producer (it connects on first use).
+func New(opts Options) (*Relay, error) {
+	opts.setDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	log := opts.Logger.With("component", "relay")
+	m, err := newMetrics(opts.Registerer, opts.Pool, log)
+	if err != nil {
+		return nil, fmt.Errorf("relay: register metrics: %w", err)
+	}
+	kopts := append([]kgo.Opt{
+		kgo.SeedBrokers(opts.Brokers...),
+		kgo.DefaultProduceTopic(opts.Topic),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.RecordRetries(ProducerRecordRetries),
+		kgo.RetryBackoffFn(ProducerBackoff),
+		kgo.ProduceRequestTimeout(ProducerRequestTimeout),
+		// A batch is produced at once and then awaited: lingering would
+		// only delay it.
+		kgo.ProducerLinger(0),
+	}, opts.KafkaOptions...)
+	cl, err := kgo.NewClient(kopts...)
+	if err != nil {
+		return nil, fmt.Errorf("relay: kafka client: %w", err)
+	}
+	return &Relay{opts: opts, log: log, m: m, cl: cl}, nil
+}
+
+// Run publishes until ctx is done, then marks what Kafka acknowledged,
+// closes the producer and returns nil. Database and Kafka failures are
+// retried, never returned. Run may be called once.
+func (r *Relay) Run(ctx context.Context) error {
+	if !r.ran.CompareAndSwap(false, true) {
+		return errors.New("relay: Run called twice")
+	}
+	defer r.closeProducer()
+	r.log.Info("relay started", "topic", r.opts.Topic, "batch", r.opts.Batch, "pollInterval", r.opts.PollInterval.String())
+	bo := r.backoff()
+	for ctx.Err() == nil {
+		conn, err := r.lock(ctx)
+		if err == nil {
+			err = r.publish(ctx, conn, bo)
+			release(conn)
+		}
+		if err == nil || ctx.Err() != nil {
+			continue
+		}
+		// WARN when a failure follows work, DEBUG while failures repeat.
+		level := slog.LevelWarn
+		if bo.cur != 0 {
+			level = slog.LevelDebug
+		}
+		r.log.Log(ctx, level, "relay database error, reconnecting with backoff", "error", err.Error())
+		if bo.wait(ctx) != nil {
+			break
+		}
+	}
+	r.log.Info("relay stopped")
+	return nil
+}
+
+// lock opens the relay's connection and returns it once it holds LockKey,
+// trying every LockRetry while another session holds it.
+func (r *Relay) lock(ctx context.Context) (*pgx.Conn, error) {
+	conn, err := pgx.ConnectConfig(ctx, r.opts.Pool.Config().ConnConfig)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	for waited := false; ; waited = true {
+		qctx, cancel := context.WithTimeout(ctx, dbTimeout)
+		var held bool
+		err := conn.QueryRow(qctx, "SELECT pg_try_advisory_lock($1)", LockKey).Scan(&held)
+		cancel()
+		if err != nil {
+			release(conn)
+			return nil, fmt.Errorf("take the relay lock: %w", err)
+		}
+		if held {
+			r.log.Info("relay holds the lock, publishing", "lockKey", LockKey)
+			return conn, nil
+		}
+		if !waited {
+			r.log.Info("another relay holds the lock, waiting", "lockKey", LockKey, "retry", r.opts.LockRetry.String())
+		}
+		if sleep(ctx, r.opts.LockRetry) != nil {
+			release(conn)
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// release ends the session, which releases the lock.
+func release(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = conn.Close(ctx)
+}
+
+// publish runs batches on conn until ctx is done (nil) or the database
+// fails (the error; the lock may be gone with the connection).
+func (r *Relay) publish(ctx context.Context, conn *pgx.Conn, bo *backoff) error {
+	var failingSince time.Time
+	for ctx.Err() == nil {
+		rows, err := r.fetch(ctx, conn)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("read unpublished events: %w", err)
+		}
+		if len(rows) == 0 {
+			bo.reset()
+			_ = sleep(ctx, r.opts.PollInterval)
+			continue
+		}
+		acked, perr := r.produce(ctx, rows)
+		positions := allPositions(rows)
+		if perr != nil {
+			positions = nil
+			if ctx.Err() != nil {
+				positions = ackedPrefix(rows, acked)
+			}
+		}
+		if err := r.mark(ctx, conn, positions); err != nil {
+			return fmt.Errorf("mark %d events published (they will be sent again): %w", len(positions), err)
+		}
+		r.m.published.Add(float64(len(positions)))
+		if perr == nil {
+			bo.reset()
+			if !failingSince.IsZero() {
+				r.log.Info("kafka acknowledges batches again", "failingFor", time.Since(failingSince).Round(time.Millisecond).String())
+				failingSince = time.Time{}
+			}
+			if len(rows) < r.opts.Batch {
+				_ = sleep(ctx, r.opts.PollInterval)
+			}
+			continue
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		r.m.failures.Inc()
+		attrs := []any{"events", len(rows), "firstPosition", rows[0].position, "error", perr.Error()}
+		if failingSince.IsZero() {
+			failingSince = time.Now()
+			r.log.Warn("kafka did not acknowledge the batch, sending it again with backoff", attrs...)
+		} else {
+			r.log.Debug("kafka did not acknowledge the batch: still failing", attrs...)
+		}
+		if bo.wait(ctx) != nil {
+			return nil
+		}
+	}
+	return nil
+}
+
+func (r *Relay) closeProducer() { r.closeOnce.Do(r.cl.Close) }
+
+func (r *Relay) backoff() *backoff {
+	return &backoff{min: r.opts.MinBackoff, max: r.opts.MaxBackoff}
+}
+
+// backoff is a capped exponential backoff with jitter.
+type backoff struct {
+	min, max, cur time.Duration
+}
+
+func (b *backoff) reset() { b.cur = 0 }
+
+// wait sleeps min, then twice as long each time up to max, or until ctx is done.
+func (b *backoff) wait(ctx context.Context) error {
+	if b.cur == 0 {
+		b.cur = b.min
+	} else {
+		b.cur = min(b.cur*2, b.max)
+	}
+	return sleep(ctx, jitter(b.cur))
+}
+
+// jitter spreads d by ±20%.
+func jitter(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}
+
+// sleep waits d or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
