@@ -21,9 +21,13 @@ type cli struct {
 	Bridge      bridgeCmd      `cmd:"" help:"Run the Kafka bridge: apply events inline, hand failures to Temporal, commit offsets."`
 	Worker      workerCmd      `cmd:"" help:"Run the Temporal worker (ApplyProjection, PublishDeadLetter, the retry and lane workflows)."`
 	Projections projectionsCmd `cmd:"" help:"Validate, deploy and list projection IR documents."`
+	Runtime     runtimeCmd     `cmd:"" help:"Serve the write path: POST /v1/intents decides intents and records their events in the PostgreSQL ledger (DATABASE_URL, CAUSET_RUNTIME_ADDR)."`
+	Intents     intentsCmd     `cmd:"" help:"Validate, deploy and list intent handler documents."`
 	DLQ         dlqCmd         `cmd:"" name:"dlq" help:"Read and replay dead letters."`
 	Produce     produceCmd     `cmd:"" help:"Produce JSON-line event envelopes (FILE or stdin) to CAUSET_EVENTS_TOPIC, keyed by entityId."`
+	Submit      submitCmd      `cmd:"" help:"Submit JSON-line intents (FILE or stdin) to the causet runtime at CAUSET_RUNTIME_ADDR (or --url), with the client's safe retries; one line per outcome."`
 	Bench       benchCmd       `cmd:"" help:"Measure the pipeline against the PostgreSQL ceiling, workflow mode and the in-place-retry peer in one run; write results to --out."`
+	Relay       relayCmd       `cmd:"" help:"Run the outbox relay: publish the ledger's unpublished events to CAUSET_EVENTS_TOPIC in order, then mark them published."`
 }
 
 func main() {

@@ -1,0 +1,47 @@
+// Package ledger records intents and their events in PostgreSQL, one
+// transaction per intent, as the runtime's write path.
+//
+// Submit, in one transaction:
+//
+//  1. serializes the intent ID (pg_advisory_xact_lock on its hash) and looks
+//     it up in causet_intents: an intent already recorded returns its
+//     recorded response, byte for byte, and writes nothing;
+//  2. runs the handler (the Decider) with reads in the same transaction;
+//  3. for an accepted intent takes the entity's next sequence numbers from
+//     causet_entity_sequences (an upsert whose row lock serializes the
+//     writers of one (fork, entity), so their events get consecutive numbers
+//     and commit in sequence order);
+//  4. inserts the intent row, with the exact response body, and its events
+//     into causet_events, where the outbox relay finds them (published_at
+//     NULL, in position order);
+//  5. commits.
+//
+// Event n (1-based) of an intent has the ID <intentId>:<n>, so a re-run of
+// an intent can never mint different events. Its envelope carries eventId,
+// eventType, entityId, forkId, intentId, sequence, occurredAt (the
+// transaction's now(), UTC) and payload, and is checked with event.Decode
+// before it is written.
+//
+// # Retries
+//
+// Only infrastructure is retried: the pgx pool evicts broken connections
+// (health checks, and a failed connection is never returned to the pool),
+// and acquiring a connection plus BEGIN is tried DefaultTries (3) times,
+// waiting 100 ms and then 1 s between tries, each try bounded by 5 s
+// (WithRetry changes them). Nothing after BEGIN is retried: the intent cycle
+// runs once, and any failure rolls it back and returns an *UnavailableError,
+// with nothing written; the caller (the client) may re-submit, which the
+// intent ID makes safe.
+//
+// # Errors
+//
+// Submit returns, for the server to map:
+//
+//   - *intents.InvalidError, or an error wrapping intents.ErrUnknownIntentType:
+//     the request is at fault (400);
+//   - *intents.EvalError: the handler failed to evaluate, deterministically
+//     (422) — a CEL error, the cost limit, a read the database refuses for
+//     the handler's own reasons (an undefined table or column, a type
+//     mismatch), an emitted event that is not a valid envelope;
+//   - *UnavailableError: PostgreSQL failed (503).
+package ledger

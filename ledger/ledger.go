@@ -1,0 +1,312 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/intents"
+)
+
+// Response statuses (the 200 bodies) and recorded statuses (the status
+// column and GET /v1/intents/{id}).
+const (
+	StatusSuccess  = "SUCCESS"
+	StatusRejected = "REJECTED"
+
+	RecordedSucceeded = "succeeded"
+	RecordedRejected  = "rejected"
+	RecordedUnknown   = "unknown"
+)
+
+// Retry defaults (see the package documentation).
+const (
+	DefaultTries      = 3
+	DefaultTryTimeout = 5 * time.Second
+)
+
+// DefaultWaits are the waits between tries: 100 ms, then 1 s.
+var DefaultWaits = []time.Duration{100 * time.Millisecond, time.Second}
+
+// Decider decides an intent, reading rows with r inside the ledger's
+// transaction; *intents.Catalog is one.
+type Decider interface {
+	Decide(ctx context.Context, in intents.Intent, r intents.Reader) (intents.Decision, error)
+}
+
+// Ledger records intents and their events.
+type Ledger struct {
+	pool       *pgxpool.Pool
+	decider    Decider
+	logger     *slog.Logger
+	tries      int
+	waits      []time.Duration
+	tryTimeout time.Duration
+}
+
+// Option adjusts New.
+type Option func(*Ledger)
+
+// WithRetry sets how often connection acquisition and BEGIN are tried (at
+// least 1), the waits between tries (the last repeats) and the bound of
+// each try.
+func WithRetry(tries int, waits []time.Duration, tryTimeout time.Duration) Option {
+	return func(l *Ledger) {
+		l.tries, l.tryTimeout = max(tries, 1), tryTimeout
+		if len(waits) > 0 {
+			l.waits = waits
+		}
+	}
+}
+
+// WithLogger logs retries (WARN); without it they are discarded.
+func WithLogger(logger *slog.Logger) Option { return func(l *Ledger) { l.logger = logger } }
+
+// New returns a ledger on pool that decides intents with decider. The
+// schema must exist (EnsureSchema).
+func New(pool *pgxpool.Pool, decider Decider, opts ...Option) *Ledger {
+	l := &Ledger{pool: pool, decider: decider, logger: slog.New(slog.DiscardHandler),
+		tries: DefaultTries, waits: DefaultWaits, tryTimeout: DefaultTryTimeout}
+	for _, o := range opts {
+		o(l)
+	}
+	return l
+}
+
+// Outcome is a recorded intent.
+type Outcome struct {
+	IntentID string
+	// Status is StatusSuccess or StatusRejected.
+	Status string
+	// Body is the exact 200 response body, as recorded: a re-submission
+	// gets the same bytes.
+	Body []byte
+	// Replayed is set when the intent had been recorded before; nothing
+	// was written.
+	Replayed       bool
+	HandlerVersion int
+	Rule, Reason   string
+	Events         []event.Envelope
+}
+
+// successBody and rejectedBody are the 200 bodies of the HTTP API.
+type successBody struct {
+	Status   string            `json:"status"`
+	IntentID string            `json:"intentId"`
+	Events   []json.RawMessage `json:"events"`
+}
+
+type rejectedBody struct {
+	Status   string `json:"status"`
+	IntentID string `json:"intentId"`
+	Rule     string `json:"rule"`
+	Reason   string `json:"reason"`
+}
+
+// Submit records in in one transaction (see the package documentation):
+// its recorded outcome if it was recorded before, else the handler's
+// decision with its events.
+func (l *Ledger) Submit(ctx context.Context, in intents.Intent) (Outcome, error) {
+	if err := in.Validate(); err != nil {
+		return Outcome{}, err
+	}
+	tx, err := attempt(ctx, l, "begin", l.pool.Begin)
+	if err != nil {
+		return Outcome{}, err
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = tx.Rollback(rctx) // after Commit, a no-op
+	}()
+	out, err := l.submit(ctx, tx, in)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return Outcome{}, unavailable("commit", err)
+	}
+	return out, nil
+}
+
+const (
+	// lockSQL serializes one intent ID. Its lookup must be a later
+	// statement: a statement's snapshot predates the lock it waits for.
+	lockSQL   = "SELECT now() FROM pg_advisory_xact_lock($1, hashtext($2))"
+	lookupSQL = `SELECT status, COALESCE(rule, ''), COALESCE(reason, ''), handler_version, response::text
+FROM causet_intents WHERE intent_id = $1`
+	sequenceSQL = `INSERT INTO causet_entity_sequences AS s (fork_id, entity_id, last_sequence) VALUES ($1, $2, $3)
+ON CONFLICT (fork_id, entity_id) DO UPDATE SET last_sequence = s.last_sequence + EXCLUDED.last_sequence
+RETURNING last_sequence`
+	intentSQL = `INSERT INTO causet_intents (intent_id, intent_type, entity_id, fork_id, status, rule, reason, handler_version, response)
+VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''), NULLIF($7, ''), $8, $9) RETURNING response::text`
+	eventsSQL = `INSERT INTO causet_events (event_id, fork_id, entity_id, sequence, event_type, intent_id, envelope)
+SELECT e.id, $1, $2, e.seq, e.typ, $3, e.env::jsonb
+FROM unnest($4::text[], $5::bigint[], $6::text[], $7::text[]) AS e(id, seq, typ, env)`
+)
+
+func (l *Ledger) submit(ctx context.Context, tx pgx.Tx, in intents.Intent) (Outcome, error) {
+	var now time.Time
+	if err := tx.QueryRow(ctx, lockSQL, intentLockClass, in.IntentID).Scan(&now); err != nil {
+		return Outcome{}, unavailable("lock intent", err)
+	}
+	if out, found, err := lookup(ctx, tx, in.IntentID); err != nil || found {
+		return out, err
+	}
+	d, err := l.decider.Decide(ctx, in, intents.NewReader(tx))
+	if err != nil {
+		return Outcome{}, decideError(err)
+	}
+	if d.Rejected() {
+		body, err := json.Marshal(rejectedBody{Status: StatusRejected, IntentID: in.IntentID, Rule: d.Rule, Reason: d.Reason})
+		if err != nil {
+			return Outcome{}, fmt.Errorf("encode response: %w", err)
+		}
+		out := Outcome{IntentID: in.IntentID, Status: StatusRejected, HandlerVersion: d.HandlerVersion, Rule: d.Rule, Reason: d.Reason}
+		return out, recordIntent(ctx, tx, in, RecordedRejected, &out, body)
+	}
+	envs, err := envelopes(in, d, now)
+	if err != nil {
+		return Outcome{}, err
+	}
+	out := Outcome{IntentID: in.IntentID, Status: StatusSuccess, HandlerVersion: d.HandlerVersion, Events: envs}
+	n := int64(len(envs))
+	var last int64
+	if n > 0 {
+		// The row lock taken here is held to commit: the next intent of the
+		// entity waits, then numbers its events after these.
+		if err := tx.QueryRow(ctx, sequenceSQL, in.ForkID, in.EntityID, n).Scan(&last); err != nil {
+			return Outcome{}, unavailable("take sequence numbers", err)
+		}
+	}
+	raws := make([]json.RawMessage, n)
+	ids, seqs, types, texts := make([]string, n), make([]int64, n), make([]string, n), make([]string, n)
+	for i := range envs {
+		envs[i].Sequence = last - n + int64(i) + 1
+		raw, err := json.Marshal(envs[i])
+		if err != nil {
+			return Outcome{}, fmt.Errorf("encode event: %w", err)
+		}
+		raws[i] = raw
+		ids[i], seqs[i], types[i], texts[i] = envs[i].EventID, envs[i].Sequence, envs[i].EventType, string(raw)
+	}
+	body, err := json.Marshal(successBody{Status: StatusSuccess, IntentID: in.IntentID, Events: raws})
+	if err != nil {
+		return Outcome{}, fmt.Errorf("encode response: %w", err)
+	}
+	if err := recordIntent(ctx, tx, in, RecordedSucceeded, &out, body); err != nil {
+		return Outcome{}, err
+	}
+	if n > 0 {
+		if _, err := tx.Exec(ctx, eventsSQL, in.ForkID, in.EntityID, in.IntentID, ids, seqs, types, texts); err != nil {
+			return Outcome{}, unavailable("insert events", err)
+		}
+	}
+	return out, nil
+}
+
+// envelopes builds the events of an accepted intent, without their
+// sequence numbers, and checks each is an envelope event.Decode accepts.
+func envelopes(in intents.Intent, d intents.Decision, now time.Time) ([]event.Envelope, error) {
+	envs := make([]event.Envelope, len(d.Events))
+	for i, e := range d.Events {
+		id := in.IntentID + ":" + strconv.Itoa(i+1)
+		if len(id) > event.MaxEventIDBytes {
+			return nil, &intents.InvalidError{Reason: fmt.Sprintf(
+				"intentId is %d bytes: the ID of its event %d (<intentId>:%d) would be %d bytes, more than the %d allowed",
+				len(in.IntentID), i+1, i+1, len(id), event.MaxEventIDBytes)}
+		}
+		envs[i] = event.Envelope{EventID: id, EventType: e.EventType, EntityID: in.EntityID, ForkID: in.ForkID,
+			IntentID: in.IntentID, Sequence: 1, OccurredAt: now.UTC(), Payload: e.Payload}
+		raw, err := json.Marshal(envs[i])
+		if err == nil {
+			_, err = event.Decode(raw)
+		}
+		if err != nil {
+			return nil, &intents.EvalError{Path: fmt.Sprintf("emits[%d]", i), Err: fmt.Errorf("not a valid event: %w", err)}
+		}
+	}
+	return envs, nil
+}
+
+// recordIntent inserts the intent row; out.Body becomes the response as
+// stored (jsonb's rendering), which is what every later answer replays.
+func recordIntent(ctx context.Context, tx pgx.Tx, in intents.Intent, status string, out *Outcome, body []byte) error {
+	var stored string
+	if err := tx.QueryRow(ctx, intentSQL, in.IntentID, in.IntentType, in.EntityID, in.ForkID, status,
+		out.Rule, out.Reason, out.HandlerVersion, string(body)).Scan(&stored); err != nil {
+		return unavailable("insert intent", err)
+	}
+	out.Body = []byte(stored)
+	return nil
+}
+
+// lookup returns the recorded outcome of intentID, if any.
+func lookup(ctx context.Context, q pgx.Tx, intentID string) (Outcome, bool, error) {
+	out := Outcome{IntentID: intentID, Replayed: true}
+	var status, body string
+	err := q.QueryRow(ctx, lookupSQL, intentID).Scan(&status, &out.Rule, &out.Reason, &out.HandlerVersion, &body)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Outcome{}, false, nil
+	}
+	if err != nil {
+		return Outcome{}, false, unavailable("look up intent", err)
+	}
+	out.Body = []byte(body)
+	out.Status = StatusRejected
+	if status == RecordedSucceeded {
+		out.Status = StatusSuccess
+		var b struct{ Events []event.Envelope }
+		if err := json.Unmarshal(out.Body, &b); err != nil {
+			return Outcome{}, false, fmt.Errorf("recorded response of %s: %w", intentID, err)
+		}
+		out.Events = b.Events
+	}
+	return out, true, nil
+}
+
+// IntentStatus is what is known of an intent: Status is RecordedUnknown,
+// RecordedSucceeded (with Events, the envelopes as recorded) or
+// RecordedRejected (with Rule and Reason).
+type IntentStatus struct {
+	IntentID     string
+	Status       string
+	Rule, Reason string
+	Events       []json.RawMessage
+}
+
+// Status reads the recorded outcome of intentID. Connection acquisition is
+// retried as for Submit.
+func (l *Ledger) Status(ctx context.Context, intentID string) (IntentStatus, error) {
+	conn, err := attempt(ctx, l, "acquire", l.pool.Acquire)
+	if err != nil {
+		return IntentStatus{}, err
+	}
+	defer conn.Release()
+	st := IntentStatus{IntentID: intentID, Status: RecordedUnknown}
+	var body string
+	err = conn.QueryRow(ctx, "SELECT status, COALESCE(rule, ''), COALESCE(reason, ''), response::text FROM causet_intents WHERE intent_id = $1",
+		intentID).Scan(&st.Status, &st.Rule, &st.Reason, &body)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return st, nil
+	case err != nil:
+		return IntentStatus{}, unavailable("read intent status", err)
+	}
+	if st.Status == RecordedSucceeded {
+		var b struct{ Events []json.RawMessage }
+		if err := json.Unmarshal([]byte(body), &b); err != nil {
+			return IntentStatus{}, fmt.Errorf("recorded response of %s: %w", intentID, err)
+		}
+		st.Events = b.Events
+	}
+	return st, nil
+}

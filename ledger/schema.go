@@ -1,0 +1,69 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Advisory locks are taken with two int4 keys, a space of their own that no
+// single-bigint lock (the projection schema's, the relay's) can collide
+// with. lockClass is "caus"; intent IDs are locked under intentLockClass.
+const (
+	lockClass       int32 = 0x63617573
+	schemaLockKey   int32 = 0x6c646772 // "ldgr"
+	intentLockClass int32 = 0x696e7469 // "inti"
+)
+
+const schemaSQL = `
+CREATE TABLE IF NOT EXISTS causet_intents (
+	intent_id       text PRIMARY KEY,
+	intent_type     text NOT NULL,
+	entity_id       text NOT NULL,
+	fork_id         text NOT NULL,
+	status          text NOT NULL CHECK (status IN ('succeeded','rejected')),
+	rule            text,
+	reason          text,
+	handler_version int NOT NULL,
+	response        jsonb NOT NULL,
+	recorded_at     timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS causet_entity_sequences (
+	fork_id       text NOT NULL,
+	entity_id     text NOT NULL,
+	last_sequence bigint NOT NULL,
+	PRIMARY KEY (fork_id, entity_id)
+);
+CREATE TABLE IF NOT EXISTS causet_events (
+	position     bigserial PRIMARY KEY,
+	event_id     text NOT NULL UNIQUE,
+	fork_id      text NOT NULL,
+	entity_id    text NOT NULL,
+	sequence     bigint NOT NULL,
+	event_type   text NOT NULL,
+	intent_id    text NOT NULL REFERENCES causet_intents (intent_id),
+	envelope     jsonb NOT NULL,
+	recorded_at  timestamptz NOT NULL DEFAULT now(),
+	published_at timestamptz,
+	UNIQUE (fork_id, entity_id, sequence)
+);
+CREATE INDEX IF NOT EXISTS causet_events_unpublished ON causet_events (position) WHERE published_at IS NULL;
+`
+
+// EnsureSchema creates the ledger's tables and index if they do not exist.
+// It is idempotent and safe to run concurrently.
+func EnsureSchema(ctx context.Context, pool *pgxpool.Pool) error {
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, $2)", lockClass, schemaLockKey); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, schemaSQL)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("ensure ledger schema: %w", err)
+	}
+	return nil
+}
