@@ -16,8 +16,8 @@ import (
 // something to hold in memory, retry and copy into workflow histories.
 const MaxSize = 1 << 20
 
-// maxDepth bounds JSON nesting so a hostile payload cannot exhaust the stack.
-const maxDepth = 64
+// MaxDepth bounds JSON nesting so a hostile payload cannot exhaust the stack.
+const MaxDepth = 64
 
 // Limits of the identifying fields, in bytes. They keep a workflow ID
 // (projection-retry:<projection>:<forkId>:<eventId> or
@@ -84,7 +84,7 @@ func Decode(value []byte) (Envelope, error) {
 	if !utf8.Valid(value) {
 		return env, invalid("record value is not valid UTF-8")
 	}
-	if err := checkBytes(value); err != nil {
+	if err := CheckBytes(value); err != nil {
 		return env, err
 	}
 	dec := json.NewDecoder(bytes.NewReader(value))
@@ -241,14 +241,17 @@ func decodeValue(raw []byte) (any, error) {
 	if err := dec.Decode(&v); err != nil {
 		return nil, invalid("payload: %v", err)
 	}
-	return convertNumbers(v)
+	return ConvertNumbers(v, convertNumber)
 }
 
-func convertNumbers(v any) (any, error) {
+// ConvertNumbers replaces every json.Number in v, a value decoded with
+// UseNumber, by what number returns for its text, failing with number's
+// first error.
+func ConvertNumbers(v any, number func(string) (any, error)) (any, error) {
 	switch t := v.(type) {
 	case map[string]any:
 		for k, x := range t {
-			c, err := convertNumbers(x)
+			c, err := ConvertNumbers(x, number)
 			if err != nil {
 				return nil, err
 			}
@@ -257,7 +260,7 @@ func convertNumbers(v any) (any, error) {
 		return t, nil
 	case []any:
 		for i, x := range t {
-			c, err := convertNumbers(x)
+			c, err := ConvertNumbers(x, number)
 			if err != nil {
 				return nil, err
 			}
@@ -265,24 +268,36 @@ func convertNumbers(v any) (any, error) {
 		}
 		return t, nil
 	case json.Number:
-		return convertNumber(string(t))
+		return number(string(t))
 	default:
 		return v, nil
 	}
 }
 
-// convertNumber turns a JSON number into int64 (integral) or float64.
+// convertNumber turns a payload's JSON number into int64 (integral) or
+// float64.
 func convertNumber(s string) (any, error) {
+	n, err := ParseNumber(s)
+	if err != nil {
+		return nil, invalid("payload %v", err)
+	}
+	return n, nil
+}
+
+// ParseNumber turns the text of a JSON number into int64 (integral) or
+// float64. An integer past 64 bits or a number past float64's range is an
+// error.
+func ParseNumber(s string) (any, error) {
 	if !strings.ContainsAny(s, ".eE") {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			return nil, invalid("payload number %s does not fit a 64-bit integer", abbreviate(s))
+			return nil, fmt.Errorf("number %s does not fit a 64-bit integer", abbreviate(s))
 		}
 		return n, nil
 	}
 	f, err := strconv.ParseFloat(s, 64)
 	if err != nil || math.IsInf(f, 0) {
-		return nil, invalid("payload number %s is out of range", abbreviate(s))
+		return nil, fmt.Errorf("number %s is out of range", abbreviate(s))
 	}
 	return f, nil
 }
@@ -315,10 +330,11 @@ func checkNumbers(b []byte) error {
 	return nil
 }
 
-// checkBytes rejects, before the decoder runs, NUL anywhere (a 0 byte or
-// \u0000, which PostgreSQL text and jsonb cannot hold) and nesting deeper
-// than maxDepth (the decoder recurses).
-func checkBytes(b []byte) error {
+// CheckBytes rejects, before a decoder runs, NUL anywhere in b, JSON text (a
+// 0 byte or \u0000, which PostgreSQL text and jsonb cannot hold), and
+// nesting deeper than MaxDepth (the decoder recurses). The error is an
+// *InvalidError.
+func CheckBytes(b []byte) error {
 	depth, inString, escaped := 0, false, false
 	for i, c := range b {
 		switch {
@@ -336,8 +352,8 @@ func checkBytes(b []byte) error {
 		case inString:
 		case c == '{' || c == '[':
 			depth++
-			if depth > maxDepth {
-				return invalid("JSON nesting deeper than %d levels", maxDepth)
+			if depth > MaxDepth {
+				return invalid("JSON nesting deeper than %d levels", MaxDepth)
 			}
 		case c == '}' || c == ']':
 			depth--

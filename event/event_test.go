@@ -137,7 +137,7 @@ func FuzzCheckNumbers(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if !json.Valid(b) || checkBytes(b) != nil {
+		if !json.Valid(b) || CheckBytes(b) != nil {
 			return
 		}
 		_, decodeErr := decodeValue(b)

@@ -2,21 +2,17 @@ package intents
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"strconv"
-	"time"
 
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
-	"cel.dev/cel-go/common/types/traits"
-	"cel.dev/cel-go/interpreter"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/internal/celexpr"
 )
 
 // KeyColumn is one column of a read's key with its evaluated value.
@@ -203,61 +199,30 @@ func (h *Handler) read(ctx context.Context, rd *compiledRead, vars map[string]an
 // eval evaluates one expression. An evaluation that ctx stops returns ctx's
 // error, not an *EvalError: the intent is not at fault.
 func (h *Handler) eval(ctx context.Context, x expr, vars map[string]any) (ref.Val, error) {
-	out, _, err := x.prg.ContextEval(ctx, vars)
-	var cancel interpreter.EvalCancelledError
-	switch {
-	case errors.As(err, &cancel) && cancel.Cause == interpreter.CostLimitExceeded:
-		return nil, &EvalError{Path: x.path, Err: fmt.Errorf("CEL cost limit %d exceeded", h.costLimit)}
-	case err != nil && ctx.Err() != nil:
-		return nil, fmt.Errorf("%s: %w", x.path, ctx.Err())
-	case err != nil:
-		return nil, &EvalError{Path: x.path, Err: err}
-	case types.IsError(out):
-		if e, ok := out.Value().(error); ok {
-			return nil, &EvalError{Path: x.path, Err: e}
-		}
-		return nil, &EvalError{Path: x.path, Err: errors.New(fmt.Sprint(out))}
-	}
-	return out, nil
+	return celexpr.Eval(ctx, x.prg, vars, x.path, h.costLimit, true)
 }
 
 // bindValue converts a key value for a query parameter.
 func bindValue(v ref.Val) (any, error) {
-	switch t := v.(type) {
-	case types.Null:
-		return nil, nil
-	case types.Bool:
-		return bool(t), nil
-	case types.Int:
-		return int64(t), nil
-	case types.Uint:
-		return uint64(t), nil
-	case types.Double:
-		return float64(t), nil
-	case types.String:
-		return string(t), nil
-	case types.Bytes:
-		return []byte(t), nil
-	case types.Timestamp:
-		return t.Time, nil
+	if b, ok := celexpr.Scalar(v); ok {
+		return b, nil
 	}
 	return nil, fmt.Errorf("a key value must be a scalar, not %s", v.Type().TypeName())
 }
 
 // jsonValue converts a CEL value to one encoding/json renders.
 func jsonValue(v ref.Val) (any, error) {
+	return celexpr.JSON(v, jsonScalar)
+}
+
+// jsonScalar converts a number, string, bool or null for jsonValue,
+// refusing a number an event cannot hold.
+func jsonScalar(v ref.Val) (any, error) {
 	switch t := v.(type) {
-	case types.Null:
-		return nil, nil
-	case types.Bool:
-		return bool(t), nil
-	case types.Int:
-		return int64(t), nil
 	case types.Uint:
 		if t > math.MaxInt64 {
 			return nil, fmt.Errorf("%d does not fit an event's 64-bit integers", uint64(t))
 		}
-		return uint64(t), nil
 	case types.Double:
 		f := float64(t)
 		switch {
@@ -267,40 +232,9 @@ func jsonValue(v ref.Val) (any, error) {
 			// PostgreSQL renders it as an integer, which an event cannot hold.
 			return nil, fmt.Errorf("%v does not fit an event's 64-bit integers", f)
 		}
-		return f, nil
-	case types.String:
-		return string(t), nil
-	case types.Bytes:
-		return base64.StdEncoding.EncodeToString(t), nil
-	case types.Timestamp:
-		return t.Time.UTC().Format(time.RFC3339Nano), nil
-	case types.Duration:
-		return t.Duration.String(), nil
-	case traits.Mapper:
-		out := map[string]any{}
-		for it := t.Iterator(); it.HasNext() == types.True; {
-			k := it.Next()
-			ks, ok := k.(types.String)
-			if !ok {
-				return nil, fmt.Errorf("map key %v is not a string", k)
-			}
-			val, err := jsonValue(t.Get(k))
-			if err != nil {
-				return nil, err
-			}
-			out[string(ks)] = val
-		}
-		return out, nil
-	case traits.Lister:
-		out := []any{}
-		for it := t.Iterator(); it.HasNext() == types.True; {
-			val, err := jsonValue(it.Next())
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, val)
-		}
-		return out, nil
+	}
+	if j, ok := celexpr.Scalar(v); ok {
+		return j, nil
 	}
 	return nil, fmt.Errorf("unsupported result type %s", v.Type().TypeName())
 }

@@ -20,7 +20,7 @@ const (
 	// MaxPayloadBytes bounds an intent's payload as received.
 	MaxPayloadBytes = 256 << 10
 	// MaxDepth bounds JSON nesting, as the event envelope does.
-	MaxDepth = 64
+	MaxDepth = event.MaxDepth
 	// MaxRowBytes bounds one row read for a rule, as to_jsonb renders it.
 	MaxRowBytes = 1 << 20
 )
@@ -134,29 +134,12 @@ func CheckJSON(b []byte) error {
 	if !utf8.Valid(b) {
 		return invalid("not valid UTF-8")
 	}
-	depth, inString, escaped := 0, false, false
-	for i, c := range b {
-		switch {
-		case c == 0:
-			return invalid("NUL byte at offset %d (PostgreSQL text cannot hold it)", i)
-		case escaped:
-			escaped = false
-			if c == 'u' && bytes.HasPrefix(b[i+1:], []byte("0000")) {
-				return invalid("NUL (\\u0000) at offset %d (PostgreSQL text cannot hold it)", i-1)
-			}
-		case inString && c == '\\':
-			escaped = true
-		case c == '"':
-			inString = !inString
-		case inString:
-		case c == '{' || c == '[':
-			depth++
-			if depth > MaxDepth {
-				return invalid("JSON nesting deeper than %d levels", MaxDepth)
-			}
-		case c == '}' || c == ']':
-			depth--
+	if err := event.CheckBytes(b); err != nil {
+		var ie *event.InvalidError
+		if errors.As(err, &ie) {
+			return &InvalidError{Reason: ie.Reason}
 		}
+		return err
 	}
 	return nil
 }
@@ -175,51 +158,20 @@ func decodeJSON(raw []byte, strict bool) (any, error) {
 	if dec.More() {
 		return nil, errors.New("trailing data after the JSON value")
 	}
-	return numbers(v, strict)
+	if strict {
+		return event.ConvertNumbers(v, event.ParseNumber)
+	}
+	return event.ConvertNumbers(v, lenientNumber)
 }
 
-func numbers(v any, strict bool) (any, error) {
-	switch t := v.(type) {
-	case map[string]any:
-		for k, x := range t {
-			c, err := numbers(x, strict)
-			if err != nil {
-				return nil, err
-			}
-			t[k] = c
-		}
-	case []any:
-		for i, x := range t {
-			c, err := numbers(x, strict)
-			if err != nil {
-				return nil, err
-			}
-			t[i] = c
-		}
-	case json.Number:
-		s := string(t)
-		if !strings.ContainsAny(s, ".eE") {
-			if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-				return n, nil
-			} else if strict {
-				return nil, fmt.Errorf("number %s does not fit a 64-bit integer", abbreviate(s))
-			}
-		}
-		f, err := strconv.ParseFloat(s, 64)
-		switch {
-		case err == nil && !math.IsInf(f, 0):
-			return f, nil
-		case strict:
-			return nil, fmt.Errorf("number %s is out of range", abbreviate(s))
-		}
-		return s, nil
+// lenientNumber is event.ParseNumber, but an integer past 64 bits becomes a
+// float64 and a number past float64 stays text.
+func lenientNumber(s string) (any, error) {
+	if n, err := event.ParseNumber(s); err == nil {
+		return n, nil
 	}
-	return v, nil
-}
-
-func abbreviate(s string) string {
-	if len(s) > 32 {
-		return s[:32] + "…"
+	if f, err := strconv.ParseFloat(s, 64); err == nil && !math.IsInf(f, 0) {
+		return f, nil
 	}
-	return s
+	return s, nil
 }

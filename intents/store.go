@@ -2,7 +2,6 @@ package intents
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,19 +9,20 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/causet/projection-retry/internal/celexpr"
+	"github.com/causet/projection-retry/internal/irdoc"
+	"github.com/causet/projection-retry/internal/pgstore"
 )
 
 // NotifyChannel is the LISTEN/NOTIFY channel Deploy notifies; the payload
 // is "<intentType>:<version>".
 const NotifyChannel = "causet_intent_handlers"
 
-// Advisory locks are taken with two int4 keys, a space of their own that
-// no single-bigint lock (the projection schema's, the relay's) can collide
-// with. lockClass is "caus".
+// The advisory locks of the schema and of deploys (pgstore.LockClass and a
+// second key).
 const (
-	lockClass      int32 = 0x63617573
 	schemaLockKey  int32 = 0x696e7473 // "ints"
 	deployLockBase       = "intent-handler-deploy:"
 )
@@ -39,17 +39,20 @@ CREATE TABLE IF NOT EXISTS causet_intent_handlers (
 // EnsureSchema creates causet_intent_handlers if it does not exist. It is
 // idempotent and safe to run concurrently.
 func EnsureSchema(ctx context.Context, pool *pgxpool.Pool) error {
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, $2)", lockClass, schemaLockKey); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, schemaSQL)
+	return pgstore.EnsureSchema(ctx, pool, "intent handler", schemaSQL, pgstore.LockClass, schemaLockKey)
+}
+
+// versions is the store of deployed handler versions.
+var versions = pgstore.Versions{
+	Kind:         "intent handler",
+	Table:        "causet_intent_handlers",
+	Key:          "intent_type",
+	Channel:      NotifyChannel,
+	EnsureSchema: EnsureSchema,
+	Serialize: func(ctx context.Context, tx pgx.Tx, intentType string) error {
+		_, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, hashtext($2))", pgstore.LockClass, deployLockBase+intentType)
 		return err
-	})
-	if err != nil {
-		return fmt.Errorf("ensure intent handler schema: %w", err)
-	}
-	return nil
+	},
 }
 
 // Deploy validates doc and stores it as version N+1 of its intent type (N
@@ -60,35 +63,7 @@ func Deploy(ctx context.Context, pool *pgxpool.Pool, doc *Document, opts ...Opti
 	if err := Validate(doc, opts...); err != nil {
 		return 0, err
 	}
-	body, err := json.Marshal(doc)
-	if err != nil {
-		return 0, fmt.Errorf("encode intent handler document: %w", err)
-	}
-	if err := EnsureSchema(ctx, pool); err != nil {
-		return 0, err
-	}
-	var version int
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, hashtext($2))", lockClass, deployLockBase+doc.IntentType); err != nil {
-			return err
-		}
-		if err := tx.QueryRow(ctx,
-			"SELECT COALESCE(max(version), 0) + 1 FROM causet_intent_handlers WHERE intent_type = $1",
-			doc.IntentType).Scan(&version); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx,
-			"INSERT INTO causet_intent_handlers (intent_type, version, document) VALUES ($1, $2, $3)",
-			doc.IntentType, version, string(body)); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", NotifyChannel, fmt.Sprintf("%s:%d", doc.IntentType, version))
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("deploy intent handler %s: %w", doc.IntentType, err)
-	}
-	return version, nil
+	return versions.Deploy(ctx, pool, doc.IntentType, doc)
 }
 
 // Deployment is the newest deployed version of an intent handler.
@@ -99,43 +74,18 @@ type Deployment struct {
 	Document   *Document
 }
 
-const latestSQL = `SELECT DISTINCT ON (intent_type) intent_type, version, document, deployed_at
-FROM causet_intent_handlers ORDER BY intent_type, version DESC`
-
 // List returns the newest deployed version of every intent type, ordered
 // by type; an empty list when the schema does not exist yet.
 func List(ctx context.Context, pool *pgxpool.Pool) ([]Deployment, error) {
-	rows, err := pool.Query(ctx, latestSQL)
-	if err != nil {
-		if isUndefinedTable(err) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("list intent handlers: %w", err)
+	vs, err := pgstore.List[Document](ctx, pool, versions)
+	if err != nil || vs == nil {
+		return nil, err
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Deployment, error) {
-		var d Deployment
-		var body []byte
-		if err := row.Scan(&d.IntentType, &d.Version, &body, &d.DeployedAt); err != nil {
-			return d, err
-		}
-		d.Document = new(Document)
-		if err := json.Unmarshal(body, d.Document); err != nil {
-			return d, fmt.Errorf("intent handler %s version %d: decode document: %w", d.IntentType, d.Version, err)
-		}
-		return d, nil
-	})
-	if err != nil {
-		if isUndefinedTable(err) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("list intent handlers: %w", err)
+	out := make([]Deployment, len(vs))
+	for i, v := range vs {
+		out[i] = Deployment{IntentType: v.Key, Version: v.Version, DeployedAt: v.DeployedAt, Document: v.Document}
 	}
 	return out, nil
-}
-
-func isUndefinedTable(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "42P01"
 }
 
 // Catalog holds the newest deployed version of every intent handler,
@@ -144,7 +94,7 @@ func isUndefinedTable(err error) bool {
 type Catalog struct {
 	pool   *pgxpool.Pool
 	logger *slog.Logger
-	opts   options
+	opts   celexpr.Options
 
 	mu       sync.RWMutex
 	handlers map[string]*Handler
@@ -171,8 +121,8 @@ func NewCatalog(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, op
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	o := newOptions(opts)
-	o.runtimeOnly = true
+	o := celexpr.NewOptions(opts)
+	o.RuntimeOnly = true
 	c := &Catalog{pool: pool, logger: logger, opts: o, handlers: map[string]*Handler{}, broken: map[string]brokenHandler{}}
 	if err := c.Refresh(ctx); err != nil {
 		return nil, err
@@ -290,5 +240,5 @@ func (c *Catalog) Watch(ctx context.Context, interval time.Duration) {
 func (c *Catalog) IntentTypes() []string {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	return sortedKeys(c.handlers)
+	return irdoc.SortedKeys(c.handlers)
 }

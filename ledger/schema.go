@@ -2,17 +2,17 @@ package ledger
 
 import (
 	"context"
-	"fmt"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/causet/projection-retry/internal/pgstore"
 )
 
 // Advisory locks are taken with two int4 keys, a space of their own that no
 // single-bigint lock (the projection schema's, the relay's) can collide
-// with. lockClass is "caus"; intent IDs are locked under intentLockClass.
+// with: the schema's is (pgstore.LockClass, schemaLockKey); intent IDs are
+// locked under intentLockClass.
 const (
-	lockClass       int32 = 0x63617573
 	schemaLockKey   int32 = 0x6c646772 // "ldgr"
 	intentLockClass int32 = 0x696e7469 // "inti"
 )
@@ -55,15 +55,5 @@ CREATE INDEX IF NOT EXISTS causet_events_unpublished ON causet_events (position)
 // EnsureSchema creates the ledger's tables and index if they do not exist.
 // It is idempotent and safe to run concurrently.
 func EnsureSchema(ctx context.Context, pool *pgxpool.Pool) error {
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, $2)", lockClass, schemaLockKey); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, schemaSQL)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("ensure ledger schema: %w", err)
-	}
-	return nil
+	return pgstore.EnsureSchema(ctx, pool, "ledger", schemaSQL, pgstore.LockClass, schemaLockKey)
 }

@@ -2,11 +2,8 @@ package projection
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +16,9 @@ import (
 	"cel.dev/cel-go/common/types/traits"
 	"cel.dev/cel-go/interpreter"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/causet/projection-retry/internal/celexpr"
+	"github.com/causet/projection-retry/internal/irdoc"
 )
 
 // ledgerInsertSQL records a round's (projection, fork, event) pairs in the
@@ -62,59 +62,39 @@ type column struct {
 // runtimeOnly, an expression whose worst-case cost (see envelopeSizes) is
 // over the cost limit is a problem.
 func compile(doc *Document, version int, opts ...Option) (*compiled, error) {
-	o := newOptions(opts)
-	c := &checker{}
+	o := celexpr.NewOptions(opts)
+	c := &irdoc.Checker{}
 	checkShape(c, doc)
 	if doc == nil {
-		return nil, c.err()
+		return nil, docFormat.Err(c)
 	}
 	env, err := celEnv()
 	if err != nil {
 		return nil, fmt.Errorf("cel environment: %w", err)
 	}
 	out := &compiled{doc: doc, version: version, ops: map[string]*compiledOp{}}
-	for _, et := range sortedKeys(doc.On) {
+	for _, et := range irdoc.SortedKeys(doc.On) {
 		op := doc.On[et]
 		base := "on." + et
-		cop := &compiledOp{kind: op.Op, costLimit: o.costLimit}
+		cop := &compiledOp{kind: op.Op, costLimit: o.CostLimit}
 		var keyCols, setCols, incCols []column
 		prog := func(section, col, expr string, numeric bool) (column, bool) {
 			path := base + "." + section + "." + col
-			if strings.TrimSpace(expr) == "" {
-				c.add(path, "expression is empty")
-				return column{}, false
-			}
-			checked, iss := env.Compile(expr)
-			if iss != nil && iss.Err() != nil {
-				c.add(path, "CEL: %s", strings.ReplaceAll(iss.Err().Error(), "\n", " "))
+			report := func(f string, args ...any) { c.Add(path, f, args...) }
+			checked, ok := celexpr.Compile(env, expr, report)
+			if !ok {
 				return column{}, false
 			}
 			if numeric {
 				switch checked.OutputType().String() {
 				case "int", "uint", "double", "dyn":
 				default:
-					c.add(path, "increment expression has type %s, want a number", checked.OutputType())
+					c.Add(path, "increment expression has type %s, want a number", checked.OutputType())
 					return column{}, false
 				}
 			}
-			if !o.runtimeOnly {
-				est, err := env.EstimateCost(checked, envelopeSizes{})
-				switch {
-				case err != nil:
-					c.add(path, "CEL cost estimate: %v", err)
-					return column{}, false
-				case est.Max == math.MaxUint64:
-					c.add(path, "worst-case CEL cost is unbounded (cost limit %d)", o.costLimit)
-					return column{}, false
-				case est.Max > o.costLimit:
-					c.add(path, "worst-case CEL cost %d exceeds the cost limit %d", est.Max, o.costLimit)
-					return column{}, false
-				}
-			}
-			prg, err := env.Program(checked, cel.EvalOptions(cel.OptOptimize),
-				cel.CostLimit(o.costLimit), cel.CostTracking(dispatchCosts{}), cel.InterruptCheckFrequency(interruptCheckFrequency))
-			if err != nil {
-				c.add(path, "CEL: %v", err)
+			prg, ok := celexpr.Program(env, checked, envelopeSizes, o, report)
+			if !ok {
 				return column{}, false
 			}
 			loops := len(ast.MatchDescendants(ast.NavigateAST(checked.NativeRep()), ast.KindMatcher(ast.ComprehensionKind))) > 0
@@ -127,7 +107,7 @@ func compile(doc *Document, version int, opts ...Option) (*compiled, error) {
 				}
 			}
 		}
-		for _, name := range sortedKeys(op.Columns) {
+		for _, name := range irdoc.SortedKeys(op.Columns) {
 			if isKey(doc, name) {
 				continue
 			}
@@ -135,12 +115,12 @@ func compile(doc *Document, version int, opts ...Option) (*compiled, error) {
 				setCols = append(setCols, col)
 			}
 		}
-		for _, name := range sortedKeys(op.Increment) {
+		for _, name := range irdoc.SortedKeys(op.Increment) {
 			if col, ok := prog("increment", name, op.Increment[name], true); ok {
 				incCols = append(incCols, col)
 			}
 		}
-		if len(c.problems) > 0 {
+		if len(c.Problems) > 0 {
 			continue
 		}
 		cop.cols = append(append(append(cop.cols, keyCols...), setCols...), incCols...)
@@ -148,7 +128,7 @@ func compile(doc *Document, version int, opts ...Option) (*compiled, error) {
 		cop.table, cop.nkeys = doc.Table, len(keyCols)
 		out.ops[et] = cop
 	}
-	if err := c.err(); err != nil {
+	if err := docFormat.Err(c); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -213,48 +193,23 @@ func buildSQL(doc *Document, op string, keyCols, setCols, incCols []column) stri
 	return b.String()
 }
 
-// EvalError is a CEL runtime error (kind ir_eval), e.g. "division by zero".
-type EvalError struct {
-	Path string // e.g. on.TRACK_PLAYED.columns.plays_per_day
-	Err  error
-}
-
-func (e *EvalError) Error() string { return e.Path + ": " + e.Err.Error() }
-func (e *EvalError) Unwrap() error { return e.Err }
+// EvalError is a CEL runtime error (kind ir_eval), e.g. "division by zero";
+// Path names the expression, e.g. on.TRACK_PLAYED.columns.plays_per_day.
+type EvalError = celexpr.EvalError
 
 // jsonText marks a value that is already JSON (a CEL map or list).
 type jsonText string
 
 // eval evaluates the operation's columns for one event. An evaluation that
 // ctx stops returns ctx's error, not an *EvalError: the event is not at
-// fault.
+// fault. Only an expression with a comprehension checks ctx; the others are
+// bounded by the cost limit, and faster without.
 func (op *compiledOp) eval(ctx context.Context, activation interpreter.Activation) ([]any, error) {
 	vals := make([]any, len(op.cols))
 	for i, col := range op.cols {
-		var out ref.Val
-		var err error
-		if col.loops {
-			out, _, err = col.prg.ContextEval(ctx, activation)
-		} else {
-			// Bounded by the cost limit, and faster than ContextEval.
-			out, _, err = col.prg.Eval(activation)
-		}
-		var cancel interpreter.EvalCancelledError
-		switch {
-		case errors.As(err, &cancel) && cancel.Cause == interpreter.CostLimitExceeded:
-			return nil, &EvalError{Path: col.path, Err: fmt.Errorf("CEL cost limit %d exceeded", op.costLimit)}
-		case err != nil && ctx.Err() != nil:
-			return nil, fmt.Errorf("%s: %w", col.path, ctx.Err())
-		}
-		if err == nil && types.IsError(out) {
-			if e, ok := out.Value().(error); ok {
-				err = e
-			} else {
-				err = errors.New(fmt.Sprint(out))
-			}
-		}
+		out, err := celexpr.Eval(ctx, col.prg, activation, col.path, op.costLimit, col.loops)
 		if err != nil {
-			return nil, &EvalError{Path: col.path, Err: err}
+			return nil, err
 		}
 		v, err := toGo(out)
 		if err != nil {
@@ -267,29 +222,14 @@ func (op *compiledOp) eval(ctx context.Context, activation interpreter.Activatio
 
 // toGo converts a CEL value to a Go value pgx can bind.
 func toGo(v ref.Val) (any, error) {
+	if g, ok := celexpr.Scalar(v); ok {
+		return g, nil
+	}
 	switch t := v.(type) {
-	case types.Null:
-		return nil, nil
-	case types.Int:
-		return int64(t), nil
-	case types.Uint:
-		return uint64(t), nil
-	case types.Double:
-		return float64(t), nil
-	case types.String:
-		return string(t), nil
-	case types.Bool:
-		return bool(t), nil
-	case types.Bytes:
-		return []byte(t), nil
-	case types.Timestamp:
-		return t.Time, nil
 	case types.Duration:
 		return t.Duration, nil
-	}
-	switch v.(type) {
 	case traits.Mapper, traits.Lister:
-		j, err := toJSONValue(v)
+		j, err := celexpr.JSON(v, jsonScalar)
 		if err != nil {
 			return nil, err
 		}
@@ -302,56 +242,12 @@ func toGo(v ref.Val) (any, error) {
 	return nil, fmt.Errorf("unsupported result type %s", v.Type())
 }
 
-func toJSONValue(v ref.Val) (any, error) {
-	switch t := v.(type) {
-	case types.Timestamp:
-		return t.Time.UTC().Format(time.RFC3339Nano), nil
-	case types.Duration:
-		return t.Duration.String(), nil
-	case types.Bytes:
-		return base64.StdEncoding.EncodeToString(t), nil
-	case traits.Mapper:
-		out := map[string]any{}
-		it := t.Iterator()
-		for it.HasNext() == types.True {
-			k := it.Next()
-			ks, ok := k.(types.String)
-			if !ok {
-				return nil, fmt.Errorf("map key %v is not a string", k)
-			}
-			val, err := toJSONValue(t.Get(k))
-			if err != nil {
-				return nil, err
-			}
-			out[string(ks)] = val
-		}
-		return out, nil
-	case traits.Lister:
-		var out []any
-		it := t.Iterator()
-		for it.HasNext() == types.True {
-			val, err := toJSONValue(it.Next())
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, val)
-		}
-		if out == nil {
-			out = []any{}
-		}
-		return out, nil
-	}
+// jsonScalar converts a value inside a map or list as toGo does.
+func jsonScalar(v ref.Val) (any, error) {
 	if types.IsError(v) {
 		return nil, fmt.Errorf("%v", v)
 	}
-	g, err := toGo(v)
-	if err != nil {
-		return nil, err
-	}
-	if u, ok := g.(uint64); ok {
-		return u, nil
-	}
-	return g, nil
+	return toGo(v)
 }
 
 // PostgreSQL type OIDs used to adapt values to the parameter types.

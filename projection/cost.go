@@ -9,55 +9,32 @@ import (
 	"cel.dev/cel-go/common/operators"
 	"cel.dev/cel-go/common/overloads"
 	"cel.dev/cel-go/common/types"
-	"cel.dev/cel-go/common/types/ref"
-	"cel.dev/cel-go/common/types/traits"
 
 	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/internal/celexpr"
 )
 
 // DefaultCostLimit is the CEL cost one evaluation of one expression may
 // spend (config.DefaultIRCostLimit, CAUSET_IR_COST_LIMIT). Reaching it takes
 // tens of milliseconds, far less than an apply's deadline; an evaluation past
 // it fails its event as ir_eval.
-const DefaultCostLimit uint64 = 1_000_000
-
-// interruptCheckFrequency is how many comprehension iterations run between
-// checks of the apply's context: a fraction of a millisecond.
-const interruptCheckFrequency = 100
+const DefaultCostLimit = celexpr.DefaultCostLimit
 
 // Option configures validation (Parse, ParseFile, Validate, Deploy) and the
 // engine (NewEngine).
-type Option func(*options)
-
-type options struct {
-	costLimit uint64
-	// runtimeOnly skips the cost estimate: the engine compiles documents
-	// that were deployed (possibly under another limit, or before there
-	// was one) and relies on the limit at evaluation.
-	runtimeOnly bool
-}
+type Option func(*celexpr.Options)
 
 // WithCostLimit sets the CEL cost one evaluation of one expression may spend
 // and the bound the worst-case estimate must stay under. 0 means
 // DefaultCostLimit.
 func WithCostLimit(limit uint64) Option {
-	return func(o *options) { o.costLimit = limit }
+	return func(o *celexpr.Options) { o.CostLimit = limit }
 }
 
-func runtimeOnly() Option { return func(o *options) { o.runtimeOnly = true } }
-
-func newOptions(opts []Option) options {
-	var o options
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&o)
-		}
-	}
-	if o.costLimit == 0 {
-		o.costLimit = DefaultCostLimit
-	}
-	return o
-}
+// runtimeOnly skips the cost estimate: the engine compiles documents that
+// were deployed (possibly under another limit, or before there was one) and
+// relies on the limit at evaluation.
+func runtimeOnly() Option { return func(o *celexpr.Options) { o.RuntimeOnly = true } }
 
 // envelopeSizes gives the cost estimate the bounds of what event can hold.
 // Everything in it comes from one record of at most event.MaxSize bytes, so
@@ -71,27 +48,14 @@ func newOptions(opts []Option) options {
 // worst) or an operation costing the product of two payload sizes
 // (x.contains(y), x.matches(y)) does not, and nested comprehensions are far
 // over.
-type envelopeSizes struct{}
+var envelopeSizes = eventSizes{celexpr.InputSizes{Vars: []string{"event"}, Max: event.MaxSize}}
 
-func fromEvent(n cost.AstNode) bool {
-	p := n.Path()
-	return len(p) > 0 && p[0] == "event"
-}
+type eventSizes struct{ celexpr.InputSizes }
 
-func (envelopeSizes) EstimateSize(n cost.AstNode) *cost.SizeEstimate {
-	if fromEvent(n) {
-		return &cost.SizeEstimate{Max: event.MaxSize}
-	}
-	return nil
-}
-
-func (envelopeSizes) EstimateCallCost(_, overloadID string, _ *cost.AstNode, args []cost.AstNode) *cost.CallEstimate {
+// EstimateCallCost bounds a concatenation of distinct fields of event by the
+// record's size, and leaves the rest to celexpr.InputSizes.
+func (s eventSizes) EstimateCallCost(function, overloadID string, target *cost.AstNode, args []cost.AstNode) *cost.CallEstimate {
 	switch overloadID {
-	case overloads.InList:
-		// One per element; a dyn operand is otherwise sized for a string.
-		if len(args) == 2 && fromEvent(args[1]) {
-			return cost.NewCallEstimate(cost.Estimate{Max: event.MaxSize / 2}, nil)
-		}
 	case overloads.AddString, overloads.AddBytes, overloads.AddList:
 		if len(args) != 2 {
 			return nil
@@ -110,7 +74,7 @@ func (envelopeSizes) EstimateCallCost(_, overloadID string, _ *cost.AstNode, arg
 		}
 		return cost.NewCallEstimate(work, &size)
 	}
-	return nil
+	return s.InputSizes.EstimateCallCost(function, overloadID, target, args)
 }
 
 // concat collects the operands of a chain of + over literals and distinct,
@@ -163,52 +127,4 @@ func (c *concat) add(e ast.Expr) bool {
 		return true
 	}
 	return false
-}
-
-var standardTrackers = cost.StandardOverloadTrackers()
-
-// dispatchCosts charges a call the checker left to dispatch at run time, as
-// it does with dyn operands from event, as the overload it dispatches to:
-// otherwise dyn + dyn costs 1 however long the strings it copies.
-type dispatchCosts struct{}
-
-func (dispatchCosts) CallCost(function, overloadID string, args []ref.Val, result ref.Val) *uint64 {
-	if overloadID != "" || len(args) == 0 {
-		return nil
-	}
-	var id string
-	switch function {
-	case operators.Add:
-		id = byKind(args[0], overloads.AddString, overloads.AddBytes)
-	case operators.Less:
-		id = byKind(args[0], overloads.LessString, overloads.LessBytes)
-	case operators.LessEquals:
-		id = byKind(args[0], overloads.LessEqualsString, overloads.LessEqualsBytes)
-	case operators.Greater:
-		id = byKind(args[0], overloads.GreaterString, overloads.GreaterBytes)
-	case operators.GreaterEquals:
-		id = byKind(args[0], overloads.GreaterEqualsString, overloads.GreaterEqualsBytes)
-	case operators.In:
-		if _, ok := args[len(args)-1].(traits.Lister); ok {
-			id = overloads.InList
-		}
-	case overloads.TypeConvertBytes:
-		id = byKind(args[0], overloads.StringToBytes, "")
-	case overloads.TypeConvertString:
-		id = byKind(args[0], "", overloads.BytesToString)
-	}
-	if track := standardTrackers[id]; track != nil {
-		return track(args, result)
-	}
-	return nil
-}
-
-func byKind(v ref.Val, str, byt string) string {
-	switch v.(type) {
-	case types.String:
-		return str
-	case types.Bytes:
-		return byt
-	}
-	return ""
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/internal/celexpr"
 )
 
 // Status is the outcome of one (projection, event) pair.
@@ -91,7 +92,7 @@ func NewEngine(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, opt
 	if err := EnsureSchema(ctx, pool); err != nil {
 		return nil, err
 	}
-	e := &Engine{pool: pool, logger: logger, costLimit: newOptions(opts).costLimit, state: &catalogState{version: -1}}
+	e := &Engine{pool: pool, logger: logger, costLimit: celexpr.NewOptions(opts).CostLimit, state: &catalogState{version: -1}}
 	if err := e.Refresh(ctx); err != nil {
 		return nil, err
 	}

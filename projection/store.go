@@ -2,14 +2,12 @@ package projection
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/causet/projection-retry/internal/pgstore"
 )
 
 // NotifyChannel is the LISTEN/NOTIFY channel Deploy notifies; the payload is
@@ -48,17 +46,21 @@ INSERT INTO causet_projection_catalog (id, version) VALUES (true, 0) ON CONFLICT
 // catalog counter if they do not exist. It is idempotent and safe to run
 // concurrently (it holds a transaction-scoped advisory lock).
 func EnsureSchema(ctx context.Context, pool *pgxpool.Pool) error {
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", schemaLockKey); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, schemaSQL)
+	return pgstore.EnsureSchema(ctx, pool, "projection", schemaSQL, schemaLockKey)
+}
+
+// versions is the IR version store.
+var versions = pgstore.Versions{
+	Kind:         "projection",
+	Table:        "causet_projection_versions",
+	Key:          "name",
+	Channel:      NotifyChannel,
+	EnsureSchema: EnsureSchema,
+	// The row lock on the catalog serializes deploys.
+	Serialize: func(ctx context.Context, tx pgx.Tx, _ string) error {
+		_, err := tx.Exec(ctx, "UPDATE causet_projection_catalog SET version = version + 1")
 		return err
-	})
-	if err != nil {
-		return fmt.Errorf("ensure projection schema: %w", err)
-	}
-	return nil
+	},
 }
 
 // Deploy validates doc and stores it as version N+1 of its projection
@@ -70,36 +72,7 @@ func Deploy(ctx context.Context, pool *pgxpool.Pool, doc *Document, opts ...Opti
 	if err := Validate(doc, opts...); err != nil {
 		return 0, err
 	}
-	body, err := json.Marshal(doc)
-	if err != nil {
-		return 0, fmt.Errorf("encode projection document: %w", err)
-	}
-	if err := EnsureSchema(ctx, pool); err != nil {
-		return 0, err
-	}
-	var version int
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		// The row lock on the catalog serializes deploys.
-		if _, err := tx.Exec(ctx, "UPDATE causet_projection_catalog SET version = version + 1"); err != nil {
-			return err
-		}
-		if err := tx.QueryRow(ctx,
-			"SELECT COALESCE(max(version), 0) + 1 FROM causet_projection_versions WHERE name = $1",
-			doc.Name).Scan(&version); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx,
-			"INSERT INTO causet_projection_versions (name, version, document) VALUES ($1, $2, $3)",
-			doc.Name, version, string(body)); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", NotifyChannel, fmt.Sprintf("%s:%d", doc.Name, version))
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("deploy projection %s: %w", doc.Name, err)
-	}
-	return version, nil
+	return versions.Deploy(ctx, pool, doc.Name, doc)
 }
 
 // Deployment describes the newest deployed version of a projection.
@@ -111,47 +84,25 @@ type Deployment struct {
 	Document     *Document
 }
 
-const latestSQL = `SELECT DISTINCT ON (name) name, version, document, deployed_at
-FROM causet_projection_versions ORDER BY name, version DESC`
-
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
+type querier = pgstore.Querier
 
 func loadLatest(ctx context.Context, q querier) ([]Deployment, error) {
-	rows, err := q.Query(ctx, latestSQL)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []Deployment
-	for rows.Next() {
-		var d Deployment
-		var body []byte
-		if err := rows.Scan(&d.Name, &d.Version, &body, &d.DeployedAt); err != nil {
-			return nil, err
-		}
-		var doc Document
-		if err := json.Unmarshal(body, &doc); err != nil {
-			return nil, fmt.Errorf("projection %s version %d: decode document: %w", d.Name, d.Version, err)
-		}
-		d.Document = &doc
-		d.SourceEvents = doc.SourceEvents
-		out = append(out, d)
-	}
-	return out, rows.Err()
+	vs, err := pgstore.LoadLatest[Document](ctx, q, versions)
+	return deployments(vs), err
 }
 
 // List returns the newest deployed version of every projection, ordered by
 // name. It returns an empty list when the schema does not exist yet.
 func List(ctx context.Context, pool *pgxpool.Pool) ([]Deployment, error) {
-	out, err := loadLatest(ctx, pool)
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table
-		return nil, nil
+	vs, err := pgstore.List[Document](ctx, pool, versions)
+	return deployments(vs), err
+}
+
+func deployments(vs []pgstore.Version[Document]) []Deployment {
+	var out []Deployment
+	for _, v := range vs {
+		out = append(out, Deployment{Name: v.Key, Version: v.Version, DeployedAt: v.DeployedAt,
+			SourceEvents: v.Document.SourceEvents, Document: v.Document})
 	}
-	if err != nil {
-		return nil, fmt.Errorf("list projections: %w", err)
-	}
-	return out, nil
+	return out
 }

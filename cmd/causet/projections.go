@@ -36,91 +36,38 @@ type projectionsDeployCmd struct {
 
 type projectionsListCmd struct{}
 
-// parseProjectionFiles parses every file against the CEL cost limit the
-// worker will apply (CAUSET_IR_COST_LIMIT), printing one line per file; it
-// fails if any is invalid.
-func parseProjectionFiles(files []string) ([]*projection.Document, error) {
-	cfg, err := config.FromEnv()
-	if err != nil {
-		return nil, err
-	}
-	var docs []*projection.Document
-	bad := 0
-	for _, f := range files {
-		doc, err := projection.ParseFile(f, projection.WithCostLimit(cfg.IRCostLimit))
-		if err != nil {
-			bad++
-			var ve *projection.ValidationError
-			if errors.As(err, &ve) {
-				fmt.Fprintf(projectionsOut, "%s: invalid\n", f)
-				for _, p := range ve.Problems {
-					fmt.Fprintf(projectionsOut, "  %s\n", p)
-				}
-			} else {
-				fmt.Fprintf(projectionsOut, "%s: invalid: %v\n", f, err)
-			}
-			continue
-		}
-		fmt.Fprintf(projectionsOut, "%s: ok (projection %s, table %s, events %s)\n",
-			f, doc.Name, doc.Table, strings.Join(doc.SourceEvents, ", "))
-		docs = append(docs, doc)
-	}
-	if bad > 0 {
-		return nil, fmt.Errorf("%d of %d projection documents are invalid", bad, len(files))
-	}
-	return docs, nil
+// projectionDocs are the projection IR documents the projections
+// subcommands handle.
+var projectionDocs = docCommands[projection.Document, projection.Deployment, *projection.ValidationError, projection.Option]{
+	out:           &projectionsOut,
+	noun:          "projection",
+	parse:         projection.ParseFile,
+	withCostLimit: projection.WithCostLimit,
+	problems:      func(ve *projection.ValidationError) []projection.Problem { return ve.Problems },
+	summary: func(doc *projection.Document) string {
+		return fmt.Sprintf("projection %s, table %s, events %s", doc.Name, doc.Table, strings.Join(doc.SourceEvents, ", "))
+	},
+	name:    func(doc *projection.Document) string { return doc.Name },
+	deploy:  projection.Deploy,
+	nameKey: "projectionName", versionKey: "irVersion",
+	connect: projectionsPool,
+	list:    projection.List,
+	header:  "NAME\tVERSION\tDEPLOYED AT\tSOURCE EVENTS",
+	row: func(d projection.Deployment) (string, int, time.Time, string) {
+		return d.Name, d.Version, d.DeployedAt, strings.Join(d.SourceEvents, ", ")
+	},
 }
 
 func (c projectionsValidateCmd) Run(ctx context.Context, logger *slog.Logger) error {
-	_, err := parseProjectionFiles(c.Files)
-	return err
+	return projectionDocs.validate(c.Files)
 }
 
 func (c projectionsDeployCmd) Run(ctx context.Context, logger *slog.Logger) error {
-	cfg, err := config.FromEnv()
-	if err != nil {
-		return err
-	}
-	docs, err := parseProjectionFiles(c.Files)
-	if err != nil {
-		return fmt.Errorf("%w; nothing deployed", err)
-	}
-	pool, err := projectionsPool(ctx)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	for i, doc := range docs {
-		v, err := projection.Deploy(ctx, pool, doc, projection.WithCostLimit(cfg.IRCostLimit))
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(projectionsOut, "deployed %s version %d (%s)\n", doc.Name, v, c.Files[i])
-		logger.Debug("projection deployed", "projectionName", doc.Name, "irVersion", v)
-	}
-	return nil
+	return projectionDocs.deployFiles(ctx, logger, c.Files)
 }
 
 func (c projectionsListCmd) Run(ctx context.Context, logger *slog.Logger) error {
-	pool, err := projectionsPool(ctx)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	deps, err := projection.List(ctx, pool)
-	if err != nil {
-		return err
-	}
-	if len(deps) == 0 {
-		fmt.Fprintln(projectionsOut, "no projections deployed")
-		return nil
-	}
-	tw := tabwriter.NewWriter(projectionsOut, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tVERSION\tDEPLOYED AT\tSOURCE EVENTS")
-	for _, d := range deps {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", d.Name, d.Version, d.DeployedAt.UTC().Format(time.RFC3339), strings.Join(d.SourceEvents, ", "))
-	}
-	return tw.Flush()
+	return projectionDocs.listDeployed(ctx)
 }
 
 // projectionsPool connects to DATABASE_URL. Errors never echo the URL, which
@@ -156,4 +103,114 @@ func errorWithoutPassword(err error, password string) string {
 		s = strings.ReplaceAll(s, password, "xxxxx")
 	}
 	return s
+}
+
+// docCommands are the validate, deploy and list subcommands of one kind of
+// document, D, deployed as Dep, whose validation error is VE and whose
+// options are O: `causet projections` and `causet intents`.
+type docCommands[D, Dep any, VE error, O any] struct {
+	out  *io.Writer // where they print
+	noun string     // names the kind: "<noun> documents", "no <noun>s deployed"
+	// parse and deploy are given the CEL cost limit the engine will apply
+	// (CAUSET_IR_COST_LIMIT) as withCostLimit's option.
+	parse         func(path string, opts ...O) (*D, error)
+	withCostLimit func(limit uint64) O
+	problems      func(ve VE) []projection.Problem
+	summary       func(doc *D) string // what a valid file prints after "ok"
+	name          func(doc *D) string
+	deploy        func(ctx context.Context, pool *pgxpool.Pool, doc *D, opts ...O) (int, error)
+	// nameKey and versionKey are the log attributes of a deployed document.
+	nameKey, versionKey string
+	connect             func(ctx context.Context) (*pgxpool.Pool, error)
+	list                func(ctx context.Context, pool *pgxpool.Pool) ([]Dep, error)
+	header              string // list's header line
+	row                 func(d Dep) (name string, version int, deployedAt time.Time, detail string)
+}
+
+// parseFiles parses every file, printing one line per file (and one per
+// fault); it fails if any is invalid.
+func (k docCommands[D, Dep, VE, O]) parseFiles(files []string) ([]*D, error) {
+	cfg, err := config.FromEnv()
+	if err != nil {
+		return nil, err
+	}
+	var docs []*D
+	bad := 0
+	for _, f := range files {
+		doc, err := k.parse(f, k.withCostLimit(cfg.IRCostLimit))
+		if err != nil {
+			bad++
+			var ve VE
+			if errors.As(err, &ve) {
+				fmt.Fprintf(*k.out, "%s: invalid\n", f)
+				for _, p := range k.problems(ve) {
+					fmt.Fprintf(*k.out, "  %s\n", p)
+				}
+			} else {
+				fmt.Fprintf(*k.out, "%s: invalid: %v\n", f, err)
+			}
+			continue
+		}
+		fmt.Fprintf(*k.out, "%s: ok (%s)\n", f, k.summary(doc))
+		docs = append(docs, doc)
+	}
+	if bad > 0 {
+		return nil, fmt.Errorf("%d of %d %s documents are invalid", bad, len(files), k.noun)
+	}
+	return docs, nil
+}
+
+func (k docCommands[D, Dep, VE, O]) validate(files []string) error {
+	_, err := k.parseFiles(files)
+	return err
+}
+
+// deployFiles deploys every file, once all are valid, in order.
+func (k docCommands[D, Dep, VE, O]) deployFiles(ctx context.Context, logger *slog.Logger, files []string) error {
+	cfg, err := config.FromEnv()
+	if err != nil {
+		return err
+	}
+	docs, err := k.parseFiles(files)
+	if err != nil {
+		return fmt.Errorf("%w; nothing deployed", err)
+	}
+	pool, err := k.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	for i, doc := range docs {
+		v, err := k.deploy(ctx, pool, doc, k.withCostLimit(cfg.IRCostLimit))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(*k.out, "deployed %s version %d (%s)\n", k.name(doc), v, files[i])
+		logger.Debug(k.noun+" deployed", k.nameKey, k.name(doc), k.versionKey, v)
+	}
+	return nil
+}
+
+// listDeployed prints the newest deployed version of every document.
+func (k docCommands[D, Dep, VE, O]) listDeployed(ctx context.Context) error {
+	pool, err := k.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	deps, err := k.list(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if len(deps) == 0 {
+		fmt.Fprintf(*k.out, "no %ss deployed\n", k.noun)
+		return nil
+	}
+	tw := tabwriter.NewWriter(*k.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, k.header)
+	for _, d := range deps {
+		name, version, deployedAt, detail := k.row(d)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", name, version, deployedAt.UTC().Format(time.RFC3339), detail)
+	}
+	return tw.Flush()
 }

@@ -5,9 +5,8 @@ package exampleintents
 
 import (
 	"embed"
-	"io/fs"
-	"sort"
-	"strings"
+
+	"github.com/causet/projection-retry/examples/internal/exampledocs"
 )
 
 // FS holds INTENT_TYPE.yaml for every example.
@@ -17,15 +16,7 @@ var FS embed.FS
 
 // Names returns the example intent types (FollowArtist, PlayTrack,
 // UnfollowArtist), sorted.
-func Names() []string {
-	files, _ := fs.Glob(FS, "*.yaml")
-	names := make([]string, 0, len(files))
-	for _, f := range files {
-		names = append(names, strings.TrimSuffix(f, ".yaml"))
-	}
-	sort.Strings(names)
-	return names
-}
+func Names() []string { return exampledocs.Names(FS) }
 
 // Document returns the handler document INTENT_TYPE.yaml.
-func Document(intentType string) ([]byte, error) { return FS.ReadFile(intentType + ".yaml") }
+func Document(intentType string) ([]byte, error) { return exampledocs.Document(FS, intentType) }

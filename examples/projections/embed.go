@@ -5,9 +5,8 @@ package exampleprojections
 
 import (
 	"embed"
-	"io/fs"
-	"sort"
-	"strings"
+
+	"github.com/causet/projection-retry/examples/internal/exampledocs"
 )
 
 // FS holds NAME.yaml and NAME.sql for every example.
@@ -16,18 +15,10 @@ import (
 var FS embed.FS
 
 // Names returns the example names (artist_followers, artist_stats), sorted.
-func Names() []string {
-	files, _ := fs.Glob(FS, "*.yaml")
-	names := make([]string, 0, len(files))
-	for _, f := range files {
-		names = append(names, strings.TrimSuffix(f, ".yaml"))
-	}
-	sort.Strings(names)
-	return names
-}
+func Names() []string { return exampledocs.Names(FS) }
 
 // Document returns the IR document NAME.yaml.
-func Document(name string) ([]byte, error) { return FS.ReadFile(name + ".yaml") }
+func Document(name string) ([]byte, error) { return exampledocs.Document(FS, name) }
 
 // DDL returns the table DDL NAME.sql.
 func DDL(name string) (string, error) {
