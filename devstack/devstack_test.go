@@ -22,6 +22,7 @@ import (
 	"github.com/causet/projection-retry/devstack/internal/proctest"
 	"github.com/causet/projection-retry/devstack/proc"
 	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/intents"
 	"github.com/causet/projection-retry/projection"
 )
 
@@ -80,6 +81,41 @@ func TestStackStartStop(t *testing.T) {
 	deps, err := projection.List(ctx, pool)
 	require.NoError(t, err)
 	require.Len(t, deps, 2)
+
+	// The example intent handlers, PlayTrack without DemoDroppedRule in
+	// demo mode; the full examples replace them as new versions.
+	handlers, err := SetupExampleIntents(ctx, pool, true)
+	require.NoError(t, err)
+	require.Equal(t, []Deployed{
+		{Name: "FollowArtist", Version: 1, New: true},
+		{Name: "PlayTrack", Version: 1, New: true, Note: "demo: without its days_positive rule"},
+		{Name: "UnfollowArtist", Version: 1, New: true},
+	}, handlers)
+	handlers, err = SetupExampleIntents(ctx, pool, true)
+	require.NoError(t, err)
+	for _, d := range handlers {
+		require.False(t, d.New, "same document deployed twice: %+v", d)
+	}
+	ruleNames := func() []string {
+		ds, err := intents.List(ctx, pool)
+		require.NoError(t, err)
+		for _, d := range ds {
+			if d.IntentType == "PlayTrack" {
+				var names []string
+				for _, r := range d.Document.Rules {
+					names = append(names, r.Name)
+				}
+				return names
+			}
+		}
+		return nil
+	}
+	require.Equal(t, []string{"track_required", "plays_positive"}, ruleNames())
+	handlers, err = SetupExampleIntents(ctx, pool, false)
+	require.NoError(t, err)
+	require.Equal(t, Deployed{Name: "PlayTrack", Version: 2, New: true}, handlers[1])
+	require.False(t, handlers[0].New)
+	require.Equal(t, []string{"track_required", "plays_positive", "days_positive"}, ruleNames())
 	pool.Close()
 	b, err := os.ReadFile(filepath.Join(s.Postgres.Dir, "data", "postmaster.pid"))
 	require.NoError(t, err)
@@ -154,29 +190,35 @@ func TestNoTemporalCLIIsOneLine(t *testing.T) {
 	require.Contains(t, err.Error(), "make tools")
 }
 
-func TestDemoEvents(t *testing.T) {
-	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+func TestDemoIntents(t *testing.T) {
 	counts := map[string]int{}
 	ids := map[string]bool{}
 	for i := range 100 {
-		ev := DemoEvent("r1", i, now)
-		raw, err := json.Marshal(ev)
+		in := DemoIntent("r1", i)
+		require.False(t, ids[in.IntentID], "duplicate intent ID %s", in.IntentID)
+		ids[in.IntentID] = true
+		require.Equal(t, "production", in.ForkID)
+		require.NotEmpty(t, in.EntityID)
+		// The envelope of its event is valid: its ID is <intentId>:1.
+		raw, err := json.Marshal(in.Payload)
 		require.NoError(t, err)
-		dec, err := event.Decode(raw)
-		require.NoError(t, err, "demo event %d must be a valid envelope", i)
-		require.False(t, ids[dec.EventID], "duplicate event ID %s", dec.EventID)
-		ids[dec.EventID] = true
-		var p map[string]any
-		require.NoError(t, json.Unmarshal(ev.Payload, &p))
+		_, err = event.Decode([]byte(`{"eventId":"` + in.IntentID + `:1","eventType":"E","entityId":"` + in.EntityID +
+			`","forkId":"production","intentId":"` + in.IntentID + `","sequence":1,"payload":` + string(raw) + `}`))
+		require.NoError(t, err, "demo intent %d", i)
+		p := in.Payload.(map[string]any)
 		switch {
-		case ev.EventType == "ARTIST_FOLLOWED":
-			counts["followed"]++
-		case ev.EventType == "TRACK_PLAYED" && p["days"] == float64(0):
+		case in.IntentType == "FollowArtist":
+			counts["follow"]++
+		case in.IntentType == "PlayTrack" && p["days"] == 0:
 			counts["days0"]++
-		default:
-			counts["ok"]++
+		case in.IntentType == "PlayTrack":
+			require.GreaterOrEqual(t, p["days"], 1)
+			require.GreaterOrEqual(t, p["plays"], 1)
+			counts["play"]++
+		case in.IntentType == "UnfollowArtist":
+			counts["unfollow"]++
 		}
 	}
-	require.Equal(t, map[string]int{"followed": 10, "days0": 10, "ok": 80}, counts)
-	require.NotEqual(t, DemoEvent("r1", 0, now).EventID, DemoEvent("r2", 0, now).EventID)
+	require.Equal(t, map[string]int{"follow": 10, "days0": 10, "play": 70, "unfollow": 10}, counts)
+	require.NotEqual(t, DemoIntent("r1", 0).IntentID, DemoIntent("r2", 0).IntentID)
 }

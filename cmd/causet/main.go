@@ -17,7 +17,7 @@ import (
 )
 
 type cli struct {
-	Dev         devCmd         `cmd:"" help:"Run the whole stack locally: throwaway PostgreSQL, Temporal dev server with UI, in-process Kafka, bridge and worker (--demo feeds failing example events)."`
+	Dev         devCmd         `cmd:"" help:"Run the whole stack locally: throwaway PostgreSQL, Temporal dev server with UI, in-process Kafka, runtime (CAUSET_RUNTIME_ADDR, default 127.0.0.1:8080), relay, bridge and worker (--demo submits example intents, some of whose events fail)."`
 	Bridge      bridgeCmd      `cmd:"" help:"Run the Kafka bridge: apply events inline, hand failures to Temporal, commit offsets."`
 	Worker      workerCmd      `cmd:"" help:"Run the Temporal worker (ApplyProjection, PublishDeadLetter, the retry and lane workflows)."`
 	Projections projectionsCmd `cmd:"" help:"Validate, deploy and list projection IR documents."`

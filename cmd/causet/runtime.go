@@ -4,23 +4,21 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/causet/projection-retry/config"
-	"github.com/causet/projection-retry/intents"
-	"github.com/causet/projection-retry/ledger"
+	"github.com/causet/projection-retry/internal/app"
 	"github.com/causet/projection-retry/runtime"
 )
 
 // runtimeCmd serves the write path: POST /v1/intents and friends.
 type runtimeCmd struct{}
 
+// Run serves until interrupted. It needs PostgreSQL only, so the service is
+// opened WithWritePathOnly (no projection engine, no Temporal).
 func (runtimeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	cfg, err := config.FromEnv()
 	if err != nil {
@@ -30,44 +28,16 @@ func (runtimeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	pool, err := openDatabase(ctx, cfg, 0)
+	svc, err := app.Open(ctx, cfg, app.WithLogger(logger), app.WithWritePathOnly())
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	if err := ledger.EnsureSchema(ctx, pool); err != nil {
-		return err
-	}
-	if err := intents.EnsureSchema(ctx, pool); err != nil {
-		return err
-	}
-	catalog, err := intents.NewCatalog(ctx, pool, logger, intents.WithCostLimit(cfg.IRCostLimit))
+	defer svc.Close()
+	rt, err := svc.NewRuntime(ctx, app.RuntimeOptions{Addr: addr})
 	if err != nil {
 		return err
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	srv, err := runtime.New(runtime.Options{
-		Catalog:    catalog,
-		Ledger:     ledger.New(pool, catalog, ledger.WithLogger(logger)),
-		Ready:      pool.Ping,
-		Logger:     logger,
-		Registerer: reg,
-		Gatherer:   reg,
-	})
-	if err != nil {
-		return err
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("CAUSET_RUNTIME_ADDR=%s: %w", addr, err)
-	}
-	logger.Info("runtime started", "addr", ln.Addr().String(), "intentTypes", catalog.IntentTypes())
-	if err := srv.Serve(ctx, ln); err != nil {
-		return err
-	}
-	logger.Info("runtime stopped")
-	return nil
+	return rt.Run(ctx)
 }
 
 // openDatabase connects to DATABASE_URL (maxConns 0 keeps pgx's default or

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,8 +17,8 @@ import (
 	"github.com/causet/projection-retry/worker"
 )
 
-// Service is what the long-running commands share. Open fills every field;
-// Close releases them.
+// Service is what the long-running commands share. Open fills every field
+// (WithWritePathOnly: all but Engine and Temporal); Close releases them.
 type Service struct {
 	// Config is the configuration Open was given.
 	Config config.Config
@@ -28,9 +29,10 @@ type Service struct {
 	Registry *prometheus.Registry
 	// Pool is the one pgx pool of the process, on DATABASE_URL.
 	Pool *pgxpool.Pool
-	// Engine is the projection engine on Pool.
+	// Engine is the projection engine on Pool (nil WithWritePathOnly).
 	Engine *projection.Engine
-	// Temporal is the connected client, with its namespace.
+	// Temporal is the connected client, with its namespace (nil
+	// WithWritePathOnly).
 	Temporal *Temporal
 
 	dlq     *kgo.Client
@@ -41,9 +43,10 @@ type Service struct {
 type Option func(*options)
 
 type options struct {
-	logger   *slog.Logger
-	hostPort string
-	setup    func(context.Context, *pgxpool.Pool) error
+	logger        *slog.Logger
+	hostPort      string
+	setup         func(context.Context, *pgxpool.Pool) error
+	writePathOnly bool
 }
 
 // WithLogger is the logger of the service, the Temporal SDK and the Kafka
@@ -65,8 +68,8 @@ func WithSetup(setup func(context.Context, *pgxpool.Pool) error) Option {
 
 // Open builds the service from cfg: it requires DATABASE_URL, opens the pool
 // and the projection engine, dials Temporal and adds the search attributes
-// the workflows use where the server allows it. On error what was opened is
-// closed again.
+// the workflows use where the server allows it (WithWritePathOnly: the pool
+// only). On error what was opened is closed again.
 func Open(ctx context.Context, cfg config.Config, opts ...Option) (_ *Service, err error) {
 	o := options{logger: slog.Default()}
 	for _, opt := range opts {
@@ -92,6 +95,9 @@ func Open(ctx context.Context, cfg config.Config, opts ...Option) (_ *Service, e
 			return nil, err
 		}
 	}
+	if o.writePathOnly {
+		return s, nil
+	}
 	if s.Engine, err = projection.NewEngine(ctx, s.Pool, s.Logger, projection.WithCostLimit(cfg.IRCostLimit)); err != nil {
 		return nil, err
 	}
@@ -115,13 +121,15 @@ func (s *Service) Close() {
 	s.closers = nil
 }
 
-// OpenPool builds a pgx pool on url; errors never echo the URL, which may
-// hold a password.
+// OpenPool builds a pgx pool on url, whose idle connections are checked
+// every 10 s so that broken ones are replaced between requests too; errors
+// never echo the URL, which may hold a password.
 func OpenPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, errors.New("DATABASE_URL is not a valid PostgreSQL URL")
 	}
+	pc.HealthCheckPeriod = 10 * time.Second
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("connect to PostgreSQL at %s:%d: %w", pc.ConnConfig.Host, pc.ConnConfig.Port, err)

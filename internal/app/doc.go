@@ -1,19 +1,30 @@
-// Package app assembles the service that `causet worker`, `causet bridge`
-// and `causet dev` run (and `causet bench` runs in process for its pool,
-// engine, Temporal client and worker, and measures through its bridge
-// child): the configuration, the logger, one Prometheus registry, the one
-// pgx pool of the process, the projection engine on it, the Temporal client
-// (TEMPORAL_* read with Temporal's own contrib/envconfig, or causet dev's
-// own dev server) with the search attributes in place, and the DLQ producer.
-// [Open] builds those; [Service.NewWorker] and [Service.NewBridge] build the
-// Temporal worker (workflows and activities registered) and the Kafka bridge
-// (its options filled from the configuration, with the PostgreSQL and
-// Temporal outage probes) from them; [Service.Close] releases them.
+// Package app assembles the service that `causet worker`, `causet bridge`,
+// `causet runtime`, `causet relay` and `causet dev` run (and `causet bench`
+// runs in process for its pool, engine, Temporal client and worker, and
+// measures through its bridge child): the configuration, the logger, one
+// Prometheus registry, the one pgx pool of the process, the projection
+// engine on it, the Temporal client (TEMPORAL_* read with Temporal's own
+// contrib/envconfig, or causet dev's own dev server) with the search
+// attributes in place, and the DLQ producer. [Open] builds those
+// ([WithWritePathOnly]: the pool and the registry only, for the commands
+// that need no Temporal); [Service.Close] releases them.
+//
+// From them, the read side: [Service.NewWorker] and [Service.NewBridge]
+// build the Temporal worker (workflows and activities registered) and the
+// Kafka bridge (its options filled from the configuration, with the
+// PostgreSQL and Temporal outage probes). The write side:
+// [Service.NewRuntime] builds the HTTP server of intents (the ledger's and
+// intent handlers' tables ensured, the handler catalog loaded, the ledger on
+// the pool; listening on CAUSET_RUNTIME_ADDR) and [Service.NewRelay] the
+// outbox relay (the pool, the configured brokers with their TLS and SASL,
+// CAUSET_EVENTS_TOPIC). Everything counts on the one registry, which
+// [ServeMetrics] (or [Service.ServeMetrics]) serves on CAUSET_METRICS_ADDR
+// and the runtime on its own /metrics.
 //
 // It is one place so that every command connects the same way: one Temporal
-// connection path (TLS, API key, namespace, defaults), one DLQ producer (the
-// configured brokers, TLS and SASL, all in-sync-replica acks) and one
-// activities value, rather than a copy per command that can drift (a copy
-// that forgets the Kafka TLS options, say, connects in one command and not
-// in another).
+// connection path (TLS, API key, namespace, defaults), one set of Kafka
+// options (the configured brokers, TLS and SASL; the DLQ producer and the
+// relay with all in-sync-replica acks) and one activities value, rather than
+// a copy per command that can drift (a copy that forgets the Kafka TLS
+// options, say, connects in one command and not in another).
 package app

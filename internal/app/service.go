@@ -1,13 +1,8 @@
 package app
 
 import (
-	"errors"
 	"fmt"
-	"net"
-	"net/http"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kprom"
 	sdkworker "go.temporal.io/sdk/worker"
@@ -43,6 +38,9 @@ func (s *Service) DLQProducer() (*kgo.Client, error) {
 // activities apply with Engine, publish dead letters with the DLQ producer
 // and count on Registry. Run it with Run or Start.
 func (s *Service) NewWorker() (sdkworker.Worker, error) {
+	if s.Temporal == nil || s.Engine == nil {
+		return nil, errWritePathOnly
+	}
 	producer, err := s.DLQProducer()
 	if err != nil {
 		return nil, err
@@ -65,6 +63,9 @@ func (s *Service) NewWorker() (sdkworker.Worker, error) {
 // PostgreSQL, the frontend's health check for Temporal), the logger, the
 // registry, and the Kafka TLS and SASL with the client's metrics.
 func (s *Service) BridgeOptions() (starter.Options, error) {
+	if s.Temporal == nil || s.Engine == nil {
+		return starter.Options{}, errWritePathOnly
+	}
 	opts := starter.OptionsFromConfig(s.Config)
 	opts.Engine = s.Engine
 	opts.Starter = s.Temporal.Client
@@ -92,20 +93,7 @@ func (s *Service) NewBridge() (*starter.Bridge, error) {
 }
 
 // ServeMetrics serves Registry as /metrics on CAUSET_METRICS_ADDR until
-// the returned stop.
+// the returned stop (the free ServeMetrics).
 func (s *Service) ServeMetrics() (stop func(), err error) {
-	addr := s.Config.MetricsAddr
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("CAUSET_METRICS_ADDR=%s: %w", addr, err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.Logger.Error("metrics server stopped", "err", err)
-		}
-	}()
-	return func() { _ = srv.Close() }, nil
+	return ServeMetrics(s.Config.MetricsAddr, s.Registry, s.Logger)
 }
