@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/internal/backoff"
 )
 
 // Defaults of the options.
@@ -205,7 +206,7 @@ func New(baseURL string, opts ...Option) *Client {
 		multiplier:     DefaultBackoffMultiplier,
 		maxBackoff:     DefaultMaxBackoff,
 		requestTimeout: DefaultRequestTimeout,
-		sleep:          sleepCtx,
+		sleep:          backoff.Sleep,
 		jitter:         fullJitter,
 	}
 	for _, o := range opts {
@@ -337,23 +338,6 @@ func fullJitter(ceiling time.Duration) time.Duration {
 		return 0
 	}
 	return mrand.N(ceiling + 1)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if d <= 0 {
-		return nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // kind classifies the result of one request.

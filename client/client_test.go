@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/causet/projection-retry/internal/backoff"
 )
 
 const ms = time.Millisecond
@@ -244,7 +246,7 @@ func TestSubmitContextCancelledDuringBackoff(t *testing.T) {
 	waiting := make(chan time.Duration, 1)
 	c.sleep = func(ctx context.Context, d time.Duration) error {
 		waiting <- d
-		return sleepCtx(ctx, d) // the real wait
+		return backoff.Sleep(ctx, d) // the real wait
 	}
 	go func() {
 		<-waiting

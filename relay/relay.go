@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/internal/backoff"
 )
 
 // LockKey is the advisory lock key held by the one publishing relay of a
@@ -37,7 +37,7 @@ const (
 // span about 2.5s, then the relay's backoff governs.
 func ProducerBackoff(n int) time.Duration {
 	d := 100 * time.Millisecond << min(max(n-1, 0), 4)
-	return jitter(min(d, time.Second))
+	return backoff.Jitter(min(d, time.Second))
 }
 
 // dbTimeout bounds one statement of the relay.
@@ -177,7 +177,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	defer r.closeProducer()
 	r.log.Info("relay started", "topic", r.opts.Topic, "batch", r.opts.Batch, "pollInterval", r.opts.PollInterval.String())
-	bo := r.backoff()
+	bo := r.newBackoff()
 	for ctx.Err() == nil {
 		conn, err := r.lock(ctx)
 		if err == nil {
@@ -189,11 +189,11 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		// WARN when a failure follows work, DEBUG while failures repeat.
 		level := slog.LevelWarn
-		if bo.cur != 0 {
+		if bo.Waited() {
 			level = slog.LevelDebug
 		}
 		r.log.Log(ctx, level, "relay database error, reconnecting with backoff", "error", err.Error())
-		if bo.wait(ctx) != nil {
+		if bo.Wait(ctx) != nil {
 			break
 		}
 	}
@@ -224,7 +224,7 @@ func (r *Relay) lock(ctx context.Context) (*pgx.Conn, error) {
 		if !waited {
 			r.log.Info("another relay holds the lock, waiting", "lockKey", LockKey, "retry", r.opts.LockRetry.String())
 		}
-		if sleep(ctx, r.opts.LockRetry) != nil {
+		if backoff.Sleep(ctx, r.opts.LockRetry) != nil {
 			release(conn)
 			return nil, ctx.Err()
 		}
@@ -240,7 +240,7 @@ func release(conn *pgx.Conn) {
 
 // publish runs batches on conn until ctx is done (nil) or the database
 // fails (the error; the lock may be gone with the connection).
-func (r *Relay) publish(ctx context.Context, conn *pgx.Conn, bo *backoff) error {
+func (r *Relay) publish(ctx context.Context, conn *pgx.Conn, bo *backoff.Backoff) error {
 	var failingSince time.Time
 	for ctx.Err() == nil {
 		rows, err := r.fetch(ctx, conn)
@@ -251,8 +251,8 @@ func (r *Relay) publish(ctx context.Context, conn *pgx.Conn, bo *backoff) error 
 			return fmt.Errorf("read unpublished events: %w", err)
 		}
 		if len(rows) == 0 {
-			bo.reset()
-			_ = sleep(ctx, r.opts.PollInterval)
+			bo.Reset()
+			_ = backoff.Sleep(ctx, r.opts.PollInterval)
 			continue
 		}
 		acked, perr := r.produce(ctx, rows)
@@ -268,13 +268,13 @@ func (r *Relay) publish(ctx context.Context, conn *pgx.Conn, bo *backoff) error 
 		}
 		r.m.published.Add(float64(len(positions)))
 		if perr == nil {
-			bo.reset()
+			bo.Reset()
 			if !failingSince.IsZero() {
 				r.log.Info("kafka acknowledges batches again", "failingFor", time.Since(failingSince).Round(time.Millisecond).String())
 				failingSince = time.Time{}
 			}
 			if len(rows) < r.opts.Batch {
-				_ = sleep(ctx, r.opts.PollInterval)
+				_ = backoff.Sleep(ctx, r.opts.PollInterval)
 			}
 			continue
 		}
@@ -289,7 +289,7 @@ func (r *Relay) publish(ctx context.Context, conn *pgx.Conn, bo *backoff) error 
 		} else {
 			r.log.Debug("kafka did not acknowledge the batch: still failing", attrs...)
 		}
-		if bo.wait(ctx) != nil {
+		if bo.Wait(ctx) != nil {
 			return nil
 		}
 	}
@@ -298,40 +298,6 @@ func (r *Relay) publish(ctx context.Context, conn *pgx.Conn, bo *backoff) error 
 
 func (r *Relay) closeProducer() { r.closeOnce.Do(r.cl.Close) }
 
-func (r *Relay) backoff() *backoff {
-	return &backoff{min: r.opts.MinBackoff, max: r.opts.MaxBackoff}
-}
-
-// backoff is a capped exponential backoff with jitter.
-type backoff struct {
-	min, max, cur time.Duration
-}
-
-func (b *backoff) reset() { b.cur = 0 }
-
-// wait sleeps min, then twice as long each time up to max, or until ctx is done.
-func (b *backoff) wait(ctx context.Context) error {
-	if b.cur == 0 {
-		b.cur = b.min
-	} else {
-		b.cur = min(b.cur*2, b.max)
-	}
-	return sleep(ctx, jitter(b.cur))
-}
-
-// jitter spreads d by ±20%.
-func jitter(d time.Duration) time.Duration {
-	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
-}
-
-// sleep waits d or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+func (r *Relay) newBackoff() *backoff.Backoff {
+	return &backoff.Backoff{Min: r.opts.MinBackoff, Max: r.opts.MaxBackoff}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/internal/backoff"
 	"github.com/causet/projection-retry/projection"
 )
 
@@ -200,7 +201,7 @@ func (r *laneRouter) sendToLane(j laneJob) bool {
 	b, o := p.b, r
 	log := p.eventLog(j.rec, j.in).With("laneId", j.key.laneID())
 	rt := p.retrier(log, p.temporal())
-	full := backoff{min: b.opts.MinBackoff, max: laneFullMaxWait}
+	full := backoff.Backoff{Min: b.opts.MinBackoff, Max: laneFullMaxWait}
 	for {
 		ctx, cancel := context.WithTimeout(p.ctx, b.opts.StartTimeout)
 		runID, refused, err := r.enqueueLane(ctx, j.key, j.in)
@@ -213,7 +214,7 @@ func (r *laneRouter) sendToLane(j laneJob) bool {
 				// Backpressure from a live lane: it drains once its head settles.
 				b.m.laneFull.Inc()
 				log.Debug("lane is full: the event waits in the bridge", "error", err.Error())
-				if full.wait(p.ctx) != nil {
+				if full.Wait(p.ctx) != nil {
 					return false
 				}
 				continue

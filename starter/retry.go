@@ -3,8 +3,9 @@ package starter
 import (
 	"context"
 	"log/slog"
-	"math/rand/v2"
 	"time"
+
+	"github.com/causet/projection-retry/internal/backoff"
 )
 
 // Every wait on a dependency goes through a retrier: capped backoff with
@@ -29,13 +30,13 @@ type retrier struct {
 	p       *partition
 	dep     dependency
 	log     *slog.Logger
-	bo      backoff
+	bo      backoff.Backoff
 	outage  time.Time // when the outage began; zero while there is none
 	healthy int       // failed tries while the dependency answered its probe
 }
 
 func (p *partition) retrier(log *slog.Logger, dep dependency) *retrier {
-	return &retrier{p: p, dep: dep, log: log, bo: backoff{min: p.b.opts.MinBackoff, max: p.b.opts.MaxBackoff}}
+	return &retrier{p: p, dep: dep, log: log, bo: backoff.Backoff{Min: p.b.opts.MinBackoff, Max: p.b.opts.MaxBackoff}}
 }
 
 // failed classifies a failed try. It returns true when the dependency
@@ -65,7 +66,7 @@ func (r *retrier) outageTry(msg string, err error, attrs ...any) {
 }
 
 // wait sleeps the next backoff; false when the partition stopped first.
-func (r *retrier) wait() bool { return r.bo.wait(r.p.ctx) == nil }
+func (r *retrier) wait() bool { return r.bo.Wait(r.p.ctx) == nil }
 
 // pausedFor is how long the outage has lasted, for its closing log line.
 func (r *retrier) pausedFor() string { return time.Since(r.outage).Round(time.Millisecond).String() }
@@ -74,7 +75,7 @@ func (r *retrier) pausedFor() string { return time.Since(r.outage).Round(time.Mi
 // after) and waiting with backoff between tries. False when the partition
 // stopped first.
 func (p *partition) until(log *slog.Logger, dep string, what string, try func(ctx context.Context) error) bool {
-	bo := backoff{min: p.b.opts.MinBackoff, max: p.b.opts.MaxBackoff}
+	bo := backoff.Backoff{Min: p.b.opts.MinBackoff, Max: p.b.opts.MaxBackoff}
 	for n := 0; ; n++ {
 		err := try(p.ctx)
 		if err == nil {
@@ -88,7 +89,7 @@ func (p *partition) until(log *slog.Logger, dep string, what string, try func(ct
 			level = slog.LevelDebug
 		}
 		log.Log(p.ctx, level, what+", retrying with backoff", "dependency", dep, "error", err.Error())
-		if bo.wait(p.ctx) != nil {
+		if bo.Wait(p.ctx) != nil {
 			return false
 		}
 	}
@@ -103,31 +104,4 @@ func (p *partition) answers(probe func(context.Context) error) bool {
 	ctx, cancel := context.WithTimeout(p.ctx, p.b.opts.StartTimeout)
 	defer cancel()
 	return probe(ctx) == nil
-}
-
-// backoff is a capped exponential backoff with jitter.
-type backoff struct {
-	min, max, cur time.Duration
-}
-
-// next returns the next wait: min, doubling, capped at max, ±20% jitter.
-func (b *backoff) next() time.Duration {
-	if b.cur == 0 {
-		b.cur = b.min
-	} else {
-		b.cur = min(b.cur*2, b.max)
-	}
-	return time.Duration(float64(b.cur) * (0.8 + 0.4*rand.Float64()))
-}
-
-// wait sleeps for the next backoff or until ctx is done.
-func (b *backoff) wait(ctx context.Context) error {
-	t := time.NewTimer(b.next())
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

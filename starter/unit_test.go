@@ -18,6 +18,7 @@ import (
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/internal/backoff"
 	"github.com/causet/projection-retry/projection"
 )
 
@@ -127,17 +128,17 @@ func TestStartRetryWorkflowAlreadyStartedIsHandedOff(t *testing.T) {
 }
 
 func TestBackoffCapped(t *testing.T) {
-	b := &backoff{min: 100 * time.Millisecond, max: time.Second}
+	b := &backoff.Backoff{Min: 100 * time.Millisecond, Max: time.Second}
 	var last time.Duration
 	for range 20 {
-		last = b.next()
+		last = b.Next()
 		require.LessOrEqual(t, last, 1200*time.Millisecond)
 		require.GreaterOrEqual(t, last, 80*time.Millisecond)
 	}
 	require.GreaterOrEqual(t, last, 800*time.Millisecond)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	require.Error(t, b.wait(ctx))
+	require.Error(t, b.Wait(ctx))
 }
 
 func TestIsOutage(t *testing.T) {

@@ -9,9 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/intents"
 	"github.com/causet/projection-retry/projection"
 )
@@ -50,15 +47,9 @@ var intentDocs = docCommands[intents.Document, intents.Deployment, *intents.Vali
 	name:    func(doc *intents.Document) string { return doc.IntentType },
 	deploy:  intents.Deploy,
 	nameKey: "intentType", versionKey: "handlerVersion",
-	connect: func(ctx context.Context) (*pgxpool.Pool, error) {
-		cfg, err := config.FromEnv()
-		if err != nil {
-			return nil, err
-		}
-		return openDatabase(ctx, cfg, 2)
-	},
-	list:   intents.List,
-	header: "INTENT TYPE\tVERSION\tDEPLOYED AT\tEMITS",
+	connect: documentsPool,
+	list:    intents.List,
+	header:  "INTENT TYPE\tVERSION\tDEPLOYED AT\tEMITS",
 	row: func(d intents.Deployment) (string, int, time.Time, string) {
 		return d.IntentType, d.Version, d.DeployedAt, strings.Join(emitted(d.Document), ", ")
 	},

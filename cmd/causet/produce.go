@@ -43,15 +43,11 @@ func (c produceCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	in, name := produceIn, "stdin"
-	if c.File != "" && c.File != "-" {
-		f, err := os.Open(c.File)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		in, name = f, c.File
+	in, name, closeIn, err := openInput(c.File, produceIn)
+	if err != nil {
+		return err
 	}
+	defer closeIn()
 	cl, err := app.NewKafkaClient(cfg,
 		kgo.DefaultProduceTopic(cfg.EventsTopic),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
@@ -120,4 +116,17 @@ func (c produceCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		return fmt.Errorf("%d of %d lines are not valid event envelopes (reported above); the %d valid ones were produced", bad, bad+produced, produced)
 	}
 	return nil
+}
+
+// openInput opens file for reading, or gives stdin when file is "" or "-",
+// with the name lines are reported under.
+func openInput(file string, stdin io.Reader) (in io.Reader, name string, closeIn func(), err error) {
+	if file == "" || file == "-" {
+		return stdin, "stdin", func() {}, nil
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return f, file, func() { _ = f.Close() }, nil
 }

@@ -50,7 +50,7 @@ var projectionDocs = docCommands[projection.Document, projection.Deployment, *pr
 	name:    func(doc *projection.Document) string { return doc.Name },
 	deploy:  projection.Deploy,
 	nameKey: "projectionName", versionKey: "irVersion",
-	connect: projectionsPool,
+	connect: documentsPool,
 	list:    projection.List,
 	header:  "NAME\tVERSION\tDEPLOYED AT\tSOURCE EVENTS",
 	row: func(d projection.Deployment) (string, int, time.Time, string) {
@@ -70,12 +70,12 @@ func (c projectionsListCmd) Run(ctx context.Context, logger *slog.Logger) error 
 	return projectionDocs.listDeployed(ctx)
 }
 
-// projectionsPool connects to DATABASE_URL. Errors never echo the URL, which
-// may hold a password.
-func projectionsPool(ctx context.Context) (*pgxpool.Pool, error) {
+// documentsPool connects to DATABASE_URL for the projections and intents
+// commands. Errors never echo the URL, which may hold a password.
+func documentsPool(ctx context.Context) (*pgxpool.Pool, error) {
 	url := strings.TrimSpace(os.Getenv("DATABASE_URL"))
-	if url == "" {
-		return nil, errors.New("DATABASE_URL is not set; set it to the PostgreSQL URL holding the projections, e.g. postgres://user:pass@host:5432/db")
+	if err := (config.Config{DatabaseURL: url}).RequireDatabaseURL(); err != nil {
+		return nil, err
 	}
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {

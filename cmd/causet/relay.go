@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/internal/app"
 	"github.com/causet/projection-retry/relay"
 )
@@ -17,18 +16,15 @@ type relayCmd struct{}
 // the service is opened WithWritePathOnly (no projection engine, no
 // Temporal); its registry is served on CAUSET_METRICS_ADDR.
 func (relayCmd) Run(ctx context.Context, logger *slog.Logger) error {
-	cfg, err := config.FromEnv()
-	if err != nil {
-		return err
-	}
 	settings, err := relay.LoadSettings(os.LookupEnv)
 	if err != nil {
 		return err
 	}
-	svc, err := app.Open(ctx, cfg, app.WithLogger(logger), app.WithWritePathOnly())
+	svc, err := openWritePath(ctx, logger)
 	if err != nil {
 		return err
 	}
+	cfg := svc.Config
 	defer svc.Close()
 	stopMetrics, err := app.ServeMetrics(cfg.MetricsAddr, svc.Registry, logger)
 	if err != nil {

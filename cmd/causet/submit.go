@@ -62,15 +62,11 @@ func (c submitCmd) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	in, name := submitIn, "stdin"
-	if c.File != "" && c.File != "-" {
-		f, err := os.Open(c.File)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		in, name = f, c.File
+	in, name, closeIn, err := openInput(c.File, submitIn)
+	if err != nil {
+		return err
 	}
+	defer closeIn()
 	cl := client.New(base)
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 0, 64*1024), maxIntentLine)
