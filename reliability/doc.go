@@ -2,7 +2,10 @@
 // stop and break the bridge, the worker, PostgreSQL, Temporal and Kafka
 // while events flow, block a key with thousands of events behind it and
 // terminate its lane from outside, then count what was lost, applied twice,
-// applied out of order, dead-lettered and started as workflows. The
+// applied out of order, dead-lettered and started as workflows. Scenarios
+// 11-13 do the same to the write path (runtime and relay processes, intents
+// from concurrent clients): intents answered and recorded once, every
+// ledger event on the topic in per-entity order, read models exact. The
 // scenarios are Go tests in this package; they are heavy, so they skip
 // unless CAUSET_RELIABILITY is set:
 //
