@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -59,10 +60,12 @@ const (
 func sizesFor(quick bool) Sizes {
 	if quick {
 		return Sizes{Ceiling: 10000, Inline: []int{10000, 10000, 3000}, FailRates: []float64{0, 1, 10}, LatencySeconds: 2,
-			Workflow: 100, Peer: []int{10000, 2000}, PeerFailRates: []float64{0, 1}, Schedule: 2, Handoff: 1000, Partitions: 3, MaxInflight: 256, Reps: 1}
+			Workflow: 100, Peer: []int{10000, 2000}, PeerFailRates: []float64{0, 1}, Schedule: 2, Handoff: 1000, Partitions: 3, MaxInflight: 256, Reps: 1,
+			Intents: 3200, IntentClients: 64, IntentEntities: 1280, IntentConns: 64}
 	}
 	return Sizes{Ceiling: 100000, Inline: []int{100000, 100000, 30000}, FailRates: []float64{0, 1, 10}, LatencySeconds: 5,
-		Workflow: 500, Peer: []int{100000, 20000}, PeerFailRates: []float64{0, 1}, Schedule: 3, Handoff: 10000, Partitions: 3, MaxInflight: 256, Reps: 3}
+		Workflow: 500, Peer: []int{100000, 20000}, PeerFailRates: []float64{0, 1}, Schedule: 3, Handoff: 10000, Partitions: 3, MaxInflight: 256, Reps: 3,
+		Intents: 25600, IntentClients: 64, IntentEntities: 6400, IntentConns: 64}
 }
 
 type bench struct {
@@ -112,7 +115,11 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	b.dlqTopic = "bench-" + b.runID + "-dlq"
 	b.idleQueue = "bench-" + b.runID + "-idle"
 	b.workQueue = "bench-" + b.runID + "-work"
-	b.res = &Result{Quick: opts.Quick, Sizes: b.sizes, Machine: machine(),
+	phases, err := phasesFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	b.res = &Result{Quick: opts.Quick, Sizes: b.sizes, Machine: machine(), Phases: phases,
 		ShortSchedule: fmt.Sprintf("%d attempts, %s × %g, max %s", ShortRetry.MaxAttempts, ShortRetry.Initial, ShortRetry.Multiplier, ShortRetry.Max),
 		Ordering:      ordering(),
 		BridgeProcess: "the real bridge (`causet bridge`) as a child process, configured by environment; its RSS is VmRSS/VmHWM of /proc/PID/status; throughput timed from its metrics (first consumed record → every event applied or handed off, 20 ms polls)."}
@@ -158,20 +165,29 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		{"peer", b.peerRuns},
 		{"workflow", b.workflowMode},
 		{"handoff", b.handoff},
+		{"intents", b.intentsPhase},
 	}
 	for _, s := range steps {
+		if !b.res.ran(s.name) {
+			continue
+		}
 		if err := s.f(ctx); err != nil {
 			return b.res, fmt.Errorf("bench %s: %w", s.name, err)
 		}
 	}
 	b.res.ComputeRatios()
-	b.res.Notes = append(b.res.Notes,
-		b.queueNote(),
-		"The peer applies each polled partition batch in one transaction with the same projection engine (as the bridge does), then retries each failed event in place on the same short schedule while its partition waits, then writes it to the DLQ topic.",
-		"Events are keyed by entity; failing events have entities of their own, so entity ordering never holds successful events back.",
-	)
-	if b.opts.Quick {
+	if b.res.ranAny(bridgePhases...) {
+		b.res.Notes = append(b.res.Notes,
+			b.queueNote(),
+			"The peer applies each polled partition batch in one transaction with the same projection engine (as the bridge does), then retries each failed event in place on the same short schedule while its partition waits, then writes it to the DLQ topic.",
+			"Events are keyed by entity; failing events have entities of their own, so entity ordering never holds successful events back.",
+		)
+	}
+	if b.opts.Quick && b.res.ran("handoff") {
 		b.res.Notes = append(b.res.Notes, fmt.Sprintf("Quick run: rss_10k is measured with %d failures in flight, not 10,000.", b.sizes.Handoff))
+	}
+	if b.res.ran("intents") {
+		b.res.Notes = append(b.res.Notes, "Intents: the runtime server (package runtime on package ledger, with its INFO line per intent written to io.Discard and its metrics) runs in the bench process on 127.0.0.1 and is driven through package client; its pool and the ceiling's are one pool. The relay (package relay, CAUSET_RELAY_BATCH and CAUSET_RELAY_POLL_INTERVAL or their defaults) publishes to a topic of the run's own; it is timed from Run to the last event of the backlog marked published (2 ms polls of its published counter).")
 	}
 	if err := b.res.WriteFiles(opts.Out); err != nil {
 		return b.res, err
@@ -194,6 +210,30 @@ func (b *bench) handoffQueue() string { return b.idleQueue }
 
 func (b *bench) queueNote() string {
 	return fmt.Sprintf("Inline and hand-off runs use task queue %q, which no worker polls: the bridge's job ends when a failure's retry workflow is durably started, and its retries do not compete with the measurement. (With CAUSET_ORDERING=entity a failure that blocks its key is started the same way; the bench's failing events have entities of their own, so no lane is needed.) Workflow mode and the schedule run use the in-process worker (default worker options from package worker).", b.idleQueue)
+}
+
+// phaseNames are the phases of a run, in the order they run.
+var phaseNames = []string{"ceiling", "schedule", "inline", "peer", "workflow", "handoff", "intents"}
+
+// phasesFromEnv reads CAUSET_BENCH_PHASES, a comma-separated subset of
+// phaseNames to run (e.g. "intents"); unset or empty runs every phase (nil).
+func phasesFromEnv() ([]string, error) {
+	v := strings.TrimSpace(os.Getenv("CAUSET_BENCH_PHASES"))
+	if v == "" {
+		return nil, nil
+	}
+	var out []string
+	for p := range strings.SplitSeq(v, ",") {
+		p = strings.TrimSpace(p)
+		if !slices.Contains(phaseNames, p) {
+			return nil, fmt.Errorf("CAUSET_BENCH_PHASES=%q: unknown phase %q (want a comma-separated subset of %s)", v, p, strings.Join(phaseNames, ", "))
+		}
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b string) int { return slices.Index(phaseNames, a) - slices.Index(phaseNames, b) })
+	return out, nil
 }
 
 // ordering is the bridge children's CAUSET_ORDERING (inherited from the

@@ -2,8 +2,9 @@
 // ceiling, the bridge end to end in inline mode at 0%, 1% and 10% failing
 // events, workflow mode, the seed's in-place-retry design (the peer), the
 // default schedule's accuracy on Temporal, the hand-off capacity against raw
-// ExecuteWorkflow calls and the bridge's memory with many failures in
-// flight, and writes results.md, results.json and chart.svg.
+// ExecuteWorkflow calls, the bridge's memory with many failures in flight,
+// and the write path (intents), and writes results.md, results.json and
+// chart.svg.
 //
 // The bridge under test is the real one, run as a child process (`causet
 // bridge`, via Options.BridgeCommand) so its resident set is its own: the
@@ -12,4 +13,15 @@
 // the first poll of the bridge's metrics that shows a consumed record to the
 // first that shows every event applied or handed off (20 ms polls), so
 // process start, Temporal dial and the consumer group join are not counted.
+//
+// The intents phase needs PostgreSQL and Kafka only: the runtime server
+// (package runtime on package ledger, the example intent handlers deployed)
+// runs in the bench process on a loopback listener and is driven by
+// IntentClients goroutines through package client; its ceiling is the same
+// rows written directly with pgx at the same concurrency; then the outbox
+// relay (package relay) drains the backlog both left.
+//
+// CAUSET_BENCH_PHASES, a comma-separated subset of ceiling, schedule,
+// inline, peer, workflow, handoff and intents, runs only those phases (the
+// stack is started all the same).
 package bench

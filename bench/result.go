@@ -3,9 +3,11 @@ package bench
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,6 +27,9 @@ type Result struct {
 	BridgeProcess string `json:"bridgeProcess"`
 	// Ordering is the bridge's CAUSET_ORDERING (entity or none).
 	Ordering string `json:"ordering"`
+	// Phases are the phases run, when CAUSET_BENCH_PHASES chose some; empty
+	// when every phase ran.
+	Phases []string `json:"phases,omitempty"`
 
 	// Ceiling is the pgx batched upsert of the same rows, no Kafka, no dedupe.
 	Ceiling Ceiling `json:"ceiling"`
@@ -40,6 +45,9 @@ type Result struct {
 	Handoff HandoffRun `json:"handoff"`
 	// InFlight is the bridge's memory with many failures handed off.
 	InFlight InFlightRun `json:"inFlight"`
+	// Intents is the write path: the runtime against the same ledger rows
+	// written directly, and the relay.
+	Intents IntentsRun `json:"intents"`
 
 	Ratios Ratios `json:"ratios"`
 	// Notes are free-form remarks printed under the table.
@@ -71,8 +79,17 @@ type Sizes struct {
 	Partitions     int       `json:"partitions"`
 	MaxInflight    int       `json:"maxInflight"`
 	// Reps is how many times the 0% and 1% inline drains and the 0% peer
-	// drain run (fresh topic and bridge each); the median is reported.
+	// drain run (fresh topic and bridge each), and the intents phase's
+	// measurements; the median is reported.
 	Reps int `json:"reps"`
+	// Intents is how many intents each intents-phase measurement submits
+	// (the runtime's, and the ceiling's the same rows written directly),
+	// from IntentClients concurrent clients over IntentEntities entities, on
+	// a pool of IntentConns connections.
+	Intents        int `json:"intents"`
+	IntentClients  int `json:"intentClients"`
+	IntentEntities int `json:"intentEntities"`
+	IntentConns    int `json:"intentConns"`
 }
 
 // Ceiling is the raw PostgreSQL write rate.
@@ -164,6 +181,56 @@ type InFlightRun struct {
 	PeakRSSMB float64 `json:"peakRSSMB"`
 }
 
+// IntentsRun is the write path: intents through the runtime server (HTTP,
+// the ledger's one transaction each) against the same rows written directly
+// with pgx at the same concurrency, and the outbox relay draining the
+// backlog they left.
+type IntentsRun struct {
+	// Intents is the number submitted by each measurement.
+	Intents   int    `json:"intents"`
+	Clients   int    `json:"clients"`
+	Entities  int    `json:"entities"`
+	PoolConns int    `json:"poolConns"`
+	Mix       string `json:"mix"`
+	// IntentsPerSec is client.Submit calls answered SUCCESS per second
+	// (median of IntentsPerSecReps); P50Ms and P99Ms are the latency of one
+	// Submit, median over the repetitions.
+	IntentsPerSec     float64   `json:"intentsPerSec"`
+	IntentsPerSecReps []float64 `json:"intentsPerSecReps"`
+	P50Ms             float64   `json:"p50Ms"`
+	P99Ms             float64   `json:"p99Ms"`
+	P50MsReps         []float64 `json:"p50MsReps"`
+	P99MsReps         []float64 `json:"p99MsReps"`
+	CPUReps           []CPUUse  `json:"cpuReps"`
+	// LedgerPerSec is the ceiling: the same rows (sequence upsert, intent
+	// row, event row) written directly with pgx, one transaction per intent,
+	// same clients and pool.
+	LedgerPerSec     float64   `json:"ledgerPerSec"`
+	LedgerPerSecReps []float64 `json:"ledgerPerSecReps"`
+	LedgerP50Ms      float64   `json:"ledgerP50Ms"`
+	LedgerP99Ms      float64   `json:"ledgerP99Ms"`
+	LedgerCPUReps    []CPUUse  `json:"ledgerCPUReps"`
+	// StepwisePerSec is a diagnostic between the two: the ledger's
+	// statements (BEGIN, intent lock, lookup, FollowArtist's read, the same
+	// three writes, COMMIT) issued directly, one round trip each, with no
+	// HTTP and no handler.
+	StepwisePerSec     float64   `json:"stepwisePerSec"`
+	StepwisePerSecReps []float64 `json:"stepwisePerSecReps"`
+	StepwiseP50Ms      float64   `json:"stepwiseP50Ms"`
+	StepwiseP99Ms      float64   `json:"stepwiseP99Ms"`
+	StepwiseCPUReps    []CPUUse  `json:"stepwiseCPUReps"`
+	// RelayEventsPerSec is events published (acknowledged by Kafka and
+	// marked) per second by the relay draining the backlog of RelayEvents.
+	RelayEvents           int       `json:"relayEvents"`
+	RelayBatch            int       `json:"relayBatch"`
+	RelayEventsPerSec     float64   `json:"relayEventsPerSec"`
+	RelayEventsPerSecReps []float64 `json:"relayEventsPerSecReps"`
+	RelayCPUReps          []CPUUse  `json:"relayCPUReps"`
+	// NotSuccess counts the runtime's answers other than success, by
+	// status (none expected).
+	NotSuccess map[string]float64 `json:"notSuccess,omitempty"`
+}
+
 // Ratios are the figures of the summary line.
 type Ratios struct {
 	InlineRaw      float64 `json:"inlineRaw"`
@@ -173,6 +240,9 @@ type Ratios struct {
 	HandoffRaw     float64 `json:"handoffRaw"`
 	LatenessMaxS   float64 `json:"latenessMaxS"`
 	RSS10kMB       float64 `json:"rss10kMB"`
+	IntentsLedger  float64 `json:"intentsLedger"`
+	IntentsP99Ms   float64 `json:"intentsP99Ms"`
+	RelayEPS       float64 `json:"relayEPS"`
 }
 
 // Target is one goal of issue 7.
@@ -221,28 +291,68 @@ func (r *Result) ComputeRatios() {
 		HandoffRaw:     ratio(r.Handoff.BridgeStartsPerSec, r.Handoff.RawStartsPerSec),
 		LatenessMaxS:   r.Schedule.LatenessMaxS,
 		RSS10kMB:       r.InFlight.RSSMB,
+		IntentsLedger:  r.Intents.ratio(),
+		IntentsP99Ms:   r.Intents.P99Ms,
+		RelayEPS:       r.Intents.RelayEventsPerSec,
 	}
 }
 
-// Targets are issue 7's goals against this result.
+// ratio is intents/ledger: the median over the repetitions of the runtime's
+// rate over the ceiling's in the same repetition (measured back to back, so
+// a change of load between repetitions cancels out), or the ratio of the
+// medians when the repetitions do not pair up.
+func (x IntentsRun) ratio() float64 {
+	if len(x.IntentsPerSecReps) == 0 || len(x.IntentsPerSecReps) != len(x.LedgerPerSecReps) {
+		return ratio(x.IntentsPerSec, x.LedgerPerSec)
+	}
+	rs := make([]float64, len(x.IntentsPerSecReps))
+	for i := range rs {
+		rs[i] = ratio(x.IntentsPerSecReps[i], x.LedgerPerSecReps[i])
+	}
+	return median(rs)
+}
+
+// ran reports whether phase was run.
+func (r *Result) ran(phase string) bool {
+	return len(r.Phases) == 0 || slices.Contains(r.Phases, phase)
+}
+
+// Targets are the goals (issue 7's, and the write path's intents/ledger)
+// of the phases run against this result.
 func (r *Result) Targets() []Target {
 	q := r.Ratios
-	return []Target{
-		{"inline/raw", q.InlineRaw, "≥ 0.5", q.InlineRaw >= 0.5},
-		{"inline1%/raw", q.Inline1Raw, "≥ 0.4", q.Inline1Raw >= 0.4},
-		{"inline/workflow", q.InlineWorkflow, "≥ 200", q.InlineWorkflow >= 200},
-		{"inline1%/peer1%", q.Inline1Peer1, "≥ 5", q.Inline1Peer1 >= 5},
-		{"handoff/raw", q.HandoffRaw, "≥ 0.8", q.HandoffRaw >= 0.8},
-		{"lateness_max (s)", q.LatenessMaxS, "≤ 0.25", q.LatenessMaxS <= 0.25},
-		{fmt.Sprintf("RSS at %d in flight (MB)", r.InFlight.Failures), q.RSS10kMB, "≤ 150", q.RSS10kMB <= 150},
+	all := []struct {
+		phases []string // every one must have run
+		t      Target
+	}{
+		{[]string{"inline", "ceiling"}, Target{"inline/raw", q.InlineRaw, "≥ 0.5", q.InlineRaw >= 0.5}},
+		{[]string{"inline", "ceiling"}, Target{"inline1%/raw", q.Inline1Raw, "≥ 0.4", q.Inline1Raw >= 0.4}},
+		{[]string{"inline", "workflow"}, Target{"inline/workflow", q.InlineWorkflow, "≥ 200", q.InlineWorkflow >= 200}},
+		{[]string{"inline", "peer"}, Target{"inline1%/peer1%", q.Inline1Peer1, "≥ 5", q.Inline1Peer1 >= 5}},
+		{[]string{"handoff"}, Target{"handoff/raw", q.HandoffRaw, "≥ 0.8", q.HandoffRaw >= 0.8}},
+		{[]string{"schedule"}, Target{"lateness_max (s)", q.LatenessMaxS, "≤ 0.25", q.LatenessMaxS <= 0.25}},
+		{[]string{"handoff"}, Target{fmt.Sprintf("RSS at %d in flight (MB)", r.InFlight.Failures), q.RSS10kMB, "≤ 150", q.RSS10kMB <= 150}},
+		{[]string{"intents"}, Target{"intents/ledger", q.IntentsLedger, "≥ 0.5", q.IntentsLedger >= 0.5}},
 	}
+	var out []Target
+	for _, x := range all {
+		ok := true
+		for _, p := range x.phases {
+			ok = ok && r.ran(p)
+		}
+		if ok {
+			out = append(out, x.t)
+		}
+	}
+	return out
 }
 
 // SummaryLine is the last line of stdout.
 func (r *Result) SummaryLine() string {
 	q := r.Ratios
-	return fmt.Sprintf("bench: inline/raw=%.2f inline1%%/raw=%.2f inline/workflow=%.1f inline1%%/peer1%%=%.1f handoff/raw=%.2f lateness_max=%.2fs rss_10k=%dMB",
-		q.InlineRaw, q.Inline1Raw, q.InlineWorkflow, q.Inline1Peer1, q.HandoffRaw, q.LatenessMaxS, int(math.Round(q.RSS10kMB)))
+	return fmt.Sprintf("bench: inline/raw=%.2f inline1%%/raw=%.2f inline/workflow=%.1f inline1%%/peer1%%=%.1f handoff/raw=%.2f lateness_max=%.2fs rss_10k=%dMB intents/ledger=%.2f intents_p99=%.1fms relay_eps=%d",
+		q.InlineRaw, q.Inline1Raw, q.InlineWorkflow, q.Inline1Peer1, q.HandoffRaw, q.LatenessMaxS, int(math.Round(q.RSS10kMB)),
+		q.IntentsLedger, q.IntentsP99Ms, int(math.Round(q.RelayEPS)))
 }
 
 // JSON is results.json.
@@ -267,74 +377,117 @@ func num(v float64) string {
 	}
 }
 
+// bridgePhases are the phases that run the bridge or the Temporal server.
+var bridgePhases = []string{"schedule", "inline", "peer", "workflow", "handoff"}
+
+// ranAny reports whether any of phases was run.
+func (r *Result) ranAny(phases ...string) bool {
+	return slices.ContainsFunc(phases, r.ran)
+}
+
 // Markdown is results.md: the measurements, the ratios against the targets.
 func (r *Result) Markdown() string {
 	var b strings.Builder
+	inline, peer := r.Inline, r.Peer
+	if !r.ran("inline") {
+		inline = nil
+	}
+	if !r.ran("peer") {
+		peer = nil
+	}
 	kind := "full"
 	if r.Quick {
 		kind = "quick (small sizes: not comparable with a full run)"
 	}
 	fmt.Fprintf(&b, "# causet bench — %s run\n\n", kind)
+	if len(r.Phases) > 0 {
+		fmt.Fprintf(&b, "Phases run (CAUSET_BENCH_PHASES): %s.\n\n", strings.Join(r.Phases, ", "))
+	}
 	fmt.Fprintf(&b, "Machine: %d cores, %.0f GiB memory, %s, %s. Kafka: %s. PostgreSQL: %s. Temporal: %s.\n\n",
 		r.Machine.Cores, r.Machine.MemoryGiB, r.Machine.OS, r.Machine.GoVersion, r.Machine.Kafka, r.Machine.Postgres, r.Machine.Temporal)
-	fmt.Fprintf(&b, "Retry schedule of the inline, workflow-mode and peer runs: **%s** (short, so the run finishes; the schedule-accuracy row uses the default 5 attempts, 1s × 2, ≤ 30s).\n\n", r.ShortSchedule)
-	fmt.Fprintf(&b, "Bridge: %s CAUSET_ORDERING=%s.\n\n", r.BridgeProcess, r.Ordering)
-	if r.Sizes.Reps > 1 {
-		fmt.Fprintf(&b, "The ceiling, the 0%% and 1%% inline drains and the 0%% peer drain ran %d times each (fresh topic, group and bridge); the table shows the median, results.json every repetition.\n\n", r.Sizes.Reps)
+	if r.ranAny(bridgePhases...) {
+		fmt.Fprintf(&b, "Retry schedule of the inline, workflow-mode and peer runs: **%s** (short, so the run finishes; the schedule-accuracy row uses the default 5 attempts, 1s × 2, ≤ 30s).\n\n", r.ShortSchedule)
+		fmt.Fprintf(&b, "Bridge: %s CAUSET_ORDERING=%s.\n\n", r.BridgeProcess, r.Ordering)
+		if r.Sizes.Reps > 1 {
+			fmt.Fprintf(&b, "The ceiling, the 0%% and 1%% inline drains and the 0%% peer drain ran %d times each (fresh topic, group and bridge); the table shows the median, results.json every repetition.\n\n", r.Sizes.Reps)
+		}
 	}
 
-	b.WriteString("| measurement | events | failing | events/s | p50 ms | p99 ms | bridge peak RSS MB |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|\n")
-	fmt.Fprintf(&b, "| ceiling: pgx batched upsert (500/tx; best of 1 conn %s/s and %d conns %s/s) | %d | 0 | %s | | | |\n",
-		num(r.Ceiling.RowsPerSecOneConn), r.Sizes.Partitions, num(r.Ceiling.RowsPerSecParallel), r.Ceiling.Rows, num(r.Ceiling.RowsPerSec))
-	fmt.Fprintf(&b, "| diagnostic: the same plus a dedupe-ledger row per event (%d conns) | %d | 0 | %s | | | |\n",
-		r.Sizes.Partitions, r.Ceiling.Rows, num(r.Ceiling.WithLedgerPerSec))
-	for _, x := range r.Inline {
-		fmt.Fprintf(&b, "| inline mode, %s failing | %d | %d | %s | %.1f | %.1f | %.0f |\n",
+	var rows []string
+	row := func(format string, args ...any) { rows = append(rows, fmt.Sprintf(format, args...)) }
+	if r.ran("ceiling") {
+		row("| ceiling: pgx batched upsert (500/tx; best of 1 conn %s/s and %d conns %s/s) | %d | 0 | %s | | | |",
+			num(r.Ceiling.RowsPerSecOneConn), r.Sizes.Partitions, num(r.Ceiling.RowsPerSecParallel), r.Ceiling.Rows, num(r.Ceiling.RowsPerSec))
+		row("| diagnostic: the same plus a dedupe-ledger row per event (%d conns) | %d | 0 | %s | | | |",
+			r.Sizes.Partitions, r.Ceiling.Rows, num(r.Ceiling.WithLedgerPerSec))
+	}
+	for _, x := range inline {
+		row("| inline mode, %s failing | %d | %d | %s | %.1f | %.1f | %.0f |",
 			pct(x.FailPct), x.Events, x.Failing, num(x.EventsPerSec), x.P50Ms, x.P99Ms, x.PeakRSSMB)
 	}
-	fmt.Fprintf(&b, "| workflow mode (every event a workflow), 0%% failing | %d | 0 | %s | | | %.0f |\n",
-		r.Workflow.Events, num(r.Workflow.EventsPerSec), r.Workflow.PeakRSSMB)
-	for _, x := range r.Peer {
-		fmt.Fprintf(&b, "| peer: in-place retry consumer, %s failing (%d dead-lettered) | %d | %d | %s | | | |\n",
+	if r.ran("workflow") {
+		row("| workflow mode (every event a workflow), 0%% failing | %d | 0 | %s | | | %.0f |",
+			r.Workflow.Events, num(r.Workflow.EventsPerSec), r.Workflow.PeakRSSMB)
+	}
+	for _, x := range peer {
+		row("| peer: in-place retry consumer, %s failing (%d dead-lettered) | %d | %d | %s | | | |",
 			pct(x.FailPct), x.DeadLettered, x.Events, x.Failing, num(x.EventsPerSec))
 	}
-	fmt.Fprintf(&b, "| hand-off at 100%% failing: bridge workflow starts/s (raw ExecuteWorkflow %s/s, %d concurrent) | %d | %d | %s | | | %.0f |\n",
-		num(r.Handoff.RawStartsPerSec), r.Handoff.Concurrency, r.Handoff.Events, r.Handoff.Events, num(r.Handoff.BridgeStartsPerSec), r.InFlight.PeakRSSMB)
-	b.WriteString("\n")
+	if r.ran("handoff") {
+		row("| hand-off at 100%% failing: bridge workflow starts/s (raw ExecuteWorkflow %s/s, %d concurrent) | %d | %d | %s | | | %.0f |",
+			num(r.Handoff.RawStartsPerSec), r.Handoff.Concurrency, r.Handoff.Events, r.Handoff.Events, num(r.Handoff.BridgeStartsPerSec), r.InFlight.PeakRSSMB)
+	}
+	if len(rows) > 0 {
+		b.WriteString("| measurement | events | failing | events/s | p50 ms | p99 ms | bridge peak RSS MB |\n")
+		b.WriteString("|---|---:|---:|---:|---:|---:|---:|\n")
+		b.WriteString(strings.Join(rows, "\n") + "\n\n")
+	}
 
-	if len(r.Inline) > 0 {
+	if len(inline) > 0 {
 		b.WriteString("Latency (produce → row visible) is measured in a paced phase after each drain, at the rate shown, over the successful events:\n\n")
 		b.WriteString("| inline failing | paced events/s | samples | p50 ms | p99 ms |\n|---:|---:|---:|---:|---:|\n")
-		for _, x := range r.Inline {
+		for _, x := range inline {
 			fmt.Fprintf(&b, "| %s | %.0f | %d | %.1f | %.1f |\n", pct(x.FailPct), x.LatencyRate, x.LatencySamples, x.P50Ms, x.P99Ms)
 		}
 		b.WriteString("\n")
 	}
 
-	b.WriteString("Where the CPU went during each measurement, in cores of the machine's " + strconv.Itoa(r.Machine.Cores) + " (median repetition; \"other\" is load outside this run, e.g. other jobs on a shared machine):\n\n")
-	b.WriteString("| measurement | machine busy | bridge | PostgreSQL | Temporal server | bench process (kfake, peer, worker) | other |\n|---|---:|---:|---:|---:|---:|---:|\n")
-	cpuRow := func(name string, c CPUUse) {
-		other := max(0, c.MachineBusy-c.Bridge-c.Postgres-c.Temporal-c.Bench)
-		fmt.Fprintf(&b, "| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", name, c.MachineBusy, c.Bridge, c.Postgres, c.Temporal, c.Bench, other)
+	if r.ranAny(bridgePhases...) {
+		b.WriteString("Where the CPU went during each measurement, in cores of the machine's " + strconv.Itoa(r.Machine.Cores) + " (median repetition; \"other\" is load outside this run, e.g. other jobs on a shared machine):\n\n")
+		b.WriteString("| measurement | machine busy | bridge | PostgreSQL | Temporal server | bench process (kfake, peer, worker) | other |\n|---|---:|---:|---:|---:|---:|---:|\n")
+		cpuRow := func(name string, c CPUUse) {
+			other := max(0, c.MachineBusy-c.Bridge-c.Postgres-c.Temporal-c.Bench)
+			fmt.Fprintf(&b, "| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", name, c.MachineBusy, c.Bridge, c.Postgres, c.Temporal, c.Bench, other)
+		}
+		for _, x := range inline {
+			cpuRow("inline, "+pct(x.FailPct)+" failing", medianCPU(x.EventsPerSecReps, x.CPUReps))
+		}
+		if r.ran("workflow") {
+			cpuRow("workflow mode", r.Workflow.CPU)
+		}
+		for _, x := range peer {
+			cpuRow("peer, "+pct(x.FailPct)+" failing", medianCPU(x.EventsPerSecReps, x.CPUReps))
+		}
+		if r.ran("handoff") {
+			cpuRow("hand-off, bridge", r.Handoff.BridgeCPU)
+			cpuRow("hand-off, raw ExecuteWorkflow (first half)", r.Handoff.RawCPU)
+		}
+		b.WriteString("\n")
 	}
-	for _, x := range r.Inline {
-		cpuRow("inline, "+pct(x.FailPct)+" failing", medianCPU(x.EventsPerSecReps, x.CPUReps))
-	}
-	cpuRow("workflow mode", r.Workflow.CPU)
-	for _, x := range r.Peer {
-		cpuRow("peer, "+pct(x.FailPct)+" failing", medianCPU(x.EventsPerSecReps, x.CPUReps))
-	}
-	cpuRow("hand-off, bridge", r.Handoff.BridgeCPU)
-	cpuRow("hand-off, raw ExecuteWorkflow (first half)", r.Handoff.RawCPU)
-	b.WriteString("\n")
 
-	fmt.Fprintf(&b, "Schedule accuracy (default schedule, %d failing events, inline mode, real dev server): expected offsets %s s;", r.Schedule.Events, floats(r.Schedule.ExpectedS, 0))
-	for i, o := range r.Schedule.ObservedS {
-		fmt.Fprintf(&b, " event %d at %s s;", i+1, floats(o, 3))
+	if r.ran("schedule") {
+		fmt.Fprintf(&b, "Schedule accuracy (default schedule, %d failing events, inline mode, real dev server): expected offsets %s s;", r.Schedule.Events, floats(r.Schedule.ExpectedS, 0))
+		for i, o := range r.Schedule.ObservedS {
+			fmt.Fprintf(&b, " event %d at %s s;", i+1, floats(o, 3))
+		}
+		fmt.Fprintf(&b, " worst lateness %.3f s.\n\n", r.Schedule.LatenessMaxS)
 	}
-	fmt.Fprintf(&b, " worst lateness %.3f s.\n\n", r.Schedule.LatenessMaxS)
-	fmt.Fprintf(&b, "In flight: bridge RSS %.0f MB (peak %.0f MB) with %d failures handed off and still retrying.\n\n", r.InFlight.RSSMB, r.InFlight.PeakRSSMB, r.InFlight.Failures)
+	if r.ran("handoff") {
+		fmt.Fprintf(&b, "In flight: bridge RSS %.0f MB (peak %.0f MB) with %d failures handed off and still retrying.\n\n", r.InFlight.RSSMB, r.InFlight.PeakRSSMB, r.InFlight.Failures)
+	}
+	if r.ran("intents") {
+		r.intentsMarkdown(&b)
+	}
 
 	b.WriteString("| ratio | result | target | met |\n|---|---:|---|---|\n")
 	for _, t := range r.Targets() {
@@ -352,6 +505,47 @@ func (r *Result) Markdown() string {
 	}
 	fmt.Fprintf(&b, "\n`%s`\n", r.SummaryLine())
 	return b.String()
+}
+
+// intentsMarkdown is the write path's section of results.md.
+func (r *Result) intentsMarkdown(b *strings.Builder) {
+	x := r.Intents
+	b.WriteString("## Intents (write path)\n\n")
+	fmt.Fprintf(b, "%d intents per measurement from %d concurrent clients over %d entities (each client owns %d, so no two clients wait for one entity's sequence row), on a pool of %d PostgreSQL connections; %s.",
+		x.Intents, x.Clients, x.Entities, x.Entities/max(x.Clients, 1), x.PoolConns, x.Mix)
+	if len(x.IntentsPerSecReps) > 1 {
+		fmt.Fprintf(b, " Each measurement ran %d times (in rotating order); the table shows the median, results.json every repetition; intents/ledger is the median of the repetitions' ratios.", len(x.IntentsPerSecReps))
+	}
+	b.WriteString("\n\n")
+	b.WriteString("| measurement | intents or events | per second | p50 ms | p99 ms |\n|---|---:|---:|---:|---:|\n")
+	fmt.Fprintf(b, "| runtime: client.Submit → POST /v1/intents (in-process server, loopback) → ledger, one transaction per intent | %d | %s | %.1f | %.1f |\n",
+		x.Intents, num(x.IntentsPerSec), x.P50Ms, x.P99Ms)
+	fmt.Fprintf(b, "| ceiling: the same rows (sequence upsert, intent row, event row) written directly with pgx, one transaction (one batch) per intent, same clients and pool | %d | %s | %.1f | %.1f |\n",
+		x.Intents, num(x.LedgerPerSec), x.LedgerP50Ms, x.LedgerP99Ms)
+	fmt.Fprintf(b, "| diagnostic: the ledger's statements directly with pgx, one round trip each (BEGIN, intent lock, lookup, FollowArtist's read, the same writes, COMMIT), same clients and pool | %d | %s | %.1f | %.1f |\n",
+		x.Intents, num(x.StepwisePerSec), x.StepwiseP50Ms, x.StepwiseP99Ms)
+	fmt.Fprintf(b, "| relay: events published (Kafka-acknowledged and marked) draining the backlog, batch %d | %d | %s | | |\n\n",
+		x.RelayBatch, x.RelayEvents, num(x.RelayEventsPerSec))
+	b.WriteString("Where the CPU went, in cores (median repetition; the bench process holds the runtime server, the clients, the relay and kfake):\n\n")
+	b.WriteString("| measurement | machine busy | PostgreSQL | bench process | other |\n|---|---:|---:|---:|---:|\n")
+	for _, c := range []struct {
+		name  string
+		rates []float64
+		cpus  []CPUUse
+	}{{"runtime", x.IntentsPerSecReps, x.CPUReps}, {"ceiling (direct pgx)", x.LedgerPerSecReps, x.LedgerCPUReps},
+		{"diagnostic: ledger statements one by one", x.StepwisePerSecReps, x.StepwiseCPUReps}, {"relay", x.RelayEventsPerSecReps, x.RelayCPUReps}} {
+		u := medianCPU(c.rates, c.cpus)
+		fmt.Fprintf(b, "| %s | %.2f | %.2f | %.2f | %.2f |\n", c.name, u.MachineBusy, u.Postgres, u.Bench, max(0, u.MachineBusy-u.Postgres-u.Bench-u.Temporal-u.Bridge))
+	}
+	b.WriteString("\n")
+	if len(x.NotSuccess) > 0 {
+		keys := slices.Sorted(maps.Keys(x.NotSuccess))
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = fmt.Sprintf("%s %.0f", k, x.NotSuccess[k])
+		}
+		fmt.Fprintf(b, "The runtime also answered: %s (the client re-submits after a 503).\n\n", strings.Join(parts, ", "))
+	}
 }
 
 // medianCPU is the CPU use of the repetition whose rate is the median.

@@ -37,6 +37,12 @@ func fixedResult() *Result {
 		Schedule: ScheduleRun{Events: 1, ExpectedS: []float64{0, 1, 3, 7, 15}, ObservedS: [][]float64{{0, 1.013, 3.024, 7.037, 15.051}}, LatenessMaxS: 0.051},
 		Handoff:  HandoffRun{Events: 10000, Concurrency: 256, BridgeStartsPerSec: 270, RawStartsPerSec: 300},
 		InFlight: InFlightRun{Failures: 10000, RSSMB: 74.6, PeakRSSMB: 101},
+		Intents: IntentsRun{Intents: 25600, Clients: 64, Entities: 6400, PoolConns: 64, Mix: "3 PlayTrack : 1 FollowArtist",
+			IntentsPerSec: 1500, IntentsPerSecReps: []float64{1400, 1500, 1600}, P50Ms: 40, P99Ms: 123.44,
+			CPUReps:      []CPUUse{{}, {MachineBusy: 1.95, Postgres: 1.1, Bench: 0.8}, {}},
+			LedgerPerSec: 2500, LedgerPerSecReps: []float64{2500}, LedgerP50Ms: 25, LedgerP99Ms: 60, LedgerCPUReps: []CPUUse{{MachineBusy: 1.9}},
+			RelayEvents: 51200, RelayBatch: 500, RelayEventsPerSec: 20400.4, RelayEventsPerSecReps: []float64{20400.4}, RelayCPUReps: []CPUUse{{}},
+			NotSuccess: map[string]float64{"unavailable": 2}},
 	}
 	r.ComputeRatios()
 	return r
@@ -45,10 +51,10 @@ func fixedResult() *Result {
 func TestSummaryLine(t *testing.T) {
 	r := fixedResult()
 	require.Equal(t,
-		"bench: inline/raw=0.55 inline1%/raw=0.41 inline/workflow=660.0 inline1%/peer1%=30.0 handoff/raw=0.90 lateness_max=0.05s rss_10k=75MB",
+		"bench: inline/raw=0.55 inline1%/raw=0.41 inline/workflow=660.0 inline1%/peer1%=30.0 handoff/raw=0.90 lateness_max=0.05s rss_10k=75MB intents/ledger=0.60 intents_p99=123.4ms relay_eps=20400",
 		r.SummaryLine())
 	// The format CI and BENCHMARKS.md rely on.
-	re := regexp.MustCompile(`^bench: inline/raw=\d+\.\d\d inline1%/raw=\d+\.\d\d inline/workflow=\d+\.\d inline1%/peer1%=\d+\.\d handoff/raw=\d+\.\d\d lateness_max=\d+\.\d\ds rss_10k=\d+MB$`)
+	re := regexp.MustCompile(`^bench: inline/raw=\d+\.\d\d inline1%/raw=\d+\.\d\d inline/workflow=\d+\.\d inline1%/peer1%=\d+\.\d handoff/raw=\d+\.\d\d lateness_max=\d+\.\d\ds rss_10k=\d+MB intents/ledger=\d+\.\d\d intents_p99=\d+\.\dms relay_eps=\d+$`)
 	require.Regexp(t, re, r.SummaryLine())
 	require.Regexp(t, re, (&Result{}).SummaryLine(), "an empty result still prints the line (zeros)")
 }
@@ -61,10 +67,16 @@ func TestTargets(t *testing.T) {
 	}
 	require.Equal(t, map[string]bool{
 		"inline/raw": true, "inline1%/raw": true, "inline/workflow": true, "inline1%/peer1%": true,
-		"handoff/raw": true, "lateness_max (s)": true, "RSS at 10000 in flight (MB)": true,
+		"handoff/raw": true, "lateness_max (s)": true, "RSS at 10000 in flight (MB)": true, "intents/ledger": true,
 	}, met)
 	r.Ratios.HandoffRaw = 0.7
 	require.False(t, r.Targets()[4].Met)
+	r.Ratios.IntentsLedger = 0.49
+	require.False(t, r.Targets()[7].Met)
+
+	// A run of some phases has the targets of those only.
+	r.Phases = []string{"intents"}
+	require.Equal(t, []Target{{"intents/ledger", 0.49, "≥ 0.5", false}}, r.Targets())
 }
 
 func TestJSON(t *testing.T) {
@@ -92,6 +104,13 @@ func TestMarkdown(t *testing.T) {
 		"5 attempts, 20ms × 2, max 1s",
 		"event 1 at 0.000, 1.013, 3.024, 7.037, 15.051 s; worst lateness 0.051 s.",
 		"`" + fixedResult().SummaryLine() + "`",
+		"## Intents (write path)",
+		"| runtime: client.Submit → POST /v1/intents (in-process server, loopback) → ledger, one transaction per intent | 25600 | 1500 | 40.0 | 123.4 |",
+		"| 25600 | 2500 | 25.0 | 60.0 |",
+		"| relay: events published (Kafka-acknowledged and marked) draining the backlog, batch 500 | 51200 | 20400 | | |",
+		"| runtime | 1.95 | 1.10 | 0.80 | 0.05 |", // the median repetition's CPU
+		"| intents/ledger | 0.60 | ≥ 0.5 | yes |",
+		"The runtime also answered: unavailable 2",
 	} {
 		require.Contains(t, md, want)
 	}
@@ -108,6 +127,23 @@ func TestMarkdown(t *testing.T) {
 		}
 		require.Equal(t, cols, n, "row %q", line)
 	}
+}
+
+func TestMarkdownSomePhases(t *testing.T) {
+	r := fixedResult()
+	r.Phases = []string{"intents"}
+	md := r.Markdown()
+	require.Contains(t, md, "Phases run (CAUSET_BENCH_PHASES): intents.")
+	require.Contains(t, md, "## Intents (write path)")
+	require.Contains(t, md, "| intents/ledger | 0.60 | ≥ 0.5 | yes |")
+	for _, absent := range []string{"inline mode", "Retry schedule", "Schedule accuracy", "In flight:", "| inline/raw", "bridge peak RSS"} {
+		require.NotContains(t, md, absent)
+	}
+	r.Phases = []string{"ceiling", "inline"}
+	md = r.Markdown()
+	require.Contains(t, md, "| inline mode, 1% failing |")
+	require.NotContains(t, md, "## Intents")
+	require.NotContains(t, md, "workflow mode")
 }
 
 func TestSVG(t *testing.T) {
