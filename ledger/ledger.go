@@ -154,12 +154,28 @@ FROM unnest($4::text[], $5::bigint[], $6::text[], $7::text[]) AS e(id, seq, typ,
 )
 
 func (l *Ledger) submit(ctx context.Context, tx pgx.Tx, in intents.Intent) (Outcome, error) {
-	var now time.Time
-	if err := tx.QueryRow(ctx, lockSQL, intentLockClass, in.IntentID).Scan(&now); err != nil {
-		return Outcome{}, unavailable("lock intent", err)
+	// The lock and the lookup go in one round trip; the lookup is still the
+	// later statement, so its snapshot follows the lock.
+	var (
+		now   time.Time
+		rec   recordedRow
+		found = true
+	)
+	b := &pgx.Batch{}
+	b.Queue(lockSQL, intentLockClass, in.IntentID).QueryRow(func(row pgx.Row) error { return row.Scan(&now) })
+	b.Queue(lookupSQL, in.IntentID).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(&rec.status, &rec.rule, &rec.reason, &rec.version, &rec.body)
+		if errors.Is(err, pgx.ErrNoRows) {
+			found = false
+			return nil
+		}
+		return err
+	})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return Outcome{}, unavailable("lock and look up intent", err)
 	}
-	if out, found, err := lookup(ctx, tx, in.IntentID); err != nil || found {
-		return out, err
+	if found {
+		return rec.outcome(in.IntentID)
 	}
 	d, err := l.decider.Decide(ctx, in, intents.NewReader(tx))
 	if err != nil {
@@ -171,7 +187,7 @@ func (l *Ledger) submit(ctx context.Context, tx pgx.Tx, in intents.Intent) (Outc
 			return Outcome{}, fmt.Errorf("encode response: %w", err)
 		}
 		out := Outcome{IntentID: in.IntentID, Status: StatusRejected, HandlerVersion: d.HandlerVersion, Rule: d.Rule, Reason: d.Reason}
-		return out, recordIntent(ctx, tx, in, RecordedRejected, &out, body)
+		return out, recordIntent(ctx, tx, in, RecordedRejected, &out, body, nil)
 	}
 	envs, err := envelopes(in, d, now)
 	if err != nil {
@@ -202,13 +218,12 @@ func (l *Ledger) submit(ctx context.Context, tx pgx.Tx, in intents.Intent) (Outc
 	if err != nil {
 		return Outcome{}, fmt.Errorf("encode response: %w", err)
 	}
-	if err := recordIntent(ctx, tx, in, RecordedSucceeded, &out, body); err != nil {
-		return Outcome{}, err
-	}
+	var events []any
 	if n > 0 {
-		if _, err := tx.Exec(ctx, eventsSQL, in.ForkID, in.EntityID, in.IntentID, ids, seqs, types, texts); err != nil {
-			return Outcome{}, unavailable("insert events", err)
-		}
+		events = []any{in.ForkID, in.EntityID, in.IntentID, ids, seqs, types, texts}
+	}
+	if err := recordIntent(ctx, tx, in, RecordedSucceeded, &out, body, events); err != nil {
+		return Outcome{}, err
 	}
 	return out, nil
 }
@@ -237,40 +252,44 @@ func envelopes(in intents.Intent, d intents.Decision, now time.Time) ([]event.En
 	return envs, nil
 }
 
-// recordIntent inserts the intent row; out.Body becomes the response as
+// recordIntent inserts the intent row (and, with events, eventsSQL in the
+// same round trip); out.Body becomes the response as
 // stored (jsonb's rendering), which is what every later answer replays.
-func recordIntent(ctx context.Context, tx pgx.Tx, in intents.Intent, status string, out *Outcome, body []byte) error {
+func recordIntent(ctx context.Context, tx pgx.Tx, in intents.Intent, status string, out *Outcome, body []byte, events []any) error {
 	var stored string
-	if err := tx.QueryRow(ctx, intentSQL, in.IntentID, in.IntentType, in.EntityID, in.ForkID, status,
-		out.Rule, out.Reason, out.HandlerVersion, string(body)).Scan(&stored); err != nil {
-		return unavailable("insert intent", err)
+	b := &pgx.Batch{}
+	b.Queue(intentSQL, in.IntentID, in.IntentType, in.EntityID, in.ForkID, status,
+		out.Rule, out.Reason, out.HandlerVersion, string(body)).QueryRow(func(row pgx.Row) error { return row.Scan(&stored) })
+	if events != nil {
+		// The events go in the same round trip: eventsSQL's arguments.
+		b.Queue(eventsSQL, events...)
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return unavailable("record intent and events", err)
 	}
 	out.Body = []byte(stored)
 	return nil
 }
 
-// lookup returns the recorded outcome of intentID, if any.
-func lookup(ctx context.Context, q pgx.Tx, intentID string) (Outcome, bool, error) {
-	out := Outcome{IntentID: intentID, Replayed: true}
-	var status, body string
-	err := q.QueryRow(ctx, lookupSQL, intentID).Scan(&status, &out.Rule, &out.Reason, &out.HandlerVersion, &body)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Outcome{}, false, nil
-	}
-	if err != nil {
-		return Outcome{}, false, unavailable("look up intent", err)
-	}
-	out.Body = []byte(body)
-	out.Status = StatusRejected
-	if status == RecordedSucceeded {
+// recordedRow is an intent's row in causet_intents.
+type recordedRow struct {
+	status, rule, reason, body string
+	version                    int
+}
+
+// outcome is the recorded outcome of intentID, replayed.
+func (r recordedRow) outcome(intentID string) (Outcome, error) {
+	out := Outcome{IntentID: intentID, Replayed: true, Rule: r.rule, Reason: r.reason, HandlerVersion: r.version,
+		Body: []byte(r.body), Status: StatusRejected}
+	if r.status == RecordedSucceeded {
 		out.Status = StatusSuccess
 		var b struct{ Events []event.Envelope }
 		if err := json.Unmarshal(out.Body, &b); err != nil {
-			return Outcome{}, false, fmt.Errorf("recorded response of %s: %w", intentID, err)
+			return Outcome{}, fmt.Errorf("recorded response of %s: %w", intentID, err)
 		}
 		out.Events = b.Events
 	}
-	return out, true, nil
+	return out, nil
 }
 
 // IntentStatus is what is known of an intent: Status is RecordedUnknown,
