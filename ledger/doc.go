@@ -3,16 +3,17 @@
 //
 // Submit, in one transaction:
 //
-//  1. serializes the intent ID (pg_advisory_xact_lock on its hash) and looks
-//     it up in causet_intents: an intent already recorded returns its
-//     recorded response, byte for byte, and writes nothing;
+//  1. in one round trip with BEGIN, serializes the intent ID
+//     (pg_advisory_xact_lock on its hash) and looks it up in causet_intents:
+//     an intent already recorded returns its recorded response, byte for
+//     byte, and writes nothing;
 //  2. runs the handler (the Decider) with reads in the same transaction;
 //  3. for an accepted intent takes the entity's next sequence numbers from
 //     causet_entity_sequences (an upsert whose row lock serializes the
 //     writers of one (fork, entity), so their events get consecutive numbers
 //     and commit in sequence order);
-//  4. inserts the intent row, with the exact response body, and its events
-//     into causet_events, where the outbox relay finds them (published_at
+//  4. inserts, in one round trip, the intent row with the exact response
+//     body and its events into causet_events, where the outbox relay finds them (published_at
 //     NULL, in position order);
 //  5. commits.
 //
@@ -26,9 +27,10 @@
 //
 // Only infrastructure is retried: the pgx pool evicts broken connections
 // (health checks, and a failed connection is never returned to the pool),
-// and acquiring a connection plus BEGIN is tried DefaultTries (3) times,
+// and acquiring a connection plus its first round trip (BEGIN, the intent
+// lock and the lookup, which write nothing) is tried DefaultTries (3) times,
 // waiting 100 ms and then 1 s between tries, each try bounded by 5 s
-// (WithRetry changes them). Nothing after BEGIN is retried: the intent cycle
+// (WithRetry changes them). Nothing after that is retried: the intent cycle
 // runs once, and any failure rolls it back and returns an *UnavailableError,
 // with nothing written; the caller (the client) may re-submit, which the
 // intent ID makes safe.

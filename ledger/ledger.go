@@ -118,23 +118,70 @@ func (l *Ledger) Submit(ctx context.Context, in intents.Intent) (Outcome, error)
 	if err := in.Validate(); err != nil {
 		return Outcome{}, err
 	}
-	tx, err := attempt(ctx, l, "begin", l.pool.Begin)
+	st, err := attempt(ctx, l, "begin", func(tctx context.Context) (*started, error) { return l.begin(tctx, in) })
 	if err != nil {
 		return Outcome{}, err
 	}
+	committed := false
 	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = tx.Rollback(rctx) // after Commit, a no-op
+		if !committed {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_, _ = st.conn.Exec(rctx, "ROLLBACK")
+		}
+		// A connection left in a transaction is closed by the pool, not reused.
+		st.conn.Release()
 	}()
-	out, err := l.submit(ctx, tx, in)
+	out, err := l.submit(ctx, st, in)
 	if err != nil {
 		return Outcome{}, err
 	}
-	if err := tx.Commit(ctx); err != nil {
+	tag, err := st.conn.Exec(ctx, "COMMIT")
+	if err == nil && tag.String() != "COMMIT" {
+		err = fmt.Errorf("transaction ended with %s", tag)
+	}
+	if err != nil {
 		return Outcome{}, unavailable("commit", err)
 	}
+	committed = true
 	return out, nil
+}
+
+// started is an intent's open transaction: its connection, the
+// transaction's now() and the intent's recorded row, if any.
+type started struct {
+	conn  *pgxpool.Conn
+	now   time.Time
+	rec   recordedRow
+	found bool
+}
+
+// begin acquires a connection and, in one round trip, begins the
+// transaction, takes the intent ID's lock and looks the intent up. The
+// lookup is a later statement than the lock, so its snapshot follows it.
+// Nothing is written yet, so a failed begin may be tried again.
+func (l *Ledger) begin(ctx context.Context, in intents.Intent) (*started, error) {
+	conn, err := l.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st := &started{conn: conn, found: true}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(lockSQL, intentLockClass, in.IntentID).QueryRow(func(row pgx.Row) error { return row.Scan(&st.now) })
+	b.Queue(lookupSQL, in.IntentID).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(&st.rec.status, &st.rec.rule, &st.rec.reason, &st.rec.version, &st.rec.body)
+		if errors.Is(err, pgx.ErrNoRows) {
+			st.found = false
+			return nil
+		}
+		return err
+	})
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		conn.Release()
+		return nil, err
+	}
+	return st, nil
 }
 
 const (
@@ -153,30 +200,11 @@ SELECT e.id, $1, $2, e.seq, e.typ, $3, e.env::jsonb
 FROM unnest($4::text[], $5::bigint[], $6::text[], $7::text[]) AS e(id, seq, typ, env)`
 )
 
-func (l *Ledger) submit(ctx context.Context, tx pgx.Tx, in intents.Intent) (Outcome, error) {
-	// The lock and the lookup go in one round trip; the lookup is still the
-	// later statement, so its snapshot follows the lock.
-	var (
-		now   time.Time
-		rec   recordedRow
-		found = true
-	)
-	b := &pgx.Batch{}
-	b.Queue(lockSQL, intentLockClass, in.IntentID).QueryRow(func(row pgx.Row) error { return row.Scan(&now) })
-	b.Queue(lookupSQL, in.IntentID).QueryRow(func(row pgx.Row) error {
-		err := row.Scan(&rec.status, &rec.rule, &rec.reason, &rec.version, &rec.body)
-		if errors.Is(err, pgx.ErrNoRows) {
-			found = false
-			return nil
-		}
-		return err
-	})
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return Outcome{}, unavailable("lock and look up intent", err)
+func (l *Ledger) submit(ctx context.Context, st *started, in intents.Intent) (Outcome, error) {
+	if st.found {
+		return st.rec.outcome(in.IntentID)
 	}
-	if found {
-		return rec.outcome(in.IntentID)
-	}
+	tx, now := st.conn, st.now
 	d, err := l.decider.Decide(ctx, in, intents.NewReader(tx))
 	if err != nil {
 		return Outcome{}, decideError(err)
@@ -255,7 +283,7 @@ func envelopes(in intents.Intent, d intents.Decision, now time.Time) ([]event.En
 // recordIntent inserts the intent row (and, with events, eventsSQL in the
 // same round trip); out.Body becomes the response as
 // stored (jsonb's rendering), which is what every later answer replays.
-func recordIntent(ctx context.Context, tx pgx.Tx, in intents.Intent, status string, out *Outcome, body []byte, events []any) error {
+func recordIntent(ctx context.Context, tx *pgxpool.Conn, in intents.Intent, status string, out *Outcome, body []byte, events []any) error {
 	var stored string
 	b := &pgx.Batch{}
 	b.Queue(intentSQL, in.IntentID, in.IntentType, in.EntityID, in.ForkID, status,
