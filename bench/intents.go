@@ -46,30 +46,9 @@ const (
 	intentMix   = "3 PlayTrack : 1 FollowArtist (FollowArtist reads artist_followers); every intent accepted, 1 event each"
 )
 
-// The ledger's statements (package ledger, ledger.go), issued as they are by
-// the ceiling: the entity's sequence upsert, the intent row with its
-// response, the events.
-const (
-	directSequenceSQL = `INSERT INTO causet_entity_sequences AS s (fork_id, entity_id, last_sequence) VALUES ($1, $2, $3)
-ON CONFLICT (fork_id, entity_id) DO UPDATE SET last_sequence = s.last_sequence + EXCLUDED.last_sequence
-RETURNING last_sequence`
-	directIntentSQL = `INSERT INTO causet_intents (intent_id, intent_type, entity_id, fork_id, status, rule, reason, handler_version, response)
-VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''), NULLIF($7, ''), $8, $9) RETURNING response::text`
-	directEventsSQL = `INSERT INTO causet_events (event_id, fork_id, entity_id, sequence, event_type, intent_id, envelope)
-SELECT e.id, $1, $2, e.seq, e.typ, $3, e.env::jsonb
-FROM unnest($4::text[], $5::bigint[], $6::text[], $7::text[]) AS e(id, seq, typ, env)`
-)
-
-// The rest of the ledger's statements, for the stepwise diagnostic: the
-// intent ID's lock (class "inti") and lookup, and FollowArtist's read of
-// artist_followers as package intents issues it.
-const (
-	stepLockSQL   = "SELECT now() FROM pg_advisory_xact_lock($1, hashtext($2))"
-	stepLookupSQL = `SELECT status, COALESCE(rule, ''), COALESCE(reason, ''), handler_version, response::text
-FROM causet_intents WHERE intent_id = $1`
-	stepReadSQL         = `SELECT to_jsonb(t)::text FROM "artist_followers" AS t WHERE "user_id" = $1 AND "artist_id" = $2 LIMIT 2`
-	stepLockClass int32 = 0x696e7469
-)
+// FollowArtist's read of artist_followers as package intents issues it, for
+// the stepwise diagnostic.
+const stepReadSQL = `SELECT to_jsonb(t)::text FROM "artist_followers" AS t WHERE "user_id" = $1 AND "artist_id" = $2 LIMIT 2`
 
 // intentSpec is one intent of a run: client c's j-th.
 type intentSpec struct {
@@ -295,12 +274,12 @@ func (w *writePath) stepwise(ctx context.Context, s intentSpec) error {
 	}
 	err = pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
 		var now time.Time
-		if err := tx.QueryRow(ctx, stepLockSQL, stepLockClass, s.id).Scan(&now); err != nil {
+		if err := tx.QueryRow(ctx, ledger.LockSQL, ledger.IntentLockClass, s.id).Scan(&now); err != nil {
 			return err
 		}
 		var status, rule, reason, resp string
 		var version int
-		if err := tx.QueryRow(ctx, stepLookupSQL, s.id).Scan(&status, &rule, &reason, &version, &resp); !errors.Is(err, pgx.ErrNoRows) {
+		if err := tx.QueryRow(ctx, ledger.LookupSQL, s.id).Scan(&status, &rule, &reason, &version, &resp); !errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("lookup: %v, want no rows", err)
 		}
 		if s.typ == "FollowArtist" {
@@ -313,17 +292,17 @@ func (w *writePath) stepwise(ctx context.Context, s intentSpec) error {
 			}
 		}
 		var last int64
-		if err := tx.QueryRow(ctx, directSequenceSQL, intentFork, s.entity, int64(1)).Scan(&last); err != nil {
+		if err := tx.QueryRow(ctx, ledger.SequenceSQL, intentFork, s.entity, int64(1)).Scan(&last); err != nil {
 			return err
 		}
 		if last != s.seq {
 			return fmt.Errorf("entity %s: sequence %d, want %d", s.entity, last, s.seq)
 		}
 		var stored string
-		if err := tx.QueryRow(ctx, directIntentSQL, s.id, s.typ, s.entity, intentFork, ledger.RecordedSucceeded, "", "", w.versions[s.typ], body).Scan(&stored); err != nil {
+		if err := tx.QueryRow(ctx, ledger.IntentSQL, s.id, s.typ, s.entity, intentFork, ledger.RecordedSucceeded, "", "", w.versions[s.typ], body).Scan(&stored); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, directEventsSQL, intentFork, s.entity, s.id, []string{env.EventID}, []int64{s.seq}, []string{env.EventType}, []string{raw})
+		_, err := tx.Exec(ctx, ledger.EventsSQL, intentFork, s.entity, s.id, []string{env.EventID}, []int64{s.seq}, []string{env.EventType}, []string{raw})
 		return err
 	})
 	if err != nil {
@@ -341,7 +320,7 @@ func (w *writePath) direct(ctx context.Context, s intentSpec) error {
 		return err
 	}
 	batch := &pgx.Batch{}
-	batch.Queue(directSequenceSQL, intentFork, s.entity, int64(1)).QueryRow(func(row pgx.Row) error {
+	batch.Queue(ledger.SequenceSQL, intentFork, s.entity, int64(1)).QueryRow(func(row pgx.Row) error {
 		var last int64
 		if err := row.Scan(&last); err != nil {
 			return err
@@ -351,12 +330,12 @@ func (w *writePath) direct(ctx context.Context, s intentSpec) error {
 		}
 		return nil
 	})
-	batch.Queue(directIntentSQL, s.id, s.typ, s.entity, intentFork, ledger.RecordedSucceeded, "", "", w.versions[s.typ], body).
+	batch.Queue(ledger.IntentSQL, s.id, s.typ, s.entity, intentFork, ledger.RecordedSucceeded, "", "", w.versions[s.typ], body).
 		QueryRow(func(row pgx.Row) error {
 			var stored string
 			return row.Scan(&stored)
 		})
-	batch.Queue(directEventsSQL, intentFork, s.entity, s.id, []string{env.EventID}, []int64{s.seq}, []string{env.EventType}, []string{raw})
+	batch.Queue(ledger.EventsSQL, intentFork, s.entity, s.id, []string{env.EventID}, []int64{s.seq}, []string{env.EventType}, []string{raw})
 	if err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, batch).Close() }); err != nil {
 		return fmt.Errorf("direct insert %s: %w", s.id, err)
 	}

@@ -3,8 +3,6 @@ package bench
 import (
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 
@@ -74,20 +72,4 @@ func TestPhasesFromEnv(t *testing.T) {
 	_, err = phasesFromEnv()
 	require.EqualError(t, err, fmt.Sprintf(`CAUSET_BENCH_PHASES="intents,relay": unknown phase "relay" (want a comma-separated subset of %s)`,
 		"ceiling, schedule, inline, peer, workflow, handoff, intents"))
-}
-
-// The ceiling and the stepwise diagnostic issue the ledger's own statements:
-// they must follow it when it changes.
-func TestLedgerStatementsMatch(t *testing.T) {
-	src, err := os.ReadFile(filepath.Join("..", "ledger", "ledger.go"))
-	require.NoError(t, err)
-	for name, stmt := range map[string]string{
-		"sequence": directSequenceSQL, "intent": directIntentSQL, "events": directEventsSQL,
-		"lock": stepLockSQL, "lookup": stepLookupSQL,
-	} {
-		require.Contains(t, string(src), stmt, "the %s statement of package ledger", name)
-	}
-	schema, err := os.ReadFile(filepath.Join("..", "ledger", "schema.go"))
-	require.NoError(t, err)
-	require.Contains(t, string(schema), fmt.Sprintf("intentLockClass int32 = %#x", stepLockClass))
 }

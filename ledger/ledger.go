@@ -168,8 +168,8 @@ func (l *Ledger) begin(ctx context.Context, in intents.Intent) (*started, error)
 	st := &started{conn: conn, found: true}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(lockSQL, intentLockClass, in.IntentID).QueryRow(func(row pgx.Row) error { return row.Scan(&st.now) })
-	b.Queue(lookupSQL, in.IntentID).QueryRow(func(row pgx.Row) error {
+	b.Queue(LockSQL, IntentLockClass, in.IntentID).QueryRow(func(row pgx.Row) error { return row.Scan(&st.now) })
+	b.Queue(LookupSQL, in.IntentID).QueryRow(func(row pgx.Row) error {
 		err := row.Scan(&st.rec.status, &st.rec.rule, &st.rec.reason, &st.rec.version, &st.rec.body)
 		if errors.Is(err, pgx.ErrNoRows) {
 			st.found = false
@@ -184,18 +184,20 @@ func (l *Ledger) begin(ctx context.Context, in intents.Intent) (*started, error)
 	return st, nil
 }
 
+// The ledger's statements, exported so that measurements (causet bench's
+// direct-insert ceiling) issue exactly these.
 const (
-	// lockSQL serializes one intent ID. Its lookup must be a later
+	// LockSQL serializes one intent ID. Its lookup must be a later
 	// statement: a statement's snapshot predates the lock it waits for.
-	lockSQL   = "SELECT now() FROM pg_advisory_xact_lock($1, hashtext($2))"
-	lookupSQL = `SELECT status, COALESCE(rule, ''), COALESCE(reason, ''), handler_version, response::text
+	LockSQL   = "SELECT now() FROM pg_advisory_xact_lock($1, hashtext($2))"
+	LookupSQL = `SELECT status, COALESCE(rule, ''), COALESCE(reason, ''), handler_version, response::text
 FROM causet_intents WHERE intent_id = $1`
-	sequenceSQL = `INSERT INTO causet_entity_sequences AS s (fork_id, entity_id, last_sequence) VALUES ($1, $2, $3)
+	SequenceSQL = `INSERT INTO causet_entity_sequences AS s (fork_id, entity_id, last_sequence) VALUES ($1, $2, $3)
 ON CONFLICT (fork_id, entity_id) DO UPDATE SET last_sequence = s.last_sequence + EXCLUDED.last_sequence
 RETURNING last_sequence`
-	intentSQL = `INSERT INTO causet_intents (intent_id, intent_type, entity_id, fork_id, status, rule, reason, handler_version, response)
+	IntentSQL = `INSERT INTO causet_intents (intent_id, intent_type, entity_id, fork_id, status, rule, reason, handler_version, response)
 VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''), NULLIF($7, ''), $8, $9) RETURNING response::text`
-	eventsSQL = `INSERT INTO causet_events (event_id, fork_id, entity_id, sequence, event_type, intent_id, envelope)
+	EventsSQL = `INSERT INTO causet_events (event_id, fork_id, entity_id, sequence, event_type, intent_id, envelope)
 SELECT e.id, $1, $2, e.seq, e.typ, $3, e.env::jsonb
 FROM unnest($4::text[], $5::bigint[], $6::text[], $7::text[]) AS e(id, seq, typ, env)`
 )
@@ -227,7 +229,7 @@ func (l *Ledger) submit(ctx context.Context, st *started, in intents.Intent) (Ou
 	if n > 0 {
 		// The row lock taken here is held to commit: the next intent of the
 		// entity waits, then numbers its events after these.
-		if err := tx.QueryRow(ctx, sequenceSQL, in.ForkID, in.EntityID, n).Scan(&last); err != nil {
+		if err := tx.QueryRow(ctx, SequenceSQL, in.ForkID, in.EntityID, n).Scan(&last); err != nil {
 			return Outcome{}, unavailable("take sequence numbers", err)
 		}
 	}
@@ -280,17 +282,17 @@ func envelopes(in intents.Intent, d intents.Decision, now time.Time) ([]event.En
 	return envs, nil
 }
 
-// recordIntent inserts the intent row (and, with events, eventsSQL in the
+// recordIntent inserts the intent row (and, with events, EventsSQL in the
 // same round trip); out.Body becomes the response as
 // stored (jsonb's rendering), which is what every later answer replays.
 func recordIntent(ctx context.Context, tx *pgxpool.Conn, in intents.Intent, status string, out *Outcome, body []byte, events []any) error {
 	var stored string
 	b := &pgx.Batch{}
-	b.Queue(intentSQL, in.IntentID, in.IntentType, in.EntityID, in.ForkID, status,
+	b.Queue(IntentSQL, in.IntentID, in.IntentType, in.EntityID, in.ForkID, status,
 		out.Rule, out.Reason, out.HandlerVersion, string(body)).QueryRow(func(row pgx.Row) error { return row.Scan(&stored) })
 	if events != nil {
-		// The events go in the same round trip: eventsSQL's arguments.
-		b.Queue(eventsSQL, events...)
+		// The events go in the same round trip: EventsSQL's arguments.
+		b.Queue(EventsSQL, events...)
 	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return unavailable("record intent and events", err)

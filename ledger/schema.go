@@ -11,10 +11,10 @@ import (
 // Advisory locks are taken with two int4 keys, a space of their own that no
 // single-bigint lock (the projection schema's, the relay's) can collide
 // with: the schema's is (pgstore.LockClass, schemaLockKey); intent IDs are
-// locked under intentLockClass.
+// locked under IntentLockClass.
 const (
 	schemaLockKey   int32 = 0x6c646772 // "ldgr"
-	intentLockClass int32 = 0x696e7469 // "inti"
+	IntentLockClass int32 = 0x696e7469 // "inti"
 )
 
 const schemaSQL = `

@@ -97,10 +97,10 @@ func (o *Options) setDefaults() {
 		o.LockRetry = time.Second
 	}
 	if o.MinBackoff == 0 {
-		o.MinBackoff = 100 * time.Millisecond
+		o.MinBackoff = backoff.DefaultMin
 	}
 	if o.MaxBackoff == 0 {
-		o.MaxBackoff = 10 * time.Second
+		o.MaxBackoff = backoff.DefaultMax
 	}
 	if o.ShutdownGrace == 0 {
 		o.ShutdownGrace = 5 * time.Second

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/internal/backoff"
 )
 
 // DefaultMaxPollRecords is the default batch bound: a partition's batch is
@@ -191,10 +192,10 @@ func (o *Options) setDefaults() {
 		o.CommitInterval = time.Second
 	}
 	if o.MinBackoff == 0 {
-		o.MinBackoff = 100 * time.Millisecond
+		o.MinBackoff = backoff.DefaultMin
 	}
 	if o.MaxBackoff == 0 {
-		o.MaxBackoff = 10 * time.Second
+		o.MaxBackoff = backoff.DefaultMax
 	}
 	if o.StartTimeout == 0 {
 		o.StartTimeout = 10 * time.Second

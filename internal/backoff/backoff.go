@@ -9,6 +9,12 @@ import (
 	"time"
 )
 
+// The bounds every loop starts from unless configured otherwise.
+const (
+	DefaultMin = 100 * time.Millisecond
+	DefaultMax = 10 * time.Second
+)
+
 // Backoff waits Min, then twice as long each time up to Max, each wait
 // spread by ±20% so that many waiters do not retry in step. The zero value
 // of cur starts at Min; Reset starts over.
