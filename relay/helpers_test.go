@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	writeledger "github.com/causet/projection-retry/ledger"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -27,41 +29,6 @@ func TestMain(m *testing.M) {
 	}
 	testenv.Main(m)
 }
-
-// ledgerDDL is the write-path spec's ledger schema, which package ledger's
-// EnsureSchema creates in production.
-const ledgerDDL = `
-CREATE TABLE IF NOT EXISTS causet_intents (
-  intent_id   text PRIMARY KEY,
-  intent_type text NOT NULL,
-  entity_id   text NOT NULL,
-  fork_id     text NOT NULL,
-  status      text NOT NULL CHECK (status IN ('succeeded','rejected')),
-  rule        text,
-  reason      text,
-  handler_version int NOT NULL,
-  response    jsonb NOT NULL,
-  recorded_at timestamptz NOT NULL DEFAULT now()
-);
-CREATE TABLE IF NOT EXISTS causet_entity_sequences (
-  fork_id text NOT NULL, entity_id text NOT NULL, last_sequence bigint NOT NULL,
-  PRIMARY KEY (fork_id, entity_id)
-);
-CREATE TABLE IF NOT EXISTS causet_events (
-  position    bigserial PRIMARY KEY,
-  event_id    text NOT NULL UNIQUE,
-  fork_id     text NOT NULL,
-  entity_id   text NOT NULL,
-  sequence    bigint NOT NULL,
-  event_type  text NOT NULL,
-  intent_id   text NOT NULL REFERENCES causet_intents (intent_id),
-  envelope    jsonb NOT NULL,
-  recorded_at timestamptz NOT NULL DEFAULT now(),
-  published_at timestamptz,
-  UNIQUE (fork_id, entity_id, sequence)
-);
-CREATE INDEX IF NOT EXISTS causet_events_unpublished ON causet_events (position) WHERE published_at IS NULL;
-`
 
 func ctxFor(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
@@ -81,8 +48,7 @@ type ledger struct {
 
 func newLedger(t testing.TB) *ledger {
 	pool := testenv.Postgres(t)
-	_, err := pool.Exec(ctxFor(t, 30*time.Second), ledgerDDL)
-	require.NoError(t, err)
+	require.NoError(t, writeledger.EnsureSchema(ctxFor(t, 30*time.Second), pool))
 	return &ledger{pool: pool}
 }
 

@@ -3,7 +3,6 @@ package starter
 import (
 	"context"
 	"errors"
-	"slices"
 	"sync"
 	"time"
 
@@ -459,6 +458,7 @@ func (r *laneRouter) handOffOrdered(seg *segment, items []item) bool {
 	}
 	var (
 		newBlocked []BlockedKey
+		heads      = map[LaneKey]bool{} // keys this batch blocks
 		jobs       []laneJob
 		reserved   []LaneKey
 	)
@@ -471,8 +471,9 @@ func (r *laneRouter) handOffOrdered(seg *segment, items []item) bool {
 		for _, proj := range projs {
 			k := keyOf(proj, &it.env)
 			j := laneJob{seg: seg, rec: it.rec, in: p.retryInput(it, proj, nil), key: k}
-			if _, ok := r.blocked[k]; !ok && !slices.ContainsFunc(newBlocked, func(bk BlockedKey) bool { return bk.LaneKey == k }) {
+			if _, ok := r.blocked[k]; !ok && !heads[k] {
 				j.head = true
+				heads[k] = true
 				newBlocked = append(newBlocked, BlockedKey{LaneKey: k, Head: j.in.WorkflowID()})
 			} else if ok {
 				// Reserved until queued: the sweeper must not unblock the
