@@ -242,33 +242,41 @@ func firstSeq(envs []event.Envelope) int64 {
 	return envs[0].Sequence
 }
 
-// rows returns the event and the SUCCESS response body the ledger records
-// for s.
-func (w *writePath) rows(s intentSpec) (event.Envelope, string, string, error) {
+// record returns RecordSQL's arguments for s, as the ledger passes them.
+func (w *writePath) record(s intentSpec) ([]any, error) {
 	payload, err := json.Marshal(s.payload)
 	if err != nil {
-		return event.Envelope{}, "", "", err
+		return nil, err
 	}
 	env := event.Envelope{EventID: s.id + ":1", EventType: w.emits[s.typ], EntityID: s.entity, ForkID: intentFork,
-		IntentID: s.id, Sequence: s.seq, OccurredAt: time.Now().UTC(), Payload: payload}
+		IntentID: s.id, Sequence: 1, OccurredAt: time.Now().UTC(), Payload: payload}
 	raw, err := json.Marshal(env)
 	if err != nil {
-		return event.Envelope{}, "", "", err
+		return nil, err
 	}
-	body, err := json.Marshal(struct {
-		Status   string            `json:"status"`
-		IntentID string            `json:"intentId"`
-		Events   []json.RawMessage `json:"events"`
-	}{ledger.StatusSuccess, s.id, []json.RawMessage{raw}})
-	return env, string(raw), string(body), err
+	return []any{s.id, s.typ, s.entity, intentFork, int64(1), []string{env.EventID}, []string{env.EventType}, []string{string(raw)}, w.versions[s.typ]}, nil
+}
+
+// checkRecorded checks RecordSQL's answer for s.
+func checkRecorded(row pgx.Row, s intentSpec) error {
+	var stored string
+	var last int64
+	if err := row.Scan(&stored, &last); err != nil {
+		return err
+	}
+	if last != s.seq {
+		return fmt.Errorf("entity %s: sequence %d, want %d", s.entity, last, s.seq)
+	}
+	return nil
 }
 
 // stepwise is a diagnostic between the runtime and the ceiling: the
-// ledger's statements for s, one round trip each as the ledger issues them
-// (BEGIN, intent lock, lookup, FollowArtist's read, sequence upsert, intent
-// row, events, COMMIT), with no HTTP and no handler.
+// ledger's statements for s, one round trip each (BEGIN, intent lock,
+// lookup, FollowArtist's read, the record statement, COMMIT), with no HTTP
+// and no handler. The ledger sends the same statements in two round trips
+// (three with the read).
 func (w *writePath) stepwise(ctx context.Context, s intentSpec) error {
-	env, raw, body, err := w.rows(s)
+	args, err := w.record(s)
 	if err != nil {
 		return err
 	}
@@ -291,19 +299,7 @@ func (w *writePath) stepwise(ctx context.Context, s intentSpec) error {
 				return err
 			}
 		}
-		var last int64
-		if err := tx.QueryRow(ctx, ledger.SequenceSQL, intentFork, s.entity, int64(1)).Scan(&last); err != nil {
-			return err
-		}
-		if last != s.seq {
-			return fmt.Errorf("entity %s: sequence %d, want %d", s.entity, last, s.seq)
-		}
-		var stored string
-		if err := tx.QueryRow(ctx, ledger.IntentSQL, s.id, s.typ, s.entity, intentFork, ledger.RecordedSucceeded, "", "", w.versions[s.typ], body).Scan(&stored); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, ledger.EventsSQL, intentFork, s.entity, s.id, []string{env.EventID}, []int64{s.seq}, []string{env.EventType}, []string{raw})
-		return err
+		return checkRecorded(tx.QueryRow(ctx, ledger.RecordSQL, args...), s)
 	})
 	if err != nil {
 		return fmt.Errorf("stepwise insert %s: %w", s.id, err)
@@ -311,33 +307,44 @@ func (w *writePath) stepwise(ctx context.Context, s intentSpec) error {
 	return nil
 }
 
-// direct writes the rows the ledger writes for s — the sequence upsert, the
-// intent row with its SUCCESS response, the event — in one transaction, as
-// one pgx batch: no HTTP, no intent lock or lookup, no handler.
+// direct writes the rows the ledger writes for s — the ledger's record
+// statement (the sequence upsert, the event, the intent row with its
+// SUCCESS response) — in one transaction with pgx.BeginFunc (BEGIN, the
+// statement, COMMIT: three round trips): no HTTP, no intent lock or lookup,
+// no handler.
 func (w *writePath) direct(ctx context.Context, s intentSpec) error {
-	env, raw, body, err := w.rows(s)
+	args, err := w.record(s)
+	if err != nil {
+		return err
+	}
+	err = pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error { return checkRecorded(tx.QueryRow(ctx, ledger.RecordSQL, args...), s) })
+	if err != nil {
+		return fmt.Errorf("direct insert %s: %w", s.id, err)
+	}
+	return nil
+}
+
+// pipelined is direct sent as one round trip (BEGIN, the statement and
+// COMMIT in one pgx batch): the least a transaction of these rows costs.
+func (w *writePath) pipelined(ctx context.Context, s intentSpec) error {
+	args, err := w.record(s)
 	if err != nil {
 		return err
 	}
 	batch := &pgx.Batch{}
-	batch.Queue(ledger.SequenceSQL, intentFork, s.entity, int64(1)).QueryRow(func(row pgx.Row) error {
-		var last int64
-		if err := row.Scan(&last); err != nil {
-			return err
-		}
-		if last != s.seq {
-			return fmt.Errorf("entity %s: sequence %d, want %d", s.entity, last, s.seq)
-		}
-		return nil
-	})
-	batch.Queue(ledger.IntentSQL, s.id, s.typ, s.entity, intentFork, ledger.RecordedSucceeded, "", "", w.versions[s.typ], body).
-		QueryRow(func(row pgx.Row) error {
-			var stored string
-			return row.Scan(&stored)
-		})
-	batch.Queue(ledger.EventsSQL, intentFork, s.entity, s.id, []string{env.EventID}, []int64{s.seq}, []string{env.EventType}, []string{raw})
-	if err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, batch).Close() }); err != nil {
-		return fmt.Errorf("direct insert %s: %w", s.id, err)
+	batch.Queue("BEGIN")
+	batch.Queue(ledger.RecordSQL, args...).QueryRow(func(row pgx.Row) error { return checkRecorded(row, s) })
+	batch.Queue("COMMIT")
+	conn, err := w.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if err := conn.SendBatch(ctx, batch).Close(); err != nil {
+		// A failed statement leaves the transaction open: roll it back
+		// before the connection goes back to the pool.
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		return fmt.Errorf("pipelined insert %s: %w", s.id, err)
 	}
 	return nil
 }
@@ -450,10 +457,11 @@ func (b *bench) intentsPhase(ctx context.Context) error {
 		submit     func(context.Context, intentSpec) error
 		m          *intentMeasure
 	}
-	var rt, direct, steps intentMeasure
+	var rt, direct, piped, steps intentMeasure
 	ms := []measurement{
 		{"i", "runtime", w.viaRuntime, &rt},
-		{"d", "direct pgx, one batch per transaction", w.direct, &direct},
+		{"d", "direct pgx, one transaction (pgx.BeginFunc) per intent", w.direct, &direct},
+		{"p", "direct pgx, BEGIN, statement and COMMIT pipelined in one round trip", w.pipelined, &piped},
 		{"s", "direct pgx, the ledger's statements one round trip each", w.stepwise, &steps},
 	}
 	// Warm-up, not measured: the clients' HTTP connections, the pool's

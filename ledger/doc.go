@@ -8,14 +8,16 @@
 //     an intent already recorded returns its recorded response, byte for
 //     byte, and writes nothing;
 //  2. runs the handler (the Decider) with reads in the same transaction;
-//  3. for an accepted intent takes the entity's next sequence numbers from
+//  3. for an accepted intent, in one statement (RecordSQL) sent with COMMIT
+//     in one round trip: takes the entity's next sequence numbers from
 //     causet_entity_sequences (an upsert whose row lock serializes the
 //     writers of one (fork, entity), so their events get consecutive numbers
-//     and commit in sequence order);
-//  4. inserts, in one round trip, the intent row with the exact response
-//     body and its events into causet_events, where the outbox relay finds them (published_at
-//     NULL, in position order);
-//  5. commits.
+//     and commit in sequence order), inserts its events into causet_events,
+//     where the outbox relay finds them (published_at NULL, in position
+//     order), and the intent row with the exact response body. A rejected
+//     intent's row is inserted and committed the same way. A failed
+//     statement stops the round trip before COMMIT, so the transaction is
+//     rolled back with nothing written.
 //
 // Event n (1-based) of an intent has the ID <intentId>:<n>, so a re-run of
 // an intent can never mint different events. Its envelope carries eventId,

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/causet/projection-retry/event"
@@ -122,9 +123,8 @@ func (l *Ledger) Submit(ctx context.Context, in intents.Intent) (Outcome, error)
 	if err != nil {
 		return Outcome{}, err
 	}
-	committed := false
 	defer func() {
-		if !committed {
+		if !st.committed {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
 			_, _ = st.conn.Exec(rctx, "ROLLBACK")
@@ -132,28 +132,17 @@ func (l *Ledger) Submit(ctx context.Context, in intents.Intent) (Outcome, error)
 		// A connection left in a transaction is closed by the pool, not reused.
 		st.conn.Release()
 	}()
-	out, err := l.submit(ctx, st, in)
-	if err != nil {
-		return Outcome{}, err
-	}
-	tag, err := st.conn.Exec(ctx, "COMMIT")
-	if err == nil && tag.String() != "COMMIT" {
-		err = fmt.Errorf("transaction ended with %s", tag)
-	}
-	if err != nil {
-		return Outcome{}, unavailable("commit", err)
-	}
-	committed = true
-	return out, nil
+	return l.submit(ctx, st, in)
 }
 
 // started is an intent's open transaction: its connection, the
 // transaction's now() and the intent's recorded row, if any.
 type started struct {
-	conn  *pgxpool.Conn
-	now   time.Time
-	rec   recordedRow
-	found bool
+	conn      *pgxpool.Conn
+	now       time.Time
+	rec       recordedRow
+	found     bool
+	committed bool
 }
 
 // begin acquires a connection and, in one round trip, begins the
@@ -192,22 +181,39 @@ const (
 	LockSQL   = "SELECT now() FROM pg_advisory_xact_lock($1, hashtext($2))"
 	LookupSQL = `SELECT status, COALESCE(rule, ''), COALESCE(reason, ''), handler_version, response::text
 FROM causet_intents WHERE intent_id = $1`
-	SequenceSQL = `INSERT INTO causet_entity_sequences AS s (fork_id, entity_id, last_sequence) VALUES ($1, $2, $3)
-ON CONFLICT (fork_id, entity_id) DO UPDATE SET last_sequence = s.last_sequence + EXCLUDED.last_sequence
-RETURNING last_sequence`
+	// IntentSQL records an intent without events: a rejected one, or an
+	// accepted one whose handler emitted none.
 	IntentSQL = `INSERT INTO causet_intents (intent_id, intent_type, entity_id, fork_id, status, rule, reason, handler_version, response)
 VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''), NULLIF($7, ''), $8, $9) RETURNING response::text`
-	EventsSQL = `INSERT INTO causet_events (event_id, fork_id, entity_id, sequence, event_type, intent_id, envelope)
-SELECT e.id, $1, $2, e.seq, e.typ, $3, e.env::jsonb
-FROM unnest($4::text[], $5::bigint[], $6::text[], $7::text[]) AS e(id, seq, typ, env)`
+	// RecordSQL records an accepted intent with its $5 events in one
+	// statement: it takes the entity's next $5 sequence numbers (the
+	// upsert's row lock serializes the writers of one (fork, entity) until
+	// commit), inserts the events with their numbers written into their
+	// envelopes ($7, each with a placeholder sequence), and inserts the
+	// intent row whose response is the SUCCESS body with those envelopes. It
+	// returns the response as stored and the entity's last sequence number.
+	RecordSQL = `WITH seq AS (
+	INSERT INTO causet_entity_sequences AS s (fork_id, entity_id, last_sequence) VALUES ($4, $3, $5)
+	ON CONFLICT (fork_id, entity_id) DO UPDATE SET last_sequence = s.last_sequence + EXCLUDED.last_sequence
+	RETURNING last_sequence
+), ev AS (
+	INSERT INTO causet_events (event_id, fork_id, entity_id, sequence, event_type, intent_id, envelope)
+	SELECT e.id, $4, $3, seq.last_sequence - $5 + e.n, e.typ, $1,
+		jsonb_set(e.env::jsonb, '{sequence}', to_jsonb(seq.last_sequence - $5 + e.n))
+	FROM seq, unnest($6::text[], $7::text[], $8::text[]) WITH ORDINALITY AS e(id, typ, env, n)
+	RETURNING sequence, envelope
+)
+INSERT INTO causet_intents (intent_id, intent_type, entity_id, fork_id, status, handler_version, response)
+SELECT $1, $2, $3, $4, 'succeeded', $9,
+	jsonb_build_object('status', 'SUCCESS', 'intentId', $1::text, 'events', (SELECT jsonb_agg(envelope ORDER BY sequence) FROM ev))
+RETURNING response::text, (SELECT last_sequence FROM seq)`
 )
 
 func (l *Ledger) submit(ctx context.Context, st *started, in intents.Intent) (Outcome, error) {
 	if st.found {
 		return st.rec.outcome(in.IntentID)
 	}
-	tx, now := st.conn, st.now
-	d, err := l.decider.Decide(ctx, in, intents.NewReader(tx))
+	d, err := l.decider.Decide(ctx, in, intents.NewReader(st.conn))
 	if err != nil {
 		return Outcome{}, decideError(err)
 	}
@@ -217,44 +223,41 @@ func (l *Ledger) submit(ctx context.Context, st *started, in intents.Intent) (Ou
 			return Outcome{}, fmt.Errorf("encode response: %w", err)
 		}
 		out := Outcome{IntentID: in.IntentID, Status: StatusRejected, HandlerVersion: d.HandlerVersion, Rule: d.Rule, Reason: d.Reason}
-		return out, recordIntent(ctx, tx, in, RecordedRejected, &out, body, nil)
+		return out, recordIntent(ctx, st, in, RecordedRejected, &out, body)
 	}
-	envs, err := envelopes(in, d, now)
+	envs, err := envelopes(in, d, st.now)
 	if err != nil {
 		return Outcome{}, err
 	}
 	out := Outcome{IntentID: in.IntentID, Status: StatusSuccess, HandlerVersion: d.HandlerVersion, Events: envs}
 	n := int64(len(envs))
-	var last int64
-	if n > 0 {
-		// The row lock taken here is held to commit: the next intent of the
-		// entity waits, then numbers its events after these.
-		if err := tx.QueryRow(ctx, SequenceSQL, in.ForkID, in.EntityID, n).Scan(&last); err != nil {
-			return Outcome{}, unavailable("take sequence numbers", err)
+	if n == 0 {
+		body, err := json.Marshal(successBody{Status: StatusSuccess, IntentID: in.IntentID, Events: []json.RawMessage{}})
+		if err != nil {
+			return Outcome{}, fmt.Errorf("encode response: %w", err)
 		}
+		return out, recordIntent(ctx, st, in, RecordedSucceeded, &out, body)
 	}
-	raws := make([]json.RawMessage, n)
-	ids, seqs, types, texts := make([]string, n), make([]int64, n), make([]string, n), make([]string, n)
+	ids, types, texts := make([]string, n), make([]string, n), make([]string, n)
 	for i := range envs {
-		envs[i].Sequence = last - n + int64(i) + 1
 		raw, err := json.Marshal(envs[i])
 		if err != nil {
 			return Outcome{}, fmt.Errorf("encode event: %w", err)
 		}
-		raws[i] = raw
-		ids[i], seqs[i], types[i], texts[i] = envs[i].EventID, envs[i].Sequence, envs[i].EventType, string(raw)
+		ids[i], types[i], texts[i] = envs[i].EventID, envs[i].EventType, string(raw)
 	}
-	body, err := json.Marshal(successBody{Status: StatusSuccess, IntentID: in.IntentID, Events: raws})
-	if err != nil {
-		return Outcome{}, fmt.Errorf("encode response: %w", err)
-	}
-	var events []any
-	if n > 0 {
-		events = []any{in.ForkID, in.EntityID, in.IntentID, ids, seqs, types, texts}
-	}
-	if err := recordIntent(ctx, tx, in, RecordedSucceeded, &out, body, events); err != nil {
+	var stored string
+	var last int64
+	b := &pgx.Batch{}
+	b.Queue(RecordSQL, in.IntentID, in.IntentType, in.EntityID, in.ForkID, n, ids, types, texts, d.HandlerVersion).
+		QueryRow(func(row pgx.Row) error { return row.Scan(&stored, &last) })
+	if err := commit(ctx, st, b); err != nil {
 		return Outcome{}, err
 	}
+	for i := range envs {
+		envs[i].Sequence = last - n + int64(i) + 1
+	}
+	out.Body = []byte(stored)
 	return out, nil
 }
 
@@ -282,22 +285,35 @@ func envelopes(in intents.Intent, d intents.Decision, now time.Time) ([]event.En
 	return envs, nil
 }
 
-// recordIntent inserts the intent row (and, with events, EventsSQL in the
-// same round trip); out.Body becomes the response as
-// stored (jsonb's rendering), which is what every later answer replays.
-func recordIntent(ctx context.Context, tx *pgxpool.Conn, in intents.Intent, status string, out *Outcome, body []byte, events []any) error {
+// recordIntent inserts and commits the intent row of an intent without
+// events; out.Body becomes the response as stored (jsonb's rendering),
+// which is what every later answer replays.
+func recordIntent(ctx context.Context, st *started, in intents.Intent, status string, out *Outcome, body []byte) error {
 	var stored string
 	b := &pgx.Batch{}
 	b.Queue(IntentSQL, in.IntentID, in.IntentType, in.EntityID, in.ForkID, status,
 		out.Rule, out.Reason, out.HandlerVersion, string(body)).QueryRow(func(row pgx.Row) error { return row.Scan(&stored) })
-	if events != nil {
-		// The events go in the same round trip: EventsSQL's arguments.
-		b.Queue(EventsSQL, events...)
-	}
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return unavailable("record intent and events", err)
+	if err := commit(ctx, st, b); err != nil {
+		return err
 	}
 	out.Body = []byte(stored)
+	return nil
+}
+
+// commit sends b's writes and COMMIT in one round trip. A failed write
+// skips the COMMIT (the pipeline stops at the first error), so the
+// transaction is rolled back, with nothing written.
+func commit(ctx context.Context, st *started, b *pgx.Batch) error {
+	b.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
+		if tag.String() != "COMMIT" {
+			return fmt.Errorf("transaction ended with %s", tag)
+		}
+		st.committed = true
+		return nil
+	})
+	if err := st.conn.SendBatch(ctx, b).Close(); err != nil {
+		return unavailable("record intent", err)
+	}
 	return nil
 }
 
