@@ -42,9 +42,9 @@ type Options struct {
 	Progress io.Writer
 }
 
-// ShortRetry is the schedule of the inline, workflow-mode and peer runs:
-// 5 attempts a second apart (+0, 1, 2, 3, 4 s), the shortest delays
-// Temporal keeps.
+// ShortRetry is the schedule of the inline, workflow-mode, peer and
+// retry-topics runs: 5 attempts a second apart (+0, 1, 2, 3, 4 s), the
+// shortest delays Temporal keeps.
 var ShortRetry = config.Retry{MaxAttempts: 5, Initial: time.Second, Multiplier: 1, Max: time.Second}
 
 // longRetry keeps handed-off workflows retrying for the in-flight phase.
@@ -60,11 +60,13 @@ const (
 func sizesFor(quick bool) Sizes {
 	if quick {
 		return Sizes{Ceiling: 10000, Inline: []int{10000, 10000, 3000}, FailRates: []float64{0, 1, 10}, LatencySeconds: 2,
-			Workflow: 100, Peer: []int{10000, 2000}, PeerFailRates: []float64{0, 1}, Schedule: 2, Handoff: 1000, Partitions: 3, MaxInflight: 256, Reps: 1,
+			Workflow: 100, Peer: []int{10000, 2000}, PeerFailRates: []float64{0, 1},
+			RetryTopics: []int{10000, 10000}, RetryTopicsFailRates: []float64{0, 1}, Schedule: 2, Handoff: 1000, Partitions: 3, MaxInflight: 256, Reps: 1,
 			Intents: 3200, IntentClients: 64, IntentEntities: 1280, IntentConns: 64}
 	}
 	return Sizes{Ceiling: 100000, Inline: []int{100000, 100000, 30000}, FailRates: []float64{0, 1, 10}, LatencySeconds: 5,
-		Workflow: 500, Peer: []int{100000, 20000}, PeerFailRates: []float64{0, 1}, Schedule: 3, Handoff: 10000, Partitions: 3, MaxInflight: 256, Reps: 3,
+		Workflow: 500, Peer: []int{100000, 20000}, PeerFailRates: []float64{0, 1},
+		RetryTopics: []int{100000, 100000}, RetryTopicsFailRates: []float64{0, 1}, Schedule: 3, Handoff: 10000, Partitions: 3, MaxInflight: 256, Reps: 3,
 		Intents: 25600, IntentClients: 64, IntentEntities: 6400, IntentConns: 64}
 }
 
@@ -163,6 +165,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		{"schedule", b.schedule},
 		{"inline", b.inlineRuns},
 		{"peer", b.peerRuns},
+		{"retrytopics", b.retryTopicsRuns},
 		{"workflow", b.workflowMode},
 		{"handoff", b.handoff},
 		{"intents", b.intentsPhase},
@@ -182,6 +185,9 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 			"The peer applies each polled partition batch in one transaction with the same projection engine (as the bridge does), then retries each failed event in place on the same short schedule while its partition waits, then writes it to the DLQ topic.",
 			"Events are keyed by entity; failing events have entities of their own, so entity ordering never holds successful events back.",
 		)
+	}
+	if b.res.ran("retrytopics") {
+		b.res.Notes = append(b.res.Notes, b.retryTopicsNote())
 	}
 	if b.opts.Quick && b.res.ran("handoff") {
 		b.res.Notes = append(b.res.Notes, fmt.Sprintf("Quick run: rss_10k is measured with %d failures in flight, not 10,000.", b.sizes.Handoff))
@@ -213,7 +219,7 @@ func (b *bench) queueNote() string {
 }
 
 // phaseNames are the phases of a run, in the order they run.
-var phaseNames = []string{"ceiling", "schedule", "inline", "peer", "workflow", "handoff", "intents"}
+var phaseNames = []string{"ceiling", "schedule", "inline", "peer", "retrytopics", "workflow", "handoff", "intents"}
 
 // phasesFromEnv reads CAUSET_BENCH_PHASES, a comma-separated subset of
 // phaseNames to run (e.g. "intents"); unset or empty runs every phase (nil).

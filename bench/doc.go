@@ -1,15 +1,16 @@
 // Package bench is `causet bench`: one run that measures the PostgreSQL
 // ceiling, the bridge end to end in inline mode at 0%, 1% and 10% failing
-// events, workflow mode, the seed's in-place-retry design (the peer), the
-// default schedule's accuracy on Temporal, the hand-off capacity against raw
-// ExecuteWorkflow calls, the bridge's memory with many failures in flight,
-// and the write path (intents), and writes results.md, results.json and
-// chart.svg.
+// events, workflow mode, the seed's in-place-retry design (the peer), retry
+// topics (a delay topic per retry, the common Kafka design; see
+// retrytopics.go), the default schedule's accuracy on Temporal, the
+// hand-off capacity against raw ExecuteWorkflow calls, the bridge's memory
+// with many failures in flight, and the write path (intents), and writes
+// results.md, results.json and chart.svg.
 //
 // The bridge under test is the real one, run as a child process (`causet
 // bridge`, via Options.BridgeCommand) so its resident set is its own: the
 // bench process also holds the in-process Kafka (kfake) with every record,
-// the Temporal worker, the peer and the producers. Throughput is timed from
+// the Temporal worker, the peers and the producers. Throughput is timed from
 // the first poll of the bridge's metrics that shows a consumed record to the
 // first that shows every event applied or handed off (20 ms polls), so
 // process start, Temporal dial and the consumer group join are not counted.
@@ -18,10 +19,11 @@
 // (package runtime on package ledger, the example intent handlers deployed)
 // runs in the bench process on a loopback listener and is driven by
 // IntentClients goroutines through package client; its ceiling is the same
-// rows written directly with pgx at the same concurrency; then the outbox
+// rows written directly with pgx at the same concurrency, by the ledger's own
+// record statement in one transaction per intent; then the outbox
 // relay (package relay) drains the backlog both left.
 //
 // CAUSET_BENCH_PHASES, a comma-separated subset of ceiling, schedule,
-// inline, peer, workflow, handoff and intents, runs only those phases (the
-// stack is started all the same).
+// inline, peer, retrytopics, workflow, handoff and intents, runs only those
+// phases (the stack is started all the same).
 package bench

@@ -501,6 +501,8 @@ func (b *bench) intentsPhase(ctx context.Context) error {
 	run.IntentsPerSec, run.P50Ms, run.P99Ms = median(rt.rates), median(rt.p50), median(rt.p99)
 	run.LedgerPerSecReps, run.LedgerCPUReps = direct.rates, direct.cpu
 	run.LedgerPerSec, run.LedgerP50Ms, run.LedgerP99Ms = median(direct.rates), median(direct.p50), median(direct.p99)
+	run.PipelinedPerSecReps, run.PipelinedCPUReps = piped.rates, piped.cpu
+	run.PipelinedPerSec, run.PipelinedP50Ms, run.PipelinedP99Ms = median(piped.rates), median(piped.p50), median(piped.p99)
 	run.StepwisePerSecReps, run.StepwiseCPUReps = steps.rates, steps.cpu
 	run.StepwisePerSec, run.StepwiseP50Ms, run.StepwiseP99Ms = median(steps.rates), median(steps.p50), median(steps.p99)
 	run.RelayEventsPerSec = median(run.RelayEventsPerSecReps)

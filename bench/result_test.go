@@ -34,6 +34,10 @@ func fixedResult() *Result {
 			{FailPct: 0, Events: 100000, EventsPerSec: 50000},
 			{FailPct: 1, Events: 20000, Failing: 200, DeadLettered: 200, EventsPerSec: 820},
 		},
+		RetryTopics: []RetryTopicsRun{
+			{FailPct: 0, Events: 100000, EventsPerSec: 48000, EventsPerSecReps: []float64{48000}, DrainEventsPerSec: 48000, CPUReps: []CPUUse{{MachineBusy: 1.7, Bench: 0.6}}},
+			{FailPct: 1, Events: 100000, Failing: 1000, DeadLettered: 1000, Retried: 4000, EventsPerSec: 4100, DrainEventsPerSec: 16400, LatenessMaxS: 0.0421},
+		},
 		Schedule: ScheduleRun{Events: 1, ExpectedS: []float64{0, 1, 3, 7, 15}, ObservedS: [][]float64{{0, 1.013, 3.024, 7.037, 15.051}}, LatenessMaxS: 0.051},
 		Handoff:  HandoffRun{Events: 10000, Concurrency: 256, BridgeStartsPerSec: 270, RawStartsPerSec: 300},
 		InFlight: InFlightRun{Failures: 10000, RSSMB: 74.6, PeakRSSMB: 101},
@@ -51,10 +55,10 @@ func fixedResult() *Result {
 func TestSummaryLine(t *testing.T) {
 	r := fixedResult()
 	require.Equal(t,
-		"bench: inline/raw=0.55 inline1%/raw=0.41 inline/workflow=660.0 inline1%/peer1%=30.0 handoff/raw=0.90 lateness_max=0.05s rss_10k=75MB intents/ledger=0.60 intents_p99=123.4ms relay_eps=20400",
+		"bench: inline/raw=0.55 inline1%/raw=0.41 inline/workflow=660.0 inline1%/peer1%=30.0 handoff/raw=0.90 lateness_max=0.05s rss_10k=75MB intents/ledger=0.60 intents_p99=123.4ms relay_eps=20400 inline1%/retrytopics1%=1.50",
 		r.SummaryLine())
 	// The format CI and BENCHMARKS.md rely on.
-	re := regexp.MustCompile(`^bench: inline/raw=\d+\.\d\d inline1%/raw=\d+\.\d\d inline/workflow=\d+\.\d inline1%/peer1%=\d+\.\d handoff/raw=\d+\.\d\d lateness_max=\d+\.\d\ds rss_10k=\d+MB intents/ledger=\d+\.\d\d intents_p99=\d+\.\dms relay_eps=\d+$`)
+	re := regexp.MustCompile(`^bench: inline/raw=\d+\.\d\d inline1%/raw=\d+\.\d\d inline/workflow=\d+\.\d inline1%/peer1%=\d+\.\d handoff/raw=\d+\.\d\d lateness_max=\d+\.\d\ds rss_10k=\d+MB intents/ledger=\d+\.\d\d intents_p99=\d+\.\dms relay_eps=\d+ inline1%/retrytopics1%=\d+\.\d\d$`)
 	require.Regexp(t, re, r.SummaryLine())
 	require.Regexp(t, re, (&Result{}).SummaryLine(), "an empty result still prints the line (zeros)")
 }
@@ -66,13 +70,15 @@ func TestTargets(t *testing.T) {
 		met[tg.Name] = tg.Met
 	}
 	require.Equal(t, map[string]bool{
-		"inline/raw": true, "inline1%/raw": true, "inline/workflow": true, "inline1%/peer1%": true,
+		"inline/raw": true, "inline1%/raw": true, "inline/workflow": true, "inline1%/peer1%": true, "inline1%/retrytopics1%": true,
 		"handoff/raw": true, "lateness_max (s)": true, "RSS at 10000 in flight (MB)": true, "intents/ledger": true,
 	}, met)
 	r.Ratios.HandoffRaw = 0.7
-	require.False(t, r.Targets()[4].Met)
+	require.False(t, r.Targets()[5].Met)
 	r.Ratios.IntentsLedger = 0.49
-	require.False(t, r.Targets()[7].Met)
+	require.False(t, r.Targets()[8].Met)
+	r.Ratios.Inline1RetryTopics1 = 0.99
+	require.Equal(t, Target{"inline1%/retrytopics1%", 0.99, "≥ 1.0", false}, r.Targets()[4])
 
 	// A run of some phases has the targets of those only.
 	r.Phases = []string{"intents"}
@@ -90,6 +96,7 @@ func TestJSON(t *testing.T) {
 	require.NoError(t, json.Unmarshal(data, &raw))
 	require.Contains(t, raw, "ratios")
 	require.Equal(t, 0.9, raw["ratios"].(map[string]any)["handoffRaw"])
+	require.Equal(t, 1.5, raw["ratios"].(map[string]any)["inline1RetryTopics1"])
 }
 
 func TestMarkdown(t *testing.T) {
@@ -99,6 +106,10 @@ func TestMarkdown(t *testing.T) {
 		"| inline mode, 1% failing | 100000 | 1000 | 24600 | 4.8 | 40.0 | 120 |",
 		"| workflow mode (every event a workflow), 0% failing | 500 | 0 | 50.0 |",
 		"| peer: in-place retry consumer, 1% failing (200 dead-lettered) | 20000 | 200 | 820 |",
+		"| retry topics: a delay topic per retry, 1% failing (1000 dead-lettered after 4000 delay-topic attempts) | 100000 | 1000 | 4100 |",
+		"drained at 48000 events/s at 0% failing, 16400 events/s at 1% failing. At 1% failing, the worst delay-topic attempt started 0.042 s after its due time.",
+		"| retry topics, 0% failing | 1.70 | 0.00 | 0.00 | 0.00 | 0.60 | 1.10 |",
+		"| inline1%/retrytopics1% | 1.50 | ≥ 1.0 | yes |",
 		"| inline, 0% failing | 1.90 | 0.80 |", // the median repetition's CPU
 		"| inline/workflow | 660 | ≥ 200 | yes |",
 		"5 attempts, 20ms × 2, max 1s",
@@ -136,7 +147,7 @@ func TestMarkdownSomePhases(t *testing.T) {
 	require.Contains(t, md, "Phases run (CAUSET_BENCH_PHASES): intents.")
 	require.Contains(t, md, "## Intents (write path)")
 	require.Contains(t, md, "| intents/ledger | 0.60 | ≥ 0.5 | yes |")
-	for _, absent := range []string{"inline mode", "Retry schedule", "Schedule accuracy", "In flight:", "| inline/raw", "bridge peak RSS"} {
+	for _, absent := range []string{"inline mode", "Retry schedule", "Schedule accuracy", "In flight:", "| inline/raw", "bridge peak RSS", "retry topics"} {
 		require.NotContains(t, md, absent)
 	}
 	r.Phases = []string{"ceiling", "inline"}
@@ -144,6 +155,12 @@ func TestMarkdownSomePhases(t *testing.T) {
 	require.Contains(t, md, "| inline mode, 1% failing |")
 	require.NotContains(t, md, "## Intents")
 	require.NotContains(t, md, "workflow mode")
+	require.NotContains(t, md, "retry topics")
+	r.Phases = []string{"inline", "retrytopics"}
+	md = r.Markdown()
+	require.Contains(t, md, "| retry topics: a delay topic per retry, 0% failing (0 dead-lettered after 0 delay-topic attempts) |")
+	require.Contains(t, md, "| inline1%/retrytopics1% | 1.50 | ≥ 1.0 | yes |")
+	require.NotContains(t, md, "| peer:")
 }
 
 func TestSVG(t *testing.T) {
@@ -170,10 +187,11 @@ func TestSVG(t *testing.T) {
 		}
 	}
 	require.Equal(t, "svg", root)
-	// background + 3 inline + 1 workflow + 2 peer bars + 3 legend swatches.
-	require.Equal(t, 1+6+3, rects)
-	require.Contains(t, svg, "33k") // inline 0% label
-	require.Contains(t, svg, "820") // peer 1% label
+	// background + 3 inline + 1 workflow + 2 peer + 2 retry-topics bars + 4 legend swatches.
+	require.Equal(t, 1+8+4, rects)
+	require.Contains(t, svg, "33k")   // inline 0% label
+	require.Contains(t, svg, "820")   // peer 1% label
+	require.Contains(t, svg, "16.4k") // retry topics 1% label
 	require.Contains(t, svg, "60k rows/s")
 	require.NotContains(t, svg, "NaN")
 	require.NotContains(t, (&Result{}).SVG(), "NaN", "an empty result draws no NaN")

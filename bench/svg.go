@@ -15,9 +15,9 @@ type series struct {
 }
 
 // SVG is chart.svg: events/s by failure rate (0%, 1%, 10%) for inline mode,
-// workflow mode and the peer, as grouped bars on a log scale (the figures
-// span three orders of magnitude), with the PostgreSQL ceiling as a dashed
-// line. Hand-written SVG; no dependency.
+// workflow mode, the peer and retry topics, as grouped bars on a log scale
+// (the figures span three orders of magnitude), with the PostgreSQL ceiling
+// as a dashed line. Hand-written SVG; no dependency.
 func (r *Result) SVG() string {
 	rates := []float64{0, 1, 10}
 	ss := []series{
@@ -31,6 +31,12 @@ func (r *Result) SVG() string {
 		{"peer: in-place retry", "#9b3fb5", func(p float64) (float64, bool) {
 			x := r.peer(p)
 			return x.EventsPerSec, x.Events > 0
+		}},
+		// The events topic's drain, like inline mode's: every failure
+		// durably handed on.
+		{"retry topics (events topic drained)", "#2e9e5b", func(p float64) (float64, bool) {
+			x := r.retryTopics(p)
+			return x.DrainEventsPerSec, x.Events > 0
 		}},
 	}
 	const (
