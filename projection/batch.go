@@ -10,9 +10,11 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"cel.dev/cel-go/interpreter"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -263,15 +265,9 @@ func (p *pair) bind() error {
 
 const savepointName = "causet_apply"
 
-// ledgerUndoSQL removes ledger rows this transaction inserted for pairs that
-// then could not be written (CEL or statement failure).
-const ledgerUndoSQL = `DELETE FROM causet_projection_applied l
-USING unnest($1::text[], $2::text[], $3::text[]) AS k(projection, fork_id, event_id)
-WHERE l.projection = k.projection AND l.fork_id = k.fork_id AND l.event_id = k.event_id`
-
-type ledgerKey struct{ projection, fork, event string }
-
-func (p *pair) key() ledgerKey { return ledgerKey{p.res.Projection, p.ev.ForkID, p.ev.EventID} }
+// key is the pair's dedupe-ledger key, in the text form the ledger insert
+// returns.
+func (p *pair) key() string { return DedupeKey(p.res.Projection, p.ev.ForkID, p.ev.EventID).String() }
 
 // execPairs applies the pairs in rounds of two round trips.
 //
@@ -309,16 +305,17 @@ func (e *Engine) execPairs(ctx context.Context, conn *pgx.Conn, ledgerSD *pgconn
 		chunk := pending[:min(window, len(pending))]
 
 		// Round trip 1: savepoint bookkeeping and the ledger rows.
-		projs, forks, ids := make([]string, len(chunk)), make([]string, len(chunk)), make([]string, len(chunk))
-		vers := make([]int32, len(chunk))
+		keys, buckets := make([]uuid.UUID, len(chunk)), make([]int32, len(chunk))
+		projs, vers := make([]string, len(chunk)), make([]int32, len(chunk))
 		for i, p := range chunk {
-			projs[i], forks[i], ids[i], vers[i] = p.res.Projection, p.ev.ForkID, p.ev.EventID, int32(p.res.IRVersion)
+			keys[i] = DedupeKey(p.res.Projection, p.ev.ForkID, p.ev.EventID)
+			buckets[i], projs[i], vers[i] = dedupeBucket(p.ev), p.res.Projection, int32(p.res.IRVersion)
 		}
 		batch := &pgconn.Batch{}
 		for _, sql := range control {
 			batch.ExecParams(sql, nil, nil, nil, nil)
 		}
-		if err := eqb.Build(typeMap, ledgerSD, []any{projs, forks, ids, vers}); err != nil {
+		if err := eqb.Build(typeMap, ledgerSD, []any{keys, buckets, projs, vers}); err != nil {
 			return nil, err
 		}
 		batch.ExecStatement(ledgerSD, eqb.ParamValues, eqb.ParamFormats, eqb.ResultFormats)
@@ -346,14 +343,18 @@ func (e *Engine) execPairs(ctx context.Context, conn *pgx.Conn, ledgerSD *pgconn
 		if err != nil {
 			return nil, err
 		}
-		inserted := map[ledgerKey]int{}
+		// The new keys and the bucket each landed in. A key returned once
+		// is new for the first of its pairs in the round only.
+		inserted, bucketOf := map[string]int{}, map[string]string{}
 		for _, row := range rs[len(control)].Rows {
-			inserted[ledgerKey{string(row[0]), string(row[1]), string(row[2])}]++
+			inserted[string(row[0])]++
+			bucketOf[string(row[0])] = string(row[1])
 		}
 		isNew := make([]bool, len(chunk))
 		var writes []*pair
-		var writePos []int // position in chunk of each write
-		var undo [3][]string
+		var writePos []int            // position in chunk of each write
+		undo := map[string][]string{} // bucket (as returned) → keys
+		var undoBuckets []string
 		for i, p := range chunk {
 			k := p.key()
 			if inserted[k] == 0 {
@@ -362,7 +363,11 @@ func (e *Engine) execPairs(ctx context.Context, conn *pgx.Conn, ledgerSD *pgconn
 			inserted[k]--
 			isNew[i] = true
 			if p.prefail != nil {
-				undo[0], undo[1], undo[2] = append(undo[0], k.projection), append(undo[1], k.fork), append(undo[2], k.event)
+				b := bucketOf[k]
+				if undo[b] == nil {
+					undoBuckets = append(undoBuckets, b)
+				}
+				undo[b] = append(undo[b], k)
 				continue
 			}
 			writes = append(writes, p)
@@ -371,7 +376,7 @@ func (e *Engine) execPairs(ctx context.Context, conn *pgx.Conn, ledgerSD *pgconn
 		// A pair that could not be evaluated or prepared is settled now:
 		// failed, unless the ledger already had it (a duplicate). A repeat,
 		// within this round, of a pair that failed so, failed too.
-		failedNew := map[ledgerKey]bool{}
+		failedNew := map[string]bool{}
 		for i, p := range chunk {
 			if p.prefail == nil {
 				continue
@@ -392,15 +397,20 @@ func (e *Engine) execPairs(ctx context.Context, conn *pgx.Conn, ledgerSD *pgconn
 
 		// Round trip 2: undo the ledger rows of failed pairs, then the writes.
 		failAt, failErr := -1, error(nil)
-		if len(writes) > 0 || len(undo[0]) > 0 {
+		if len(writes) > 0 || len(undo) > 0 {
 			batch = &pgconn.Batch{}
 			nUndo := 0
-			if len(undo[0]) > 0 {
-				if err := eqb.Build(typeMap, nil, []any{undo[0], undo[1], undo[2]}); err != nil {
+			for _, b := range undoBuckets {
+				// One statement per bucket: it touches that partition only.
+				bucket, err := strconv.ParseInt(b, 10, 32)
+				if err != nil {
+					return nil, fmt.Errorf("ledger insert returned bucket %q: %w", b, err)
+				}
+				if err := eqb.Build(typeMap, nil, []any{int32(bucket), undo[b]}); err != nil {
 					return nil, err
 				}
 				batch.ExecParams(ledgerUndoSQL, eqb.ParamValues, nil, eqb.ParamFormats, eqb.ResultFormats)
-				nUndo = 1
+				nUndo++
 			}
 			for k, p := range writes {
 				if err := eqb.Build(typeMap, p.sd, p.args); err != nil {

@@ -21,14 +21,6 @@ import (
 	"github.com/causet/projection-retry/internal/irdoc"
 )
 
-// ledgerInsertSQL records a round's (projection, fork, event) pairs in the
-// dedupe ledger; the rows it returns are the new ones, to be written. The
-// pairs it does not return were applied before: duplicates.
-const ledgerInsertSQL = `INSERT INTO causet_projection_applied (projection, fork_id, event_id, ir_version)
-SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[])
-ON CONFLICT DO NOTHING
-RETURNING projection, fork_id, event_id`
-
 var celEnv = sync.OnceValues(func() (*cel.Env, error) {
 	return cel.NewEnv(cel.Variable("event", cel.MapType(cel.StringType, cel.DynType)))
 })

@@ -25,14 +25,6 @@ CREATE TABLE IF NOT EXISTS causet_projection_versions (
 	deployed_at timestamptz NOT NULL DEFAULT now(),
 	PRIMARY KEY (name, version)
 );
-CREATE TABLE IF NOT EXISTS causet_projection_applied (
-	projection text        NOT NULL,
-	fork_id    text        NOT NULL,
-	event_id   text        NOT NULL,
-	ir_version int         NOT NULL,
-	applied_at timestamptz NOT NULL DEFAULT now(),
-	PRIMARY KEY (projection, fork_id, event_id)
-);
 -- One row; its version grows with every deploy, so an engine can tell with
 -- one cheap read whether its cache is current.
 CREATE TABLE IF NOT EXISTS causet_projection_catalog (
@@ -40,10 +32,11 @@ CREATE TABLE IF NOT EXISTS causet_projection_catalog (
 	version bigint  NOT NULL
 );
 INSERT INTO causet_projection_catalog (id, version) VALUES (true, 0) ON CONFLICT DO NOTHING;
-`
+` + dedupeSchemaSQL
 
-// EnsureSchema creates the IR version store, the dedupe ledger and the
-// catalog counter if they do not exist. It is idempotent and safe to run
+// EnsureSchema creates the IR version store, the dedupe ledger (migrating
+// an unpartitioned one of an earlier release into bucket 0, see dedupe.go)
+// and the catalog counter if they do not exist. It is idempotent and safe to run
 // concurrently (it holds a transaction-scoped advisory lock).
 func EnsureSchema(ctx context.Context, pool *pgxpool.Pool) error {
 	return pgstore.EnsureSchema(ctx, pool, "projection", schemaSQL, schemaLockKey)

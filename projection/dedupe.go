@@ -1,0 +1,324 @@
+package projection
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/internal/pgstore"
+)
+
+// The dedupe ledger, causet_projection_applied, remembers which (projection,
+// fork, event) pairs were applied, so that a redelivered or re-sent event is
+// applied at most once. It is bounded by a horizon, and its cost per event
+// does not grow with history:
+//
+//   - A row is a 16-byte key (DedupeKey: SHA-256 of the projection, fork and
+//     event IDs, truncated), the hour bucket it lives in, the projection, the
+//     IR version and the time it was applied.
+//   - The table is partitioned by bucket: one partition per hour of the
+//     events' occurredAt, so an event always lands in the same partition and
+//     an insert only touches the index of its own hour. Older hours are
+//     never read again; history costs nothing per event.
+//   - Bucket 0 ("unbucketed") holds events without occurredAt, events whose
+//     occurredAt is outside the window [now − horizon, now + DedupeAhead]
+//     when they are applied, and rows migrated from the unpartitioned
+//     ledger. Every insert also probes it, so an event is found whichever
+//     of the two it was recorded in.
+//   - MaintainDedupe creates the hours ahead, moves the window, drops hour
+//     partitions older than the horizon plus DedupeGrace (a DROP, not row
+//     deletes) and deletes bucket-0 rows applied before the horizon.
+//
+// A duplicate is therefore applied at most once while its first application
+// is within the horizon: for an event with occurredAt, while occurredAt is
+// less than the horizon old; for one without, for the horizon after it was
+// applied. The horizon (CAUSET_DEDUPE_HORIZON) must cover the DLQ replay
+// window and the events topic's retention.
+
+// DefaultDedupeHorizon is the default horizon: two weeks, twice Kafka's
+// default retention and the default DLQ replay window, so a consumer group
+// reset to the start of the topic or a late replay still finds the events
+// applied before.
+const DefaultDedupeHorizon = 14 * 24 * time.Hour
+
+const (
+	// DedupeBucket is the span of one partition of the ledger.
+	DedupeBucket = time.Hour
+	// DedupeAhead is how far ahead of now hour partitions exist: an event
+	// whose occurredAt is further in the future is recorded in bucket 0.
+	DedupeAhead = 48 * time.Hour
+	// DedupeGrace is how long past the horizon an hour partition is kept
+	// before it is dropped, so no insert that read an older window can
+	// reach a dropped partition.
+	DedupeGrace = 48 * time.Hour
+)
+
+// dedupeLockKey serializes maintenance (with schemaLockKey's class).
+const dedupeLockKey int64 = 0x63617573_65740002 // "caus" "et" 2
+
+const unbucketed = "causet_projection_applied_unbucketed"
+
+// DedupeKey is the ledger's key of (projection, fork, event): the first 16
+// bytes of the SHA-256 of the three, length-prefixed so no two triples
+// share an input. causet_applied_key(projection, fork_id, event_id) computes
+// the same in SQL.
+func DedupeKey(projection, fork, eventID string) uuid.UUID {
+	h := sha256.New()
+	for _, s := range []string{projection, fork} {
+		h.Write([]byte(strconv.Itoa(len(s))))
+		h.Write([]byte{':'})
+		h.Write([]byte(s))
+	}
+	h.Write([]byte(eventID))
+	var k uuid.UUID
+	copy(k[:], h.Sum(nil))
+	return k
+}
+
+// dedupeBucket is the hour bucket of an event: hours since the Unix epoch of
+// its occurredAt, 0 without one (the insert also routes a bucket outside
+// the window to 0).
+func dedupeBucket(ev *event.Envelope) int32 {
+	if ev.OccurredAt.IsZero() || ev.OccurredAt.Unix() < int64(DedupeBucket/time.Second) {
+		return 0
+	}
+	return hourOf(ev.OccurredAt)
+}
+
+func hourOf(t time.Time) int32 { return int32(t.Unix() / int64(DedupeBucket/time.Second)) }
+
+// dedupeSchemaSQL is the ledger's part of the schema. It runs under the
+// schema lock, after the catalog tables. An unpartitioned ledger of an
+// earlier release is renamed here and migrated by migrateLegacySQL.
+const dedupeSchemaSQL = `
+CREATE OR REPLACE FUNCTION causet_applied_key(projection text, fork_id text, event_id text) RETURNS uuid
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $f$
+	SELECT encode(substring(sha256(convert_to(
+		octet_length(projection) || ':' || projection || octet_length(fork_id) || ':' || fork_id || event_id, 'UTF8'))
+		FROM 1 FOR 16), 'hex')::uuid
+$f$;
+DO $m$ BEGIN
+	IF EXISTS (SELECT 1 FROM pg_class WHERE oid = to_regclass('causet_projection_applied') AND relkind = 'r') THEN
+		ALTER TABLE causet_projection_applied RENAME TO causet_projection_applied_legacy;
+		ALTER INDEX IF EXISTS causet_projection_applied_pkey RENAME TO causet_projection_applied_legacy_pkey;
+	END IF;
+END $m$;
+CREATE TABLE IF NOT EXISTS causet_projection_applied (
+	key        uuid        NOT NULL,
+	bucket     int         NOT NULL,
+	projection text        NOT NULL,
+	ir_version int         NOT NULL,
+	applied_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (key, bucket)
+) PARTITION BY LIST (bucket);
+CREATE TABLE IF NOT EXISTS causet_projection_applied_unbucketed PARTITION OF causet_projection_applied FOR VALUES IN (0);
+-- Bucket 0 is pruned by applied_at, which only grows: the index is
+-- appended to, not written at random.
+CREATE INDEX IF NOT EXISTS causet_projection_applied_unbucketed_at ON causet_projection_applied_unbucketed (applied_at);
+-- One row: the hour buckets [lo, hi] that have partitions and are inside
+-- the horizon, and the horizon the last maintenance used.
+CREATE TABLE IF NOT EXISTS causet_projection_dedupe (
+	id            boolean     PRIMARY KEY DEFAULT true CHECK (id),
+	lo            int         NOT NULL,
+	hi            int         NOT NULL,
+	horizon       interval    NOT NULL,
+	maintained_at timestamptz NOT NULL
+);
+-- Until the first maintenance the window is empty: every event is recorded
+-- in bucket 0.
+INSERT INTO causet_projection_dedupe (id, lo, hi, horizon, maintained_at) VALUES (true, 0, -1, interval '14 days', now())
+ON CONFLICT (id) DO NOTHING;
+DO $m$ BEGIN
+	IF to_regclass('causet_projection_applied_legacy') IS NOT NULL THEN
+		INSERT INTO causet_projection_applied (key, bucket, projection, ir_version, applied_at)
+		SELECT causet_applied_key(projection, fork_id, event_id), 0, projection, ir_version, applied_at
+		FROM causet_projection_applied_legacy
+		ON CONFLICT DO NOTHING;
+		DROP TABLE causet_projection_applied_legacy;
+	END IF;
+END $m$;
+`
+
+// ledgerInsertSQL records a round's pairs in the dedupe ledger: keys ($1),
+// hour buckets ($2, routed to 0 outside the window), projections ($3) and
+// IR versions ($4). The keys it returns are new, to be written; the others
+// were applied before: duplicates.
+const ledgerInsertSQL = `INSERT INTO causet_projection_applied (key, bucket, projection, ir_version)
+SELECT k.key, CASE WHEN k.bucket BETWEEN d.lo AND d.hi THEN k.bucket ELSE 0 END, k.projection, k.ir_version
+FROM unnest($1::uuid[], $2::int[], $3::text[], $4::int[]) AS k(key, bucket, projection, ir_version)
+LEFT JOIN causet_projection_dedupe d ON true
+WHERE NOT EXISTS (SELECT 1 FROM causet_projection_applied u WHERE u.bucket = 0 AND u.key = k.key)
+ON CONFLICT DO NOTHING
+RETURNING key::text, bucket::text`
+
+// ledgerUndoSQL removes ledger rows of one bucket ($1) this transaction
+// inserted for pairs that then could not be written (CEL or statement
+// failure); one statement per bucket, so only that partition is touched.
+const ledgerUndoSQL = `DELETE FROM causet_projection_applied WHERE bucket = $1 AND key = ANY($2::uuid[])`
+
+// DedupeStats describes the dedupe ledger.
+type DedupeStats struct {
+	// Horizon is the horizon of the last maintenance.
+	Horizon time.Duration
+	// From and To bound the hours of occurredAt recorded in hour
+	// partitions; events outside are recorded in bucket 0.
+	From, To time.Time
+	// MaintainedAt is when maintenance last ran.
+	MaintainedAt time.Time
+	// Partitions counts the hour partitions.
+	Partitions int
+	// Bytes is the ledger's size on disk: tables and indexes.
+	Bytes int64
+	// OldestHour is the start of the oldest hour partition (zero if none).
+	OldestHour time.Time
+	// UnbucketedRows estimates bucket 0's rows (the planner's count), and
+	// OldestUnbucketed is the oldest applied_at in it (zero if empty).
+	UnbucketedRows   int64
+	OldestUnbucketed time.Time
+}
+
+// Oldest is the oldest entry the ledger may hold: the older of its oldest
+// hour partition and its oldest bucket-0 row.
+func (s DedupeStats) Oldest() time.Time {
+	switch {
+	case s.OldestHour.IsZero():
+		return s.OldestUnbucketed
+	case s.OldestUnbucketed.IsZero() || s.OldestHour.Before(s.OldestUnbucketed):
+		return s.OldestHour
+	}
+	return s.OldestUnbucketed
+}
+
+func hourStart(h int32) time.Time {
+	return time.Unix(int64(h)*int64(DedupeBucket/time.Second), 0).UTC()
+}
+
+// partitionName is the hour partition of bucket h.
+func partitionName(h int32) string { return "causet_projection_applied_h" + strconv.Itoa(int(h)) }
+
+// MaintainDedupe keeps the dedupe ledger within horizon at now (the
+// database's clock): it creates the hour partitions up to DedupeAhead,
+// moves the routing window to [now − horizon, now + DedupeAhead], drops hour
+// partitions older than horizon + DedupeGrace, and deletes bucket-0 rows
+// applied more than horizon ago (in chunks of limit rows per statement, so
+// no statement holds many row locks). Concurrent callers run one at a time.
+// It returns the partitions dropped and the rows deleted.
+func MaintainDedupe(ctx context.Context, pool *pgxpool.Pool, horizon time.Duration) (dropped int, deleted int64, err error) {
+	if horizon < DedupeBucket {
+		return 0, 0, fmt.Errorf("dedupe horizon %s is shorter than one bucket (%s)", horizon, DedupeBucket)
+	}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", dedupeLockKey); err != nil {
+			return err
+		}
+		var now time.Time
+		if err := tx.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+			return err
+		}
+		lo, hi := hourOf(now.Add(-horizon)), hourOf(now.Add(DedupeAhead))
+		existing, err := hourPartitions(ctx, tx)
+		if err != nil {
+			return err
+		}
+		have := map[int32]bool{}
+		for _, h := range existing {
+			have[h] = true
+		}
+		for h := lo; h <= hi; h++ {
+			if have[h] {
+				continue
+			}
+			if _, err := tx.Exec(ctx, fmt.Sprintf("CREATE TABLE %s PARTITION OF causet_projection_applied FOR VALUES IN (%d)",
+				pgx.Identifier{partitionName(h)}.Sanitize(), h)); err != nil {
+				return fmt.Errorf("create dedupe partition for %s: %w", hourStart(h).Format(time.RFC3339), err)
+			}
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO causet_projection_dedupe (id, lo, hi, horizon, maintained_at) VALUES (true, $1, $2, $3, now())
+ON CONFLICT (id) DO UPDATE SET lo = EXCLUDED.lo, hi = EXCLUDED.hi, horizon = EXCLUDED.horizon, maintained_at = EXCLUDED.maintained_at`,
+			lo, hi, horizon); err != nil {
+			return err
+		}
+		dropBelow := hourOf(now.Add(-horizon - DedupeGrace))
+		for _, h := range existing {
+			if h >= dropBelow {
+				continue
+			}
+			if _, err := tx.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{partitionName(h)}.Sanitize()); err != nil {
+				return fmt.Errorf("drop dedupe partition for %s: %w", hourStart(h).Format(time.RFC3339), err)
+			}
+			dropped++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("maintain the dedupe ledger: %w", err)
+	}
+	// Bucket 0 is pruned row by row, outside the maintenance transaction,
+	// in chunks.
+	for {
+		tag, err := pool.Exec(ctx, `DELETE FROM causet_projection_applied_unbucketed WHERE ctid = ANY(ARRAY(
+	SELECT ctid FROM causet_projection_applied_unbucketed WHERE applied_at < now() - $1::interval LIMIT 10000))`, horizon)
+		if err != nil {
+			return dropped, deleted, fmt.Errorf("prune the dedupe ledger's bucket 0: %w", err)
+		}
+		deleted += tag.RowsAffected()
+		if tag.RowsAffected() < 10000 {
+			return dropped, deleted, nil
+		}
+	}
+}
+
+// hourPartitions lists the hour buckets that have partitions.
+func hourPartitions(ctx context.Context, q pgstore.Querier) ([]int32, error) {
+	rows, err := q.Query(ctx, `SELECT substring(c.relname FROM '^causet_projection_applied_h([0-9]+)$')::int
+FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = 'causet_projection_applied'::regclass AND c.relname ~ '^causet_projection_applied_h[0-9]+$'
+ORDER BY 1`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int32])
+}
+
+// ReadDedupeStats reads the ledger's size and bounds. The schema must exist.
+func ReadDedupeStats(ctx context.Context, pool *pgxpool.Pool) (DedupeStats, error) {
+	var s DedupeStats
+	var lo, hi int32
+	var horizon time.Duration
+	err := pool.QueryRow(ctx, `SELECT lo, hi, horizon, maintained_at FROM causet_projection_dedupe`).Scan(&lo, &hi, &horizon, &s.MaintainedAt)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return s, fmt.Errorf("read the dedupe ledger's window: %w", err)
+	default:
+		s.Horizon, s.From, s.To = horizon, hourStart(lo), hourStart(hi+1)
+	}
+	hours, err := hourPartitions(ctx, pool)
+	if err != nil {
+		return s, fmt.Errorf("list the dedupe ledger's partitions: %w", err)
+	}
+	s.Partitions = len(hours)
+	if len(hours) > 0 {
+		s.OldestHour = hourStart(hours[0])
+	}
+	var oldest *time.Time
+	err = pool.QueryRow(ctx, `SELECT
+	(SELECT COALESCE(sum(pg_total_relation_size(relid)), 0)::bigint FROM pg_partition_tree('causet_projection_applied')),
+	(SELECT GREATEST(reltuples, 0)::bigint FROM pg_class WHERE oid = 'causet_projection_applied_unbucketed'::regclass),
+	(SELECT applied_at FROM causet_projection_applied_unbucketed ORDER BY applied_at LIMIT 1)`).Scan(&s.Bytes, &s.UnbucketedRows, &oldest)
+	if err != nil {
+		return s, fmt.Errorf("measure the dedupe ledger: %w", err)
+	}
+	if oldest != nil {
+		s.OldestUnbucketed = oldest.UTC()
+	}
+	return s, nil
+}
