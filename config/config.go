@@ -51,6 +51,10 @@ const (
 	// DefaultBridgeMaxBufferedBytes is the queued record bytes per
 	// partition at which its fetching pauses.
 	DefaultBridgeMaxBufferedBytes = 256 << 20
+	// DefaultDedupeHorizon is how long the dedupe ledger remembers an
+	// applied event: two weeks, twice Kafka's default retention and the
+	// default replay window.
+	DefaultDedupeHorizon = 336 * time.Hour
 )
 
 // Config is every setting of CONTRACT §3 that the service reads itself. The
@@ -83,6 +87,9 @@ type Config struct {
 	BridgeInstanceID string
 	// KafkaSecurity is the brokers' TLS and SASL settings (KAFKA_TLS*, KAFKA_SASL_*).
 	KafkaSecurity KafkaSecurity
+	// DedupeHorizon is how long the dedupe ledger remembers an applied
+	// event (CAUSET_DEDUPE_HORIZON); at least the replay window.
+	DedupeHorizon time.Duration
 }
 
 // Lookup returns an environment value and whether it is set; os.LookupEnv in
@@ -121,9 +128,16 @@ func Load(lookup Lookup) (Config, error) {
 		BridgeMaxBufferedBytes: p.int64Range("CAUSET_BRIDGE_MAX_BUFFERED_BYTES", DefaultBridgeMaxBufferedBytes, 1<<20, 1<<40,
 			"a number of bytes from 1048576 (1 MiB) to 1099511627776 (1 TiB)"),
 		BridgeInstanceID: p.instanceID("CAUSET_BRIDGE_INSTANCE_ID"),
+		DedupeHorizon:    p.duration("CAUSET_DEDUPE_HORIZON", DefaultDedupeHorizon),
 	}
 	if p.err != nil {
 		return Config{}, p.err
+	}
+	if c.DedupeHorizon < c.DLQReplayWindow || c.DedupeHorizon < time.Hour {
+		// A replayed dead letter, or a redelivery within the window, must
+		// still find the events applied before it.
+		return Config{}, fmt.Errorf("CAUSET_DEDUPE_HORIZON=%s is shorter than CAUSET_DLQ_REPLAY_WINDOW=%s (or than 1h): the dedupe ledger must remember applied events at least as long as dead letters can be replayed",
+			c.DedupeHorizon, c.DLQReplayWindow)
 	}
 	if err := c.Retry.Validate(); err != nil {
 		return Config{}, err

@@ -51,8 +51,17 @@ func TestDefaults(t *testing.T) {
 	require.EqualValues(t, DefaultIRCostLimit, c.IRCostLimit)
 	require.EqualValues(t, 256<<20, c.BridgeMaxBufferedBytes)
 	require.Empty(t, c.BridgeInstanceID, "dynamic group membership unless set")
+	require.Equal(t, 336*time.Hour, c.DedupeHorizon)
 	require.Empty(t, c.DatabaseURL)
 	require.Error(t, c.RequireDatabaseURL())
+}
+
+func TestDedupeHorizonFollowsTheReplayWindow(t *testing.T) {
+	c, err := Load(env("CAUSET_DLQ_REPLAY_WINDOW", "1h", "CAUSET_DEDUPE_HORIZON", "2h"))
+	require.NoError(t, err)
+	require.Equal(t, 2*time.Hour, c.DedupeHorizon)
+	_, err = Load(env("CAUSET_DLQ_REPLAY_WINDOW", "400h"))
+	require.ErrorContains(t, err, "CAUSET_DEDUPE_HORIZON=336h0m0s is shorter than CAUSET_DLQ_REPLAY_WINDOW=400h0m0s")
 }
 
 func TestScheduleFromEnv(t *testing.T) {
@@ -163,6 +172,8 @@ func TestBadValues(t *testing.T) {
 		{"CAUSET_IR_COST_LIMIT", "10", `CAUSET_IR_COST_LIMIT="10" is invalid: want an integer from 1000`},
 		{"CAUSET_BRIDGE_MAX_BUFFERED_BYTES", "256MiB", `CAUSET_BRIDGE_MAX_BUFFERED_BYTES="256MiB" is invalid: want a number of bytes`},
 		{"CAUSET_BRIDGE_INSTANCE_ID", "bridge 1", `CAUSET_BRIDGE_INSTANCE_ID="bridge 1" is invalid: want at most 249`},
+		{"CAUSET_DEDUPE_HORIZON", "14d", `CAUSET_DEDUPE_HORIZON="14d" is invalid: want a positive Go duration`},
+		{"CAUSET_DEDUPE_HORIZON", "24h", `CAUSET_DEDUPE_HORIZON=24h0m0s is shorter than CAUSET_DLQ_REPLAY_WINDOW=168h0m0s`},
 		{"KAFKA_TLS", "yes", `KAFKA_TLS="yes" is invalid: want true or false`},
 		{"KAFKA_SASL_PASSWORD", "hunter2", `KAFKA_SASL_PASSWORD is set but KAFKA_SASL_MECHANISM is not`},
 	}

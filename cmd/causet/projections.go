@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/internal/pgstore"
 	"github.com/causet/projection-retry/projection"
 )
 
@@ -23,7 +24,7 @@ var projectionsOut io.Writer = os.Stdout
 type projectionsCmd struct {
 	Validate projectionsValidateCmd `cmd:"" help:"Check IR documents (no database needed)."`
 	Deploy   projectionsDeployCmd   `cmd:"" help:"Validate IR documents, then deploy each as the next version of its projection (DATABASE_URL)."`
-	List     projectionsListCmd     `cmd:"" help:"List the newest deployed version of every projection (DATABASE_URL)."`
+	List     projectionsListCmd     `cmd:"" help:"List the newest deployed version of every projection and the dedupe ledger's size, oldest entry and horizon (DATABASE_URL)."`
 }
 
 type projectionsValidateCmd struct {
@@ -67,7 +68,52 @@ func (c projectionsDeployCmd) Run(ctx context.Context, logger *slog.Logger) erro
 }
 
 func (c projectionsListCmd) Run(ctx context.Context, logger *slog.Logger) error {
-	return projectionDocs.listDeployed(ctx)
+	if err := projectionDocs.listDeployed(ctx); err != nil {
+		return err
+	}
+	pool, err := documentsPool(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	st, err := projection.ReadDedupeStats(ctx, pool)
+	if pgstore.IsUndefinedTable(err) {
+		return nil // nothing applied yet: no ledger
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(projectionsOut, dedupeSummary(st))
+	return nil
+}
+
+// dedupeSummary describes the dedupe ledger in two lines.
+func dedupeSummary(st projection.DedupeStats) string {
+	oldest := "none"
+	if o := st.Oldest(); !o.IsZero() {
+		oldest = o.Format(time.RFC3339)
+	}
+	window := "none yet (every event in bucket 0 until a worker or bridge maintains it)"
+	if !st.MaintainedAt.IsZero() && st.To.After(st.From) {
+		window = fmt.Sprintf("occurredAt %s to %s, maintained %s", st.From.Format(time.RFC3339), st.To.Format(time.RFC3339),
+			st.MaintainedAt.UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf("\ndedupe ledger: %s in %d hour partitions and bucket 0 (about %d rows); oldest entry %s; horizon %s\nhour partitions: %s\n",
+		bytesIEC(st.Bytes), st.Partitions, st.UnbucketedRows, oldest, st.Horizon, window)
+}
+
+// bytesIEC renders n bytes as KiB, MiB or GiB.
+func bytesIEC(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 3; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGT"[exp])
 }
 
 // documentsPool connects to DATABASE_URL for the projections and intents

@@ -67,7 +67,8 @@ func WithSetup(setup func(context.Context, *pgxpool.Pool) error) Option {
 }
 
 // Open builds the service from cfg: it requires DATABASE_URL, opens the pool
-// and the projection engine, dials Temporal and adds the search attributes
+// and the projection engine, maintains the dedupe ledger (now and every
+// DedupeMaintainEvery until Close), dials Temporal and adds the search attributes
 // the workflows use where the server allows it (WithWritePathOnly: the pool
 // only). On error what was opened is closed again.
 func Open(ctx context.Context, cfg config.Config, opts ...Option) (_ *Service, err error) {
@@ -102,6 +103,9 @@ func Open(ctx context.Context, cfg config.Config, opts ...Option) (_ *Service, e
 		return nil, err
 	}
 	s.closers = append(s.closers, s.Engine.Close)
+	if err := s.startDedupeMaintenance(ctx); err != nil {
+		return nil, err
+	}
 	if s.Temporal, err = DialTemporal(ctx, s.Logger, TemporalOptions{HostPort: o.hostPort, Metrics: s.Registry}); err != nil {
 		return nil, err
 	}
