@@ -82,7 +82,7 @@ func ledgerRows(t *testing.T, pool *pgxpool.Pool, eventID string) int {
 	t.Helper()
 	var n int
 	require.NoError(t, pool.QueryRow(context.Background(),
-		`SELECT count(*) FROM causet_projection_applied WHERE projection = $1 AND fork_id = $2 AND event_id = $3`,
+		`SELECT count(*) FROM causet_projection_applied WHERE projection = $1 AND key = causet_applied_key($1, $2, $3)`,
 		projectionName, "production", eventID).Scan(&n))
 	return n
 }

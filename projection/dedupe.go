@@ -37,10 +37,13 @@ import (
 //     partitions older than the horizon plus DedupeGrace (a DROP, not row
 //     deletes) and deletes bucket-0 rows applied before the horizon.
 //
-// A duplicate is therefore applied at most once while its first application
-// is within the horizon: for an event with occurredAt, while occurredAt is
-// less than the horizon old; for one without, for the horizon after it was
-// applied. The horizon (CAUSET_DEDUPE_HORIZON) must cover the DLQ replay
+// A duplicate — a delivery of the same envelope: same eventId, same
+// occurredAt, as Kafka redeliveries, relay re-sends and replays are — is
+// therefore applied at most once while its first application is within the
+// horizon: for an event with occurredAt, while occurredAt is less than the
+// horizon old; for one without, for the horizon after it was applied. (A
+// producer that rebuilds an event with a new occurredAt under the same
+// eventId makes another hour's row; CONTRACT §5 asks producers not to.) The horizon (CAUSET_DEDUPE_HORIZON) must cover the DLQ replay
 // window and the events topic's retention.
 
 // DefaultDedupeHorizon is the default horizon: two weeks, twice Kafka's
@@ -63,8 +66,6 @@ const (
 
 // dedupeLockKey serializes maintenance (with schemaLockKey's class).
 const dedupeLockKey int64 = 0x63617573_65740002 // "caus" "et" 2
-
-const unbucketed = "causet_projection_applied_unbucketed"
 
 // DedupeKey is the ledger's key of (projection, fork, event): the first 16
 // bytes of the SHA-256 of the three, length-prefixed so no two triples
@@ -102,7 +103,8 @@ const dedupeSchemaSQL = `
 CREATE OR REPLACE FUNCTION causet_applied_key(projection text, fork_id text, event_id text) RETURNS uuid
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $f$
 	SELECT encode(substring(sha256(convert_to(
-		octet_length(projection) || ':' || projection || octet_length(fork_id) || ':' || fork_id || event_id, 'UTF8'))
+		octet_length(convert_to(projection, 'UTF8')) || ':' || projection ||
+		octet_length(convert_to(fork_id, 'UTF8')) || ':' || fork_id || event_id, 'UTF8'))
 		FROM 1 FOR 16), 'hex')::uuid
 $f$;
 DO $m$ BEGIN

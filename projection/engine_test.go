@@ -179,8 +179,10 @@ func TestSameEventTwiceChangesOnce(t *testing.T) {
 
 	ev := followed("e1", "user-1", "artist-9")
 	requireApplied(t, f.apply(t, "artist_followers", ev))
+	// A redelivery is the same envelope; even with a payload changed, it
+	// cannot change the row.
 	moved := ev
-	moved.OccurredAt = occurred.Add(time.Hour) // a redelivery cannot change the row
+	moved.Payload = []byte(`{"artistId":"artist-10"}`)
 	res := f.apply(t, "artist_followers", moved)
 	require.Equal(t, projection.StatusDuplicate, res.Status)
 	require.Nil(t, res.Err)
@@ -367,9 +369,13 @@ func TestInjectionInPayloadIsData(t *testing.T) {
 	ev.ForkID = `prod' OR '1'='1`
 	requireApplied(t, f.apply(t, "artist_followers", ev))
 	require.Equal(t, map[string]time.Time{`"user"; DROP TABLE x/` + evil: occurred}, f.followers(t))
-	var ledger string
-	require.NoError(t, f.pool.QueryRow(f.ctx, "SELECT fork_id || '|' || event_id FROM causet_projection_applied").Scan(&ledger))
-	require.Equal(t, ev.ForkID+"|"+ev.EventID, ledger)
+	// The ledger's one row is the key of exactly this fork and event ID.
+	var key, sqlKey string
+	require.NoError(t, f.pool.QueryRow(f.ctx, "SELECT key::text, causet_applied_key('artist_followers', $1, $2)::text FROM causet_projection_applied",
+		ev.ForkID, ev.EventID).Scan(&key, &sqlKey))
+	require.Equal(t, projection.DedupeKey("artist_followers", ev.ForkID, ev.EventID).String(), key)
+	require.Equal(t, key, sqlKey)
+	require.Equal(t, 1, f.count(t, "SELECT count(*) FROM causet_projection_applied"))
 }
 
 func TestBatchIsolatesFailures(t *testing.T) {

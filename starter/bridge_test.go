@@ -222,7 +222,8 @@ func TestBridgeKafkaRebalanceEachEventOnce(t *testing.T) {
 	h.waitCommittedToEnd(90 * time.Second)
 
 	if n := h.count(`SELECT count(*) FROM causet_projection_applied`); n != total {
-		rows, err := h.pool.Query(h.ctx, `SELECT g FROM generate_series(0, $1 - 1) g WHERE NOT EXISTS (SELECT 1 FROM causet_projection_applied WHERE event_id = 'e-' || g)`, total)
+		rows, err := h.pool.Query(h.ctx, `SELECT g FROM generate_series(0, $1 - 1) g WHERE NOT EXISTS (SELECT 1 FROM causet_projection_applied
+			WHERE key IN (SELECT causet_applied_key(name, 'production', 'e-' || g) FROM causet_projection_versions))`, total)
 		require.NoError(t, err)
 		var missing []string
 		for rows.Next() {

@@ -20,13 +20,18 @@ import (
 	"github.com/causet/projection-retry/projection"
 )
 
-// refuseLedgerRowSQL makes the dedupe ledger refuse one event's row: the
-// batch's multi-row ledger insert then fails as a whole while the database
-// answers, as an event PostgreSQL cannot store would make it.
+// refuseLedgerRowSQL makes the dedupe ledger refuse the rows of the events
+// listed in refused_ledger_events (fork, event ID), under any projection:
+// the batch's multi-row ledger insert then fails as a whole while the
+// database answers, as an event PostgreSQL cannot store would make it.
 const refuseLedgerRowSQL = `
+CREATE TABLE refused_ledger_events (fork_id text NOT NULL, event_id text NOT NULL);
 CREATE FUNCTION refuse_bad_event() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE bad text;
 BEGIN
-  IF NEW.event_id LIKE '%-bad' THEN RAISE EXCEPTION 'ledger refuses %', NEW.event_id; END IF;
+  SELECT event_id INTO bad FROM refused_ledger_events
+    WHERE causet_applied_key(NEW.projection, fork_id, event_id) = NEW.key LIMIT 1;
+  IF FOUND THEN RAISE EXCEPTION 'ledger refuses %', bad; END IF;
   RETURN NEW;
 END $$;
 CREATE TRIGGER refuse_bad_event BEFORE INSERT ON causet_projection_applied
@@ -45,6 +50,9 @@ func TestBridgeKafkaBatchErrorWithDatabaseUpIsolatesTheEvent(t *testing.T) {
 			h := newHarness(t, harnessOptions{partitions: 1, noTemporal: true})
 			_, err := h.pool.Exec(h.ctx, refuseLedgerRowSQL)
 			require.NoError(t, err)
+			p := h.prefix
+			_, err = h.pool.Exec(h.ctx, `INSERT INTO refused_ledger_events VALUES ('production', $1)`, p+"2-bad")
+			require.NoError(t, err)
 			starter := newRecordingStarter(nil)
 			o := h.options(starter)
 			if !ordered {
@@ -52,7 +60,6 @@ func TestBridgeKafkaBatchErrorWithDatabaseUpIsolatesTheEvent(t *testing.T) {
 			}
 			r := h.start(o)
 
-			p := h.prefix
 			h.produce(
 				envRecord(0, played(p+"1", "artist-1", 1, 1)),
 				envRecord(0, played(p+"2-bad", "artist-2", 1, 1)),

@@ -137,7 +137,9 @@ func TestBridgeKafkaOrderingFollowUnfollow(t *testing.T) {
 	}, 60*time.Second, 100*time.Millisecond)
 	h.waitCommittedToEnd(30 * time.Second)
 	require.Eventually(t, func() bool {
-		return h.count(`SELECT count(*) FROM causet_projection_applied WHERE event_id = $1`, u.EventID) == 1
+		// The event's rows under any deployed projection.
+		return h.count(`SELECT count(*) FROM causet_projection_applied
+			WHERE key IN (SELECT causet_applied_key(name, $1, $2) FROM causet_projection_versions)`, u.ForkID, u.EventID) == 1
 	}, 30*time.Second, 50*time.Millisecond)
 	require.Zero(t, h.count(`SELECT count(*) FROM artist_followers WHERE user_id = $1`, user), "final: not following")
 	st, err := h.status(fid)

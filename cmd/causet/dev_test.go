@@ -225,7 +225,8 @@ func TestDevKafkaSmoke(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		var n int
-		err := conn.QueryRow(ctx, `SELECT count(*) FROM causet_projection_applied WHERE projection = 'artist_stats' AND event_id = $1`, playEventID).Scan(&n)
+		err := conn.QueryRow(ctx, `SELECT count(*) FROM causet_projection_applied
+			WHERE projection = 'artist_stats' AND key = causet_applied_key('artist_stats', 'production', $1)`, playEventID).Scan(&n)
 		return err == nil && n == 1
 	}, 30*time.Second, 100*time.Millisecond, "%s not applied\n%s", playEventID, logs)
 	var published int

@@ -127,13 +127,16 @@ func (s *Service) Close() {
 
 // OpenPool builds a pgx pool on url, whose idle connections are checked
 // every 10 s so that broken ones are replaced between requests too; errors
-// never echo the URL, which may hold a password.
+// never echo the URL, which may hold a password. Its sessions use
+// client_encoding UTF8, as Go strings are, whatever the database's own
+// encoding.
 func OpenPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, errors.New("DATABASE_URL is not a valid PostgreSQL URL")
 	}
 	pc.HealthCheckPeriod = 10 * time.Second
+	pc.ConnConfig.RuntimeParams["client_encoding"] = "UTF8"
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("connect to PostgreSQL at %s:%d: %w", pc.ConnConfig.Host, pc.ConnConfig.Port, err)
