@@ -62,12 +62,14 @@ func sizesFor(quick bool) Sizes {
 		return Sizes{Ceiling: 10000, Inline: []int{10000, 10000, 3000}, FailRates: []float64{0, 1, 10}, LatencySeconds: 2,
 			Workflow: 100, Peer: []int{10000, 2000}, PeerFailRates: []float64{0, 1},
 			RetryTopics: []int{10000, 10000}, RetryTopicsFailRates: []float64{0, 1}, Schedule: 2, Handoff: 1000, Partitions: 3, MaxInflight: 256, Reps: 1,
-			Intents: 3200, IntentClients: 64, IntentEntities: 1280, IntentConns: 64}
+			Intents: 3200, IntentClients: 64, IntentEntities: 1280, IntentConns: 64,
+			History: []int{0, 1_000_000, 5_000_000}}
 	}
 	return Sizes{Ceiling: 100000, Inline: []int{100000, 100000, 30000}, FailRates: []float64{0, 1, 10}, LatencySeconds: 5,
 		Workflow: 500, Peer: []int{100000, 20000}, PeerFailRates: []float64{0, 1},
 		RetryTopics: []int{100000, 100000}, RetryTopicsFailRates: []float64{0, 1}, Schedule: 3, Handoff: 10000, Partitions: 3, MaxInflight: 256, Reps: 3,
-		Intents: 25600, IntentClients: 64, IntentEntities: 6400, IntentConns: 64}
+		Intents: 25600, IntentClients: 64, IntentEntities: 6400, IntentConns: 64,
+		History: []int{0, 10_000_000, 50_000_000}}
 }
 
 type bench struct {
@@ -164,6 +166,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		{"ceiling", b.ceiling},
 		{"schedule", b.schedule},
 		{"inline", b.inlineRuns},
+		{"history", b.historyPhase},
 		{"peer", b.peerRuns},
 		{"retrytopics", b.retryTopicsRuns},
 		{"workflow", b.workflowMode},
@@ -219,7 +222,7 @@ func (b *bench) queueNote() string {
 }
 
 // phaseNames are the phases of a run, in the order they run.
-var phaseNames = []string{"ceiling", "schedule", "inline", "peer", "retrytopics", "workflow", "handoff", "intents"}
+var phaseNames = []string{"ceiling", "schedule", "inline", "history", "peer", "retrytopics", "workflow", "handoff", "intents"}
 
 // phasesFromEnv reads CAUSET_BENCH_PHASES, a comma-separated subset of
 // phaseNames to run (e.g. "intents"); unset or empty runs every phase (nil).

@@ -4,8 +4,9 @@
 // topics (a delay topic per retry, the common Kafka design; see
 // retrytopics.go), the default schedule's accuracy on Temporal, the
 // hand-off capacity against raw ExecuteWorkflow calls, the bridge's memory
-// with many failures in flight, and the write path (intents), and writes
-// results.md, results.json and chart.svg.
+// with many failures in flight, the write path (intents), and inline mode
+// against the dedupe ledger's history (history.go), and writes results.md,
+// results.json, chart.svg and history.svg.
 //
 // The bridge under test is the real one, run as a child process (`causet
 // bridge`, via Options.BridgeCommand) so its resident set is its own: the
@@ -23,7 +24,12 @@
 // record statement in one transaction per intent; then the outbox
 // relay (package relay) drains the backlog both left.
 //
+// The history phase runs in a database of its own, dropped at the end: its
+// ledger is loaded with COPY to 10M and 50M prior applied events (quick: 1M
+// and 5M), spread over the hour partitions of the 10 days before, and
+// maintenance at a 1-day horizon prunes it last.
+//
 // CAUSET_BENCH_PHASES, a comma-separated subset of ceiling, schedule,
-// inline, peer, retrytopics, workflow, handoff and intents, runs only those
-// phases (the stack is started all the same).
+// inline, history, peer, retrytopics, workflow, handoff and intents, runs
+// only those phases (the stack is started all the same).
 package bench

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 const ceilingUpsert = `INSERT INTO bench_ceiling (event_id, entity_id, produced_at, v) VALUES ($1, $2, $3, $4)
@@ -94,6 +95,20 @@ func (b *bench) inlineRuns(ctx context.Context) error {
 }
 
 func (b *bench) inline(ctx context.Context, failPct float64, n int) (InlineRun, error) {
+	return b.inlineOn(ctx, fmt.Sprintf("inline%g", failPct), fmt.Sprintf("inline %g%%", failPct), benchDB{pool: b.svc.Pool}, failPct, n)
+}
+
+// benchDB is the database an inline run writes to: the pool its rows are
+// read back from, and what the bridge child's environment adds (its
+// DATABASE_URL; none for the bench's own database).
+type benchDB struct {
+	pool *pgxpool.Pool
+	env  map[string]string
+}
+
+// inlineOn is an inline run in db; its bridges, topics and logs are named
+// after stem, its progress lines after label.
+func (b *bench) inlineOn(ctx context.Context, stem, label string, db benchDB, failPct float64, n int) (InlineRun, error) {
 	run := InlineRun{FailPct: failPct, Events: n}
 	reps := b.sizes.Reps
 	if failPct > 1 {
@@ -101,7 +116,7 @@ func (b *bench) inline(ctx context.Context, failPct float64, n int) (InlineRun, 
 	}
 	for rep := range reps {
 		last := rep == reps-1
-		if err := b.inlineRep(ctx, &run, rep, last); err != nil {
+		if err := b.inlineRep(ctx, fmt.Sprintf("%s-r%d", stem, rep), label, db, &run, last); err != nil {
 			return run, err
 		}
 	}
@@ -111,16 +126,16 @@ func (b *bench) inline(ctx context.Context, failPct float64, n int) (InlineRun, 
 
 // inlineRep drains n pre-produced events through a fresh bridge; on the
 // last repetition it also runs the paced latency phase and reads the RSS.
-func (b *bench) inlineRep(ctx context.Context, run *InlineRun, rep int, last bool) error {
+func (b *bench) inlineRep(ctx context.Context, phase, label string, db benchDB, run *InlineRun, last bool) error {
 	failPct, n := run.FailPct, run.Events
-	phase := fmt.Sprintf("inline%g-r%d", failPct, rep)
+	rep := len(run.EventsPerSecReps)
 	prefix := b.runID + "-" + phase
 	topic, nf, err := b.phaseEvents(ctx, phase, prefix+"-d", n, failPct)
 	if err != nil {
 		return err
 	}
 	run.Failing = nf
-	p, err := b.startBridge(ctx, phase, phaseEnv(topic, b.handoffQueue(), nil))
+	p, err := b.startBridge(ctx, phase, phaseEnv(topic, b.handoffQueue(), db.env))
 	if err != nil {
 		return err
 	}
@@ -138,8 +153,8 @@ func (b *bench) inlineRep(ctx context.Context, run *InlineRun, rep int, last boo
 	if nf > 0 {
 		run.StartsPerSec = float64(nf) / elapsed.Seconds()
 	}
-	b.progress("  inline %g%% rep %d: %.0f events/s; cores used: machine %.2f, bridge %.2f, postgres %.2f, temporal %.2f, bench+kfake %.2f",
-		failPct, rep+1, eps, cpu.MachineBusy, cpu.Bridge, cpu.Postgres, cpu.Temporal, cpu.Bench)
+	b.progress("  %s rep %d: %.0f events/s; cores used: machine %.2f, bridge %.2f, postgres %.2f, temporal %.2f, bench+kfake %.2f",
+		label, rep+1, eps, cpu.MachineBusy, cpu.Bridge, cpu.Postgres, cpu.Temporal, cpu.Bench)
 	if !last {
 		return nil
 	}
@@ -156,7 +171,7 @@ func (b *bench) inlineRep(ctx context.Context, run *InlineRun, rep int, last boo
 	}); err != nil {
 		return fmt.Errorf("paced phase: %w", err)
 	}
-	err = b.svc.Pool.QueryRow(ctx, `SELECT count(*),
+	err = db.pool.QueryRow(ctx, `SELECT count(*),
   coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), 0),
   coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms), 0)
 FROM (SELECT (extract(epoch FROM applied_at - produced_at) * 1000)::float8 AS ms

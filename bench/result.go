@@ -50,6 +50,8 @@ type Result struct {
 	// Intents is the write path: the runtime against the same ledger rows
 	// written directly, and the relay.
 	Intents IntentsRun `json:"intents"`
+	// History is inline mode against the dedupe ledger's history.
+	History HistoryRun `json:"history"`
 
 	Ratios Ratios `json:"ratios"`
 	// Notes are free-form remarks printed under the table.
@@ -98,6 +100,10 @@ type Sizes struct {
 	// the inline runs' at the same rates, since nothing waits in place.
 	RetryTopics          []int     `json:"retryTopics"`
 	RetryTopicsFailRates []float64 `json:"retryTopicsFailRates"`
+
+	// History are the dedupe ledger's sizes (prior applied events) the
+	// history phase runs inline 0% at (Inline[0] events), cumulatively.
+	History []int `json:"history"`
 }
 
 // Ceiling is the raw PostgreSQL write rate.
@@ -287,6 +293,12 @@ type Ratios struct {
 	// the events topic drained (every failure durably handed on: a started
 	// workflow, an acknowledged delay-topic record).
 	Inline1RetryTopics1 float64 `json:"inline1RetryTopics1"`
+
+	// History50m0 is inline 0% with the largest history (50M prior events;
+	// 5M in a quick run) over inline 0% with none; LedgerBytesPerEvent is
+	// the ledger's bytes per row at the first size with history (10M; 1M).
+	History50m0         float64 `json:"history50m0"`
+	LedgerBytesPerEvent float64 `json:"ledgerBytesPerEvent"`
 }
 
 // Target is one goal of issue 7.
@@ -345,6 +357,9 @@ func (r *Result) ComputeRatios() {
 		RelayEPS:       r.Intents.RelayEventsPerSec,
 
 		Inline1RetryTopics1: ratio(r.inline(1).EventsPerSec, r.retryTopics(1).DrainEventsPerSec),
+
+		History50m0:         r.History.ratio(),
+		LedgerBytesPerEvent: r.History.bytesPerEvent(),
 	}
 }
 
@@ -385,6 +400,8 @@ func (r *Result) Targets() []Target {
 		{[]string{"schedule"}, Target{"lateness_max (s)", q.LatenessMaxS, "≤ 0.25", q.LatenessMaxS <= 0.25}},
 		{[]string{"handoff"}, Target{fmt.Sprintf("RSS at %d in flight (MB)", r.InFlight.Failures), q.RSS10kMB, "≤ 150", q.RSS10kMB <= 150}},
 		{[]string{"intents"}, Target{"intents/ledger", q.IntentsLedger, "≥ 0.5", q.IntentsLedger >= 0.5}},
+		{[]string{"history"}, Target{"history50m/0", q.History50m0, "≥ 0.8", q.History50m0 >= 0.8}},
+		{[]string{"history"}, Target{"ledger_bytes_per_event", q.LedgerBytesPerEvent, r.History.Prune.goal(), r.History.Prune.bounded()}},
 	}
 	var out []Target
 	for _, x := range all {
@@ -402,9 +419,9 @@ func (r *Result) Targets() []Target {
 // SummaryLine is the last line of stdout.
 func (r *Result) SummaryLine() string {
 	q := r.Ratios
-	return fmt.Sprintf("bench: inline/raw=%.2f inline1%%/raw=%.2f inline/workflow=%.1f inline1%%/peer1%%=%.1f handoff/raw=%.2f lateness_max=%.2fs rss_10k=%dMB intents/ledger=%.2f intents_p99=%.1fms relay_eps=%d inline1%%/retrytopics1%%=%.2f",
+	return fmt.Sprintf("bench: inline/raw=%.2f inline1%%/raw=%.2f inline/workflow=%.1f inline1%%/peer1%%=%.1f handoff/raw=%.2f lateness_max=%.2fs rss_10k=%dMB intents/ledger=%.2f intents_p99=%.1fms relay_eps=%d inline1%%/retrytopics1%%=%.2f history50m/0=%.2f ledger_bytes_per_event=%d",
 		q.InlineRaw, q.Inline1Raw, q.InlineWorkflow, q.Inline1Peer1, q.HandoffRaw, q.LatenessMaxS, int(math.Round(q.RSS10kMB)),
-		q.IntentsLedger, q.IntentsP99Ms, int(math.Round(q.RelayEPS)), q.Inline1RetryTopics1)
+		q.IntentsLedger, q.IntentsP99Ms, int(math.Round(q.RelayEPS)), q.Inline1RetryTopics1, q.History50m0, int(math.Round(q.LedgerBytesPerEvent)))
 }
 
 // JSON is results.json.
@@ -431,7 +448,7 @@ func num(v float64) string {
 
 // bridgePhases are the phases that run the bridge, the Temporal server or
 // a consumer it is compared with on the short schedule.
-var bridgePhases = []string{"schedule", "inline", "peer", "retrytopics", "workflow", "handoff"}
+var bridgePhases = []string{"schedule", "inline", "history", "peer", "retrytopics", "workflow", "handoff"}
 
 // ranAny reports whether any of phases was run.
 func (r *Result) ranAny(phases ...string) bool {
@@ -539,6 +556,11 @@ func (r *Result) Markdown() string {
 		for _, x := range inline {
 			cpuRow("inline, "+pct(x.FailPct)+" failing", medianCPU(x.EventsPerSecReps, x.CPUReps))
 		}
+		if r.ran("history") {
+			for _, s := range r.History.Steps {
+				cpuRow("inline, 0% failing, "+countLabel(s.PriorEvents)+" prior events in the ledger", medianCPU(s.Inline.EventsPerSecReps, s.Inline.CPUReps))
+			}
+		}
 		if r.ran("workflow") {
 			cpuRow("workflow mode", r.Workflow.CPU)
 		}
@@ -567,6 +589,9 @@ func (r *Result) Markdown() string {
 	}
 	if r.ran("intents") {
 		r.intentsMarkdown(&b)
+	}
+	if r.ran("history") && len(r.History.Steps) > 0 {
+		r.historyMarkdown(&b)
 	}
 
 	b.WriteString("| ratio | result | target | met |\n|---|---:|---|---|\n")
@@ -654,7 +679,8 @@ func floats(v []float64, prec int) string {
 	return strings.Join(s, ", ")
 }
 
-// WriteFiles writes results.json, results.md and chart.svg to dir.
+// WriteFiles writes results.json, results.md and chart.svg to dir, and
+// history.svg when the history phase ran.
 func (r *Result) WriteFiles(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -667,6 +693,9 @@ func (r *Result) WriteFiles(dir string) error {
 		"results.json": j,
 		"results.md":   []byte(r.Markdown()),
 		"chart.svg":    []byte(r.SVG()),
+	}
+	if r.ran("history") && len(r.History.Steps) > 0 {
+		files["history.svg"] = []byte(r.HistorySVG())
 	}
 	for name, data := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {

@@ -47,6 +47,18 @@ func fixedResult() *Result {
 			LedgerPerSec: 2500, LedgerPerSecReps: []float64{2500}, LedgerP50Ms: 25, LedgerP99Ms: 60, LedgerCPUReps: []CPUUse{{MachineBusy: 1.9}},
 			RelayEvents: 51200, RelayBatch: 500, RelayEventsPerSec: 20400.4, RelayEventsPerSecReps: []float64{20400.4}, RelayCPUReps: []CPUUse{{}},
 			NotSuccess: map[string]float64{"unavailable": 2}},
+		History: HistoryRun{Hours: 240, HorizonHours: 336, Steps: []HistoryStep{
+			{PriorEvents: 0, SettleSeconds: 0.3, LedgerBytes: 3_200_000, Partitions: 385,
+				Inline: InlineRun{Events: 100000, EventsPerSec: 32000, EventsPerSecReps: []float64{31000, 32000, 33000},
+					CPUReps: []CPUUse{{}, {MachineBusy: 1.85, Bridge: 0.75, Postgres: 0.9}, {}}, P50Ms: 4, P99Ms: 21, PeakRSSMB: 112}},
+			{PriorEvents: 10_000_000, Loaded: 10_000_000, LoadSeconds: 40, LoadRowsPerSec: 250000, SettleSeconds: 20,
+				LedgerRows: 10_000_000, LedgerBytes: 1_300_000_000, Partitions: 385, BytesPerEvent: 130,
+				Inline: InlineRun{Events: 100000, EventsPerSec: 31000, EventsPerSecReps: []float64{31000}, P50Ms: 4.1, P99Ms: 22, PeakRSSMB: 113}},
+			{PriorEvents: 50_000_000, Loaded: 40_000_000, LoadSeconds: 160, LoadRowsPerSec: 250000, SettleSeconds: 90,
+				LedgerRows: 50_000_000, LedgerBytes: 6_500_000_000, Partitions: 385, BytesPerEvent: 130,
+				Inline: InlineRun{Events: 100000, EventsPerSec: 30400, EventsPerSecReps: []float64{30400}, P50Ms: 4.3, P99Ms: 23, PeakRSSMB: 115}},
+		}, Prune: HistoryPrune{HorizonHours: 24, Seconds: 0.8, Dropped: 264, RowsBefore: 50_330_000, RowsAfter: 15_330_000,
+			BytesBefore: 6_540_000_000, BytesAfter: 1_990_000_000, PartitionsBefore: 385, PartitionsAfter: 121}},
 	}
 	r.ComputeRatios()
 	return r
@@ -55,10 +67,10 @@ func fixedResult() *Result {
 func TestSummaryLine(t *testing.T) {
 	r := fixedResult()
 	require.Equal(t,
-		"bench: inline/raw=0.55 inline1%/raw=0.41 inline/workflow=660.0 inline1%/peer1%=30.0 handoff/raw=0.90 lateness_max=0.05s rss_10k=75MB intents/ledger=0.60 intents_p99=123.4ms relay_eps=20400 inline1%/retrytopics1%=1.50",
+		"bench: inline/raw=0.55 inline1%/raw=0.41 inline/workflow=660.0 inline1%/peer1%=30.0 handoff/raw=0.90 lateness_max=0.05s rss_10k=75MB intents/ledger=0.60 intents_p99=123.4ms relay_eps=20400 inline1%/retrytopics1%=1.50 history50m/0=0.95 ledger_bytes_per_event=130",
 		r.SummaryLine())
 	// The format CI and BENCHMARKS.md rely on.
-	re := regexp.MustCompile(`^bench: inline/raw=\d+\.\d\d inline1%/raw=\d+\.\d\d inline/workflow=\d+\.\d inline1%/peer1%=\d+\.\d handoff/raw=\d+\.\d\d lateness_max=\d+\.\d\ds rss_10k=\d+MB intents/ledger=\d+\.\d\d intents_p99=\d+\.\dms relay_eps=\d+ inline1%/retrytopics1%=\d+\.\d\d$`)
+	re := regexp.MustCompile(`^bench: inline/raw=\d+\.\d\d inline1%/raw=\d+\.\d\d inline/workflow=\d+\.\d inline1%/peer1%=\d+\.\d handoff/raw=\d+\.\d\d lateness_max=\d+\.\d\ds rss_10k=\d+MB intents/ledger=\d+\.\d\d intents_p99=\d+\.\dms relay_eps=\d+ inline1%/retrytopics1%=\d+\.\d\d history50m/0=\d+\.\d\d ledger_bytes_per_event=\d+$`)
 	require.Regexp(t, re, r.SummaryLine())
 	require.Regexp(t, re, (&Result{}).SummaryLine(), "an empty result still prints the line (zeros)")
 }
@@ -72,6 +84,7 @@ func TestTargets(t *testing.T) {
 	require.Equal(t, map[string]bool{
 		"inline/raw": true, "inline1%/raw": true, "inline/workflow": true, "inline1%/peer1%": true, "inline1%/retrytopics1%": true,
 		"handoff/raw": true, "lateness_max (s)": true, "RSS at 10000 in flight (MB)": true, "intents/ledger": true,
+		"history50m/0": true, "ledger_bytes_per_event": true,
 	}, met)
 	r.Ratios.HandoffRaw = 0.7
 	require.False(t, r.Targets()[5].Met)
@@ -79,6 +92,10 @@ func TestTargets(t *testing.T) {
 	require.False(t, r.Targets()[8].Met)
 	r.Ratios.Inline1RetryTopics1 = 0.99
 	require.Equal(t, Target{"inline1%/retrytopics1%", 0.99, "≥ 1.0", false}, r.Targets()[4])
+	require.Equal(t, Target{"ledger_bytes_per_event", 130,
+		"stops growing once the horizon is reached (pruned at a 24h horizon: 6.54 GB → 1.99 GB, 264 partitions dropped)", true}, r.Targets()[10])
+	r.Ratios.History50m0 = 0.79
+	require.Equal(t, Target{"history50m/0", 0.79, "≥ 0.8", false}, r.Targets()[9])
 
 	// A run of some phases has the targets of those only.
 	r.Phases = []string{"intents"}
@@ -97,6 +114,9 @@ func TestJSON(t *testing.T) {
 	require.Contains(t, raw, "ratios")
 	require.Equal(t, 0.9, raw["ratios"].(map[string]any)["handoffRaw"])
 	require.Equal(t, 1.5, raw["ratios"].(map[string]any)["inline1RetryTopics1"])
+	require.Equal(t, 0.95, raw["ratios"].(map[string]any)["history50m0"])
+	require.Equal(t, 130.0, raw["ratios"].(map[string]any)["ledgerBytesPerEvent"])
+	require.Equal(t, 264.0, raw["history"].(map[string]any)["prune"].(map[string]any)["dropped"])
 }
 
 func TestMarkdown(t *testing.T) {
@@ -122,6 +142,15 @@ func TestMarkdown(t *testing.T) {
 		"| runtime | 1.95 | 1.10 | 0.80 | 0.05 |", // the median repetition's CPU
 		"| intents/ledger | 0.60 | ≥ 0.5 | yes |",
 		"The runtime also answered: unavailable 2",
+		"## Dedupe ledger: cost against history",
+		"| 0 | 0 | 3 | | 385 | | 0.3 | 32000 | 31000, 32000, 33000 | 1.00 | 4.0 | 21.0 | 112 |",
+		"| 50M | 50000000 | 6500 | 130.0 | 385 | 250000 | 90.0 | 30400 | 30400 | 0.95 | 4.3 | 23.0 | 115 |",
+		"COPY loaded 50000000 rows in 200.0 s (250000 rows/s",
+		"dropped 264 hour partitions (older than the horizon plus the 48h grace) in 0.80 s; the ledger went from 50330000 rows, 6.54 GB to 15330000 rows, 1.99 GB (bytes per row 129.9 → 129.8; 385 → 121 hour partitions)",
+		"| inline, 0% failing, 10M prior events in the ledger |",
+		"| inline, 0% failing, 0 prior events in the ledger | 1.85 | 0.75 | 0.90 |", // the median drain's CPU
+		"| history50m/0 | 0.95 | ≥ 0.8 | yes |",
+		"| ledger_bytes_per_event | 130 | stops growing once the horizon is reached (pruned at a 24h horizon: 6.54 GB → 1.99 GB, 264 partitions dropped) | yes |",
 	} {
 		require.Contains(t, md, want)
 	}
@@ -147,7 +176,7 @@ func TestMarkdownSomePhases(t *testing.T) {
 	require.Contains(t, md, "Phases run (CAUSET_BENCH_PHASES): intents.")
 	require.Contains(t, md, "## Intents (write path)")
 	require.Contains(t, md, "| intents/ledger | 0.60 | ≥ 0.5 | yes |")
-	for _, absent := range []string{"inline mode", "Retry schedule", "Schedule accuracy", "In flight:", "| inline/raw", "bridge peak RSS", "retry topics"} {
+	for _, absent := range []string{"inline mode", "Retry schedule", "Schedule accuracy", "In flight:", "| inline/raw", "bridge peak RSS", "retry topics", "## Dedupe ledger"} {
 		require.NotContains(t, md, absent)
 	}
 	r.Phases = []string{"ceiling", "inline"}
@@ -161,6 +190,13 @@ func TestMarkdownSomePhases(t *testing.T) {
 	require.Contains(t, md, "| retry topics: a delay topic per retry, 0% failing (0 dead-lettered after 0 delay-topic attempts) |")
 	require.Contains(t, md, "| inline1%/retrytopics1% | 1.50 | ≥ 1.0 | yes |")
 	require.NotContains(t, md, "| peer:")
+	require.NotContains(t, md, "## Dedupe ledger")
+	r.Phases = []string{"history"}
+	md = r.Markdown()
+	require.Contains(t, md, "## Dedupe ledger: cost against history")
+	require.Contains(t, md, "| history50m/0 | 0.95 | ≥ 0.8 | yes |")
+	require.NotContains(t, md, "| inline mode,")
+	require.NotContains(t, md, "| inline/raw")
 }
 
 func TestSVG(t *testing.T) {
@@ -200,11 +236,17 @@ func TestSVG(t *testing.T) {
 func TestWriteFiles(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "out")
 	require.NoError(t, fixedResult().WriteFiles(dir))
-	for _, f := range []string{"results.json", "results.md", "chart.svg"} {
+	for _, f := range []string{"results.json", "results.md", "chart.svg", "history.svg"} {
 		data, err := os.ReadFile(filepath.Join(dir, f))
 		require.NoError(t, err)
 		require.NotEmpty(t, data)
 	}
+	// Without the history phase there is no history chart.
+	r := fixedResult()
+	r.Phases = []string{"intents"}
+	dir = filepath.Join(t.TempDir(), "intents")
+	require.NoError(t, r.WriteFiles(dir))
+	require.NoFileExists(t, filepath.Join(dir, "history.svg"))
 }
 
 func TestParseCounters(t *testing.T) {

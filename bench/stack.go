@@ -101,18 +101,24 @@ func (b *bench) setupTables(ctx context.Context, pool *pgxpool.Pool) error {
 	if err := pool.QueryRow(ctx, `SHOW server_version`).Scan(&b.res.Machine.Postgres); err != nil {
 		return err
 	}
+	_, err := deployBench(ctx, pool)
+	return err
+}
+
+// deployBench creates the schema, the bench tables (empty) and the bench
+// projection in pool's database; it returns the projection's IR version.
+func deployBench(ctx context.Context, pool *pgxpool.Pool) (int, error) {
 	if err := projection.EnsureSchema(ctx, pool); err != nil {
-		return err
+		return 0, err
 	}
 	if _, err := pool.Exec(ctx, benchDDL); err != nil {
-		return fmt.Errorf("bench tables: %w", err)
+		return 0, fmt.Errorf("bench tables: %w", err)
 	}
 	doc, err := projection.Parse([]byte(benchIR))
 	if err != nil {
-		return err
+		return 0, err
 	}
-	_, err = projection.Deploy(ctx, pool, doc)
-	return err
+	return projection.Deploy(ctx, pool, doc)
 }
 
 func (b *bench) close() {
