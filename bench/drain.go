@@ -11,18 +11,21 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/causet/projection-retry/projection"
 )
 
 const ceilingUpsert = `INSERT INTO bench_ceiling (event_id, entity_id, produced_at, v) VALUES ($1, $2, $3, $4)
 ON CONFLICT (event_id) DO UPDATE SET entity_id = excluded.entity_id, produced_at = excluded.produced_at, v = excluded.v`
 
-const ledgerInsert = `INSERT INTO bench_ledger (projection, fork_id, event_id) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`
+const ledgerInsert = `INSERT INTO bench_ledger (key, bucket, projection, ir_version) VALUES ($1, $2, $3, 1) ON CONFLICT DO NOTHING`
 
 // ---- 1. ceiling ----
 
 func (b *bench) ceiling(ctx context.Context) error {
 	n := b.sizes.Ceiling
 	at := time.Now()
+	bucket := int32(at.Unix() / int64(projection.DedupeBucket/time.Second))
 	run := func(conns int, prefix string, ledger bool) (float64, error) {
 		start := time.Now()
 		per := n / conns
@@ -35,7 +38,7 @@ func (b *bench) ceiling(ctx context.Context) error {
 						k := c*per + j
 						id := fmt.Sprintf("%s-%07d", prefix, k)
 						if ledger {
-							batch.Queue(ledgerInsert, benchProjection, benchFork, id)
+							batch.Queue(ledgerInsert, projection.DedupeKey(benchProjection, benchFork, id), bucket, benchProjection)
 						}
 						batch.Queue(ceilingUpsert, id, fmt.Sprintf("e-%d", k%1000), at, int64(k+1))
 					}

@@ -209,6 +209,12 @@ type HandoffRun struct {
 	RawAfterPerSec  float64 `json:"rawAfterPerSec"`
 	BridgeCPU       CPUUse  `json:"bridgeCPU"`
 	RawCPU          CPUUse  `json:"rawCPU"`
+	// PolledPerSec and EagerPerSec are raw starts on a queue the bench's
+	// worker polls, without and with EnableEagerStart.
+	PolledPerSec float64 `json:"polledPerSec"`
+	EagerPerSec  float64 `json:"eagerPerSec"`
+	PolledCPU    CPUUse  `json:"polledCPU"`
+	EagerCPU     CPUUse  `json:"eagerCPU"`
 }
 
 // InFlightRun is the bridge's memory with Failures handed off and retrying.
@@ -520,6 +526,10 @@ func (r *Result) Markdown() string {
 		b.WriteString(strings.Join(rows, "\n") + "\n\n")
 	}
 
+	if r.ran("handoff") && r.Handoff.EagerPerSec > 0 {
+		fmt.Fprintf(&b, "Eager workflow start: %d raw starts on a queue the bench's worker polls ran at %s/s without and %s/s with EnableEagerStart (%d concurrent; the Temporal server used %.2f and %.2f cores).\n\n",
+			r.Handoff.Events/2, num(r.Handoff.PolledPerSec), num(r.Handoff.EagerPerSec), r.Handoff.Concurrency, r.Handoff.PolledCPU.Temporal, r.Handoff.EagerCPU.Temporal)
+	}
 	if len(rtopics) > 0 {
 		b.WriteString("Retry topics: events/s runs to the last event applied or dead-lettered, so a run with failures includes the last failure's whole schedule; the events topic alone (every record applied or forwarded to a delay topic, produce acknowledged: the point at which the inline figure stops, at the durable hand-off) drained at")
 		for i, x := range rtopics {
@@ -573,6 +583,10 @@ func (r *Result) Markdown() string {
 		if r.ran("handoff") {
 			cpuRow("hand-off, bridge", r.Handoff.BridgeCPU)
 			cpuRow("hand-off, raw ExecuteWorkflow (first half)", r.Handoff.RawCPU)
+			if r.Handoff.EagerPerSec > 0 {
+				cpuRow("raw ExecuteWorkflow on a polled queue", r.Handoff.PolledCPU)
+				cpuRow("raw ExecuteWorkflow on a polled queue, eager start", r.Handoff.EagerCPU)
+			}
 		}
 		b.WriteString("\n")
 	}

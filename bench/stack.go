@@ -55,11 +55,14 @@ CREATE TABLE IF NOT EXISTS bench_ceiling (
     v           bigint,
     applied_at  timestamptz NOT NULL DEFAULT clock_timestamp()
 );
+-- The dedupe ledger's row, as one hour partition holds it.
 CREATE TABLE IF NOT EXISTS bench_ledger (
+    key        uuid NOT NULL,
+    bucket     int  NOT NULL,
     projection text NOT NULL,
-    fork_id    text NOT NULL,
-    event_id   text COLLATE "C" NOT NULL,
-    PRIMARY KEY (projection, fork_id, event_id)
+    ir_version int  NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (key, bucket)
 );
 TRUNCATE bench_rows, bench_ceiling, bench_ledger;`
 

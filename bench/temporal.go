@@ -81,7 +81,7 @@ func (b *bench) handoff(ctx context.Context) error {
 	n := b.sizes.Handoff
 	conc := b.sizes.MaxInflight
 	half := n / 2
-	raw1, err := b.rawStarts(ctx, b.runID+"-raw1", half, conc)
+	raw1, err := b.rawStarts(ctx, b.runID+"-raw1", half, conc, b.handoffQueue(), false)
 	if err != nil {
 		return err
 	}
@@ -108,29 +108,46 @@ func (b *bench) handoff(ctx context.Context) error {
 	}
 	b.res.InFlight = InFlightRun{Failures: n, RSSMB: cur, PeakRSSMB: peak}
 
-	raw2, err := b.rawStarts(ctx, b.runID+"-raw2", n-half, conc)
+	raw2, err := b.rawStarts(ctx, b.runID+"-raw2", n-half, conc, b.handoffQueue(), false)
+	if err != nil {
+		return err
+	}
+	// What eager workflow start buys: the same starts on the in-process
+	// worker's queue, without and with EnableEagerStart (the server hands
+	// the first workflow task back in the start's response). A polled queue
+	// runs each workflow's first task, so both are compared on it. The
+	// retries they schedule are 10 minutes out, after the bench.
+	polled, err := b.rawStarts(ctx, b.runID+"-polled", half, conc, b.workQueue, false)
+	if err != nil {
+		return err
+	}
+	eager, err := b.rawStarts(ctx, b.runID+"-eager", half, conc, b.workQueue, true)
 	if err != nil {
 		return err
 	}
 	rawRate := float64(n) / (raw1.d + raw2.d).Seconds()
 	b.res.Handoff = HandoffRun{Events: n, Concurrency: conc, BridgeStartsPerSec: float64(n) / elapsed.Seconds(), RawStartsPerSec: rawRate,
 		RawBeforePerSec: float64(half) / raw1.d.Seconds(), RawAfterPerSec: float64(n-half) / raw2.d.Seconds(),
-		BridgeCPU: cpu, RawCPU: raw1.cpu}
+		BridgeCPU: cpu, RawCPU: raw1.cpu,
+		PolledPerSec: float64(half) / polled.d.Seconds(), EagerPerSec: float64(half) / eager.d.Seconds(), PolledCPU: polled.cpu, EagerCPU: eager.cpu}
 	b.progress("  hand-off cores used: bridge run: machine %.2f, bridge %.2f, postgres %.2f, temporal %.2f; raw run: machine %.2f, bench %.2f, temporal %.2f; raw before %.0f/s, after %.0f/s",
 		cpu.MachineBusy, cpu.Bridge, cpu.Postgres, cpu.Temporal, raw1.cpu.MachineBusy, raw1.cpu.Bench, raw1.cpu.Temporal, b.res.Handoff.RawBeforePerSec, b.res.Handoff.RawAfterPerSec)
 	b.progress("hand-off: bridge %.0f workflow starts/s at 100%% failing, raw ExecuteWorkflow %.0f/s (%d concurrent)", b.res.Handoff.BridgeStartsPerSec, rawRate, conc)
+	b.progress("  eager start: on a polled queue %.0f starts/s without, %.0f/s with EnableEagerStart (temporal %.2f and %.2f cores)",
+		b.res.Handoff.PolledPerSec, b.res.Handoff.EagerPerSec, polled.cpu.Temporal, eager.cpu.Temporal)
 	b.progress("in flight: bridge RSS %.0f MB (peak %.0f MB) with %d failures handed off and retrying", cur, peak, n)
 	return nil
 }
 
-// rawStarts makes n ExecuteWorkflow calls for the retry workflow, with the
-// bridge's start options, from conc goroutines, and returns the time taken.
+// rawStarts makes n ExecuteWorkflow calls for the retry workflow on queue,
+// with the bridge's start options (and EnableEagerStart if eager), from
+// conc goroutines, and returns the time taken.
 type timed struct {
 	d   time.Duration
 	cpu CPUUse
 }
 
-func (b *bench) rawStarts(ctx context.Context, prefix string, n, conc int) (timed, error) {
+func (b *bench) rawStarts(ctx context.Context, prefix string, n, conc int, queue string, eager bool) (timed, error) {
 	s0 := b.sample(0)
 	var next atomic.Int64
 	var firstErr atomic.Value
@@ -151,7 +168,9 @@ func (b *bench) rawStarts(ctx context.Context, prefix string, n, conc int) (time
 					Retry:        longRetry, ReplayWindow: contract.DefaultReplayWindow,
 				}
 				sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-				_, err := b.svc.Temporal.Client.ExecuteWorkflow(sctx, starter.StartOptions(b.handoffQueue(), in), contract.RetryWorkflowName, in)
+				opts := starter.StartOptions(queue, in)
+				opts.EnableEagerStart = eager
+				_, err := b.svc.Temporal.Client.ExecuteWorkflow(sctx, opts, contract.RetryWorkflowName, in)
 				cancel()
 				if err != nil {
 					firstErr.CompareAndSwap(nil, err)
