@@ -38,7 +38,8 @@ type Activities struct {
 	// Logger receives projection_retry, projection_dead_lettered and
 	// projection_replayed lines. Optional, defaults to slog.Default().
 	Logger *slog.Logger
-	// Metrics counts retries, dead letters and replays. Optional.
+	// Metrics counts retries, dead letters (as decided and as published)
+	// and replays. Optional.
 	Metrics *Metrics
 	// Workflows describes the retry workflows lanes wait for. Optional,
 	// defaults to the worker's client.
@@ -178,5 +179,6 @@ func (a *Activities) PublishDeadLetter(ctx context.Context, in contract.DeadLett
 			slog.String("projectionName", in.Projection), slog.String("eventId", in.Event.EventID), slog.Any("err", err))
 		return at, err
 	}
+	a.Metrics.publishedDeadLetter(in.Projection, rec.ErrorKind)
 	return at, nil
 }

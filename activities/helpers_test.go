@@ -312,6 +312,7 @@ func total(t *testing.T, reg *prometheus.Registry, name string) float64 {
 const (
 	retriesTotal     = "causet_projection_retries_total"
 	deadLettersTotal = "causet_projection_dead_letters_total"
+	publishedTotal   = "causet_projection_dead_letters_published_total"
 	replaysTotal     = "causet_projection_replays_succeeded_total"
 )
 

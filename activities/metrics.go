@@ -7,6 +7,7 @@ import "github.com/prometheus/client_golang/prometheus"
 type Metrics struct {
 	retries      *prometheus.CounterVec
 	deadLetters  *prometheus.CounterVec
+	published    *prometheus.CounterVec
 	replaysTotal *prometheus.CounterVec
 }
 
@@ -21,12 +22,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "causet_projection_dead_letters_total",
 			Help: "Projection events whose last attempt failed.",
 		}, []string{"projection", "error_kind"}),
+		// Counted where the record lands, so a last attempt that timed out
+		// (and so never reported) is counted too: the DLQ's inflow.
+		published: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "causet_projection_dead_letters_published_total",
+			Help: "Dead letters the worker wrote to the DLQ topic, by projection and the error kind of the attempt that dead-lettered them.",
+		}, []string{"projection", "error_kind"}),
 		replaysTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "causet_projection_replays_succeeded_total",
 			Help: "Dead-lettered events applied by a replay.",
 		}, []string{"projection"}),
 	}
-	reg.MustRegister(m.retries, m.deadLetters, m.replaysTotal)
+	reg.MustRegister(m.retries, m.deadLetters, m.published, m.replaysTotal)
 	return m
 }
 
@@ -39,6 +46,12 @@ func (m *Metrics) retried(projection, kind string) {
 func (m *Metrics) deadLettered(projection, kind string) {
 	if m != nil {
 		m.deadLetters.WithLabelValues(projection, kind).Inc()
+	}
+}
+
+func (m *Metrics) publishedDeadLetter(projection, kind string) {
+	if m != nil {
+		m.published.WithLabelValues(projection, kind).Inc()
 	}
 }
 

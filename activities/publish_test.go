@@ -73,6 +73,22 @@ func TestPublishDeadLetterWritesTheRecord(t *testing.T) {
 	require.NotEmpty(t, rec.Workflow.RunID)
 }
 
+// The DLQ's inflow is counted where the record lands, by projection and the
+// error kind of the attempt that dead-lettered it; a failed publish (retried
+// by the workflow) counts nothing.
+func TestPublishDeadLetterCountsInflow(t *testing.T) {
+	pub := &fakePublisher{err: errors.New("broker unavailable")}
+	h := newHarness(t, nil, pub)
+	_, err := h.env.ExecuteActivity(contract.PublishDeadLetterActivity, deadLetterInput())
+	require.Error(t, err)
+	require.Zero(t, total(t, h.reg, publishedTotal))
+	pub.err = nil
+	_, err = h.env.ExecuteActivity(contract.PublishDeadLetterActivity, deadLetterInput())
+	require.NoError(t, err)
+	require.Equal(t, 1.0, counter(t, h.reg, publishedTotal, map[string]string{"projection": projectionName, "error_kind": "ir_eval"}))
+	require.Equal(t, 1.0, total(t, h.reg, publishedTotal))
+}
+
 func TestPublishDeadLetterKeepsTheRecordKey(t *testing.T) {
 	pub := &fakePublisher{}
 	h := newHarness(t, nil, pub)

@@ -64,6 +64,36 @@ var (
 	AttrRetryState = temporal.NewSearchAttributeKeyKeyword("CausetRetryState")
 )
 
+// Memo fields a retry run upserts when it is dead-lettered. They need no
+// registration in the namespace, and visibility lists return them, so the
+// worker's dead-letter gauges read when and why each open dead letter
+// failed without querying the runs.
+const (
+	// MemoDeadLetteredAt is when the run was last dead-lettered (a time).
+	MemoDeadLetteredAt = "CausetDeadLetteredAt"
+	// MemoErrorKind is the error kind of the attempt that dead-lettered it.
+	MemoErrorKind = "CausetErrorKind"
+)
+
+// Outcomes of an operator signal (the projection_operator_action line and
+// its counter).
+const (
+	// OutcomeActed: the run replays, or closes as discarded.
+	OutcomeActed = "acted"
+	// OutcomeCoalesced: a replay taken at the same time answers this one too.
+	OutcomeCoalesced = "coalesced"
+	// OutcomeRestarted: a bulk replay started a new run after the earlier
+	// one had closed.
+	OutcomeRestarted = "restarted"
+	// OutcomeIgnored: the run had nothing left to decide (it succeeded, or
+	// closed on another decision or at the window's end).
+	OutcomeIgnored = "ignored"
+)
+
+// MetricOperatorActions counts operator signals by projection, action and
+// outcome; retry runs count it on the worker's SDK metrics handler.
+const MetricOperatorActions = "causet_projection_operator_actions_total"
+
 // SearchAttributeNames lists the custom search attributes the namespace needs.
 var SearchAttributeNames = []string{
 	AttrProjection.GetName(), AttrEventType.GetName(), AttrEntityID.GetName(),

@@ -14,6 +14,9 @@ type Source struct {
 	Topic     string `json:"topic"`
 	Partition int32  `json:"partition"`
 	Offset    int64  `json:"offset"`
+	// Timestamp is the record's Kafka timestamp, when its reader kept it
+	// (the DLQ's kafka_dlt-original-timestamp header).
+	Timestamp time.Time `json:"timestamp,omitzero"`
 }
 
 // Attempt is one try at applying the event, kept for the status query, the
@@ -57,6 +60,9 @@ type RetryInput struct {
 	// earlier event of the key that the bridge started outside the lane:
 	// the lane runs this event only once that workflow has settled.
 	WaitFor string `json:"waitFor,omitempty"`
+	// Replay is set on a run that a bulk replay started after the dead
+	// letter's earlier run had closed: who asked for it and why.
+	Replay *OperatorSignal `json:"replay,omitempty"`
 }
 
 // WorkflowID is the retry workflow's ID (RetryWorkflowID).
@@ -143,9 +149,26 @@ type Status struct {
 	DLQ         *DLQCoordinates `json:"dlq,omitempty"`
 	// LastReplayReason is the reason given with the last replay signal.
 	LastReplayReason string `json:"lastReplayReason,omitempty"`
+	// LastAction is the last operator decision the run acted on.
+	LastAction *OperatorAction `json:"lastAction,omitempty"`
 }
 
-// ReplaySignal is the optional payload of the replay signal.
-type ReplaySignal struct {
-	Reason string `json:"reason,omitempty"`
+// OperatorSignal is the optional payload of the replay and discard signals.
+// A workflow cannot see who sent a signal (only its history can), so the
+// sender names itself; both fields are free text, for logs and metrics.
+type OperatorSignal struct {
+	Identity string `json:"identity,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+// ReplaySignal is the replay signal's payload.
+type ReplaySignal = OperatorSignal
+
+// OperatorAction is an operator decision a retry run acted on.
+type OperatorAction struct {
+	// Action is the signal's name (replay, discard).
+	Action   string    `json:"action"`
+	Identity string    `json:"identity,omitempty"`
+	Reason   string    `json:"reason,omitempty"`
+	At       time.Time `json:"at"`
 }

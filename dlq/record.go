@@ -3,6 +3,7 @@ package dlq
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -28,6 +29,23 @@ const (
 	HeaderSourceTopic     = "causet-source-topic"
 	HeaderSourcePartition = "causet-source-partition"
 	HeaderSourceOffset    = "causet-source-offset"
+)
+
+// Spring Kafka's dead-letter headers (KafkaHeaders.DLT_*, written by its
+// DeadLetterPublishingRecoverer), carried beside ours so that tools built
+// for Spring dead letters read ours. Encodings are Spring's: strings in
+// UTF-8; the partition a 4-byte big-endian int; offset and timestamp 8-byte
+// big-endian longs (the timestamp in milliseconds since the epoch).
+const (
+	HeaderDLTOriginalTopic         = "kafka_dlt-original-topic"
+	HeaderDLTOriginalPartition     = "kafka_dlt-original-partition"
+	HeaderDLTOriginalOffset        = "kafka_dlt-original-offset"
+	HeaderDLTOriginalTimestamp     = "kafka_dlt-original-timestamp"
+	HeaderDLTOriginalConsumerGroup = "kafka_dlt-original-consumer-group"
+	HeaderDLTExceptionMessage      = "kafka_dlt-exception-message"
+	// HeaderDLTExceptionFQCN holds a Java exception's class name in Spring;
+	// here the errorKind (sql, ir_eval, connection, invalid_event).
+	HeaderDLTExceptionFQCN = "kafka_dlt-exception-fqcn"
 )
 
 // WorkflowRef names the workflow run that dead-lettered the event.
@@ -119,6 +137,12 @@ func Decode(value []byte) (Record, error) {
 // KafkaRecord builds the Kafka record for r on topic, keyed by the original
 // key, or by its SHA-256 (hex) when longer than MaxKeyBytes.
 func (r Record) KafkaRecord(topic string, key []byte) (*kgo.Record, error) {
+	return r.kafkaRecord(topic, key, "")
+}
+
+// kafkaRecord is KafkaRecord with the consumer group that read the original
+// record (no kafka_dlt-original-consumer-group header when empty).
+func (r Record) kafkaRecord(topic string, key []byte, group string) (*kgo.Record, error) {
 	if len(key) > MaxKeyBytes {
 		r.TruncatedKey = truncation("key", key)
 		key = []byte(r.TruncatedKey.SHA256)
@@ -127,20 +151,30 @@ func (r Record) KafkaRecord(topic string, key []byte) (*kgo.Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &kgo.Record{
-		Topic: topic,
-		Key:   key,
-		Value: value,
-		Headers: []kgo.RecordHeader{
-			{Key: HeaderProjection, Value: []byte(r.ProjectionName)},
-			{Key: HeaderEventType, Value: []byte(r.EventType)},
-			{Key: HeaderRetryCount, Value: []byte(strconv.Itoa(r.RetryCount))},
-			{Key: HeaderErrorKind, Value: []byte(r.ErrorKind)},
-			{Key: HeaderSourceTopic, Value: []byte(r.Source.Topic)},
-			{Key: HeaderSourcePartition, Value: []byte(strconv.FormatInt(int64(r.Source.Partition), 10))},
-			{Key: HeaderSourceOffset, Value: []byte(strconv.FormatInt(r.Source.Offset, 10))},
-		},
-	}, nil
+	headers := []kgo.RecordHeader{
+		{Key: HeaderProjection, Value: []byte(r.ProjectionName)},
+		{Key: HeaderEventType, Value: []byte(r.EventType)},
+		{Key: HeaderRetryCount, Value: []byte(strconv.Itoa(r.RetryCount))},
+		{Key: HeaderErrorKind, Value: []byte(r.ErrorKind)},
+		{Key: HeaderSourceTopic, Value: []byte(r.Source.Topic)},
+		{Key: HeaderSourcePartition, Value: []byte(strconv.FormatInt(int64(r.Source.Partition), 10))},
+		{Key: HeaderSourceOffset, Value: []byte(strconv.FormatInt(r.Source.Offset, 10))},
+		{Key: HeaderDLTOriginalTopic, Value: []byte(r.Source.Topic)},
+		{Key: HeaderDLTOriginalPartition, Value: binary.BigEndian.AppendUint32(nil, uint32(r.Source.Partition))},
+		{Key: HeaderDLTOriginalOffset, Value: binary.BigEndian.AppendUint64(nil, uint64(r.Source.Offset))},
+	}
+	if !r.Source.Timestamp.IsZero() {
+		headers = append(headers, kgo.RecordHeader{Key: HeaderDLTOriginalTimestamp,
+			Value: binary.BigEndian.AppendUint64(nil, uint64(r.Source.Timestamp.UnixMilli()))})
+	}
+	if group != "" {
+		headers = append(headers, kgo.RecordHeader{Key: HeaderDLTOriginalConsumerGroup, Value: []byte(group)})
+	}
+	headers = append(headers,
+		kgo.RecordHeader{Key: HeaderDLTExceptionMessage, Value: []byte(cut(r.Error, maxErrorBytes))},
+		kgo.RecordHeader{Key: HeaderDLTExceptionFQCN, Value: []byte(r.ErrorKind)},
+	)
+	return &kgo.Record{Topic: topic, Key: key, Value: value, Headers: headers}, nil
 }
 
 // encode marshals r within MaxValueBytes, cutting error texts and then the
@@ -197,11 +231,23 @@ func cut(s string, n int) string {
 type Publisher struct {
 	Client *kgo.Client
 	Topic  string
+	// ConsumerGroup is the group that read the original records
+	// (CAUSET_CONSUMER_GROUP), for kafka_dlt-original-consumer-group.
+	// Optional: without it, the group Client consumes in, if any.
+	ConsumerGroup string
+}
+
+func (p *Publisher) group() string {
+	if p.ConsumerGroup != "" || p.Client == nil {
+		return p.ConsumerGroup
+	}
+	g, _ := p.Client.OptValue(kgo.ConsumerGroup).(string)
+	return g
 }
 
 // Publish writes r and returns where it landed.
 func (p *Publisher) Publish(ctx context.Context, key []byte, r Record) (contract.DLQCoordinates, error) {
-	rec, err := r.KafkaRecord(p.Topic, key)
+	rec, err := r.kafkaRecord(p.Topic, key, p.group())
 	if err != nil {
 		return contract.DLQCoordinates{}, err
 	}

@@ -3,12 +3,15 @@ package dlq
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/causet/projection-retry/contract"
 )
@@ -115,4 +118,72 @@ func TestRecordKeyIsBounded(t *testing.T) {
 			require.Equal(t, kr.Key, replayed.Key, "a short key is kept when a replay dead-letters again")
 		})
 	}
+}
+
+// headers maps a record's headers by name (each name once).
+func headers(t *testing.T, kr *kgo.Record) map[string][]byte {
+	t.Helper()
+	h := map[string][]byte{}
+	for _, kv := range kr.Headers {
+		_, dup := h[kv.Key]
+		require.False(t, dup, "header %s twice", kv.Key)
+		h[kv.Key] = kv.Value
+	}
+	return h
+}
+
+// The Spring Kafka headers carry what Spring's DeadLetterPublishingRecoverer
+// writes, in its encodings: strings in UTF-8, the partition as a 4-byte
+// big-endian int, offset and timestamp (ms) as 8-byte big-endian longs, as
+// Java's ByteBuffer.putInt/putLong write them.
+func TestSpringDeadLetterHeaders(t *testing.T) {
+	ts := time.Date(2026, 12, 2, 12, 0, 0, 123_000_000, time.UTC)
+	r := Record{ProjectionName: "p", EventType: "A", ForkID: "f", ErrorKind: "sql", RetryCount: 5,
+		Error:  `column "followed_at" does not exist`,
+		Source: contract.Source{Topic: "causet.events.v1", Partition: 258, Offset: 1<<40 + 7, Timestamp: ts}}
+	kr, err := r.kafkaRecord("dlq", []byte("u"), "causet-projection-worker")
+	require.NoError(t, err)
+	h := headers(t, kr)
+	require.Equal(t, "causet.events.v1", string(h[HeaderDLTOriginalTopic]))
+	require.Equal(t, []byte{0, 0, 1, 2}, h[HeaderDLTOriginalPartition])
+	require.Equal(t, []byte{0, 0, 1, 0, 0, 0, 0, 7}, h[HeaderDLTOriginalOffset])
+	require.Len(t, h[HeaderDLTOriginalTimestamp], 8)
+	require.Equal(t, ts.UnixMilli(), int64(binary.BigEndian.Uint64(h[HeaderDLTOriginalTimestamp])))
+	require.Equal(t, "causet-projection-worker", string(h[HeaderDLTOriginalConsumerGroup]))
+	require.Equal(t, `column "followed_at" does not exist`, string(h[HeaderDLTExceptionMessage]))
+	require.Equal(t, "sql", string(h[HeaderDLTExceptionFQCN]))
+	// Ours are unchanged beside them.
+	require.Equal(t, "258", string(h[HeaderSourcePartition]))
+	require.Equal(t, "1099511627783", string(h[HeaderSourceOffset]))
+	require.Equal(t, "sql", string(h[HeaderErrorKind]))
+	got, err := Decode(kr.Value)
+	require.NoError(t, err)
+	require.True(t, ts.Equal(got.Source.Timestamp), "the value's source keeps the timestamp")
+
+	// What is unknown is left out rather than invented; a long error is cut
+	// as in the value.
+	r.Source.Timestamp = time.Time{}
+	r.Error = strings.Repeat("e", 100<<10)
+	kr, err = r.KafkaRecord("dlq", nil)
+	require.NoError(t, err)
+	h = headers(t, kr)
+	require.NotContains(t, h, HeaderDLTOriginalTimestamp)
+	require.NotContains(t, h, HeaderDLTOriginalConsumerGroup)
+	require.LessOrEqual(t, len(h[HeaderDLTExceptionMessage]), maxErrorBytes+len("…"))
+	require.NotContains(t, string(kr.Value), `"timestamp"`, "no zero timestamp in the value")
+}
+
+// The publisher names the consumer group it is given, else the group its
+// client consumes in (the bridge publishes with its group consumer).
+func TestPublisherConsumerGroup(t *testing.T) {
+	consumer, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"), kgo.ConsumerGroup("g1"), kgo.ConsumeTopics("t"))
+	require.NoError(t, err)
+	defer consumer.Close()
+	producer, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"))
+	require.NoError(t, err)
+	defer producer.Close()
+	require.Equal(t, "g1", (&Publisher{Client: consumer}).group())
+	require.Equal(t, "g2", (&Publisher{Client: consumer, ConsumerGroup: "g2"}).group())
+	require.Equal(t, "", (&Publisher{Client: producer}).group())
+	require.Equal(t, "g3", (&Publisher{Client: producer, ConsumerGroup: "g3"}).group())
 }

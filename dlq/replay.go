@@ -217,8 +217,12 @@ type ReplayerOptions struct {
 	// ReplayWindow is how long a restarted run that fails again stays open
 	// for replay. Optional, defaults to contract.DefaultReplayWindow.
 	ReplayWindow time.Duration
-	// Reason goes with the replay signal. Optional.
+	// Reason goes with the replay signal (and a restarted run's input).
+	// Optional.
 	Reason string
+	// Identity names who replays, beside Reason: the workflow logs and
+	// counts both (it cannot see a signal's sender). Optional.
+	Identity string
 	// DryRun looks up every workflow but signals and starts nothing.
 	DryRun bool
 	// Rate bounds signals and starts per second. Optional, 0 means unbounded.
@@ -302,7 +306,7 @@ func (r *Replayer) Replay(ctx context.Context, it Item) (Result, error) {
 			"partition", it.Partition, "offset", it.Offset, "error", res.Err)
 	} else if res.Outcome != Duplicate {
 		r.o.Logger.Info("dlq replay", "outcome", res.Outcome, "workflowId", res.WorkflowID,
-			"state", res.Before.String(), "dryRun", r.o.DryRun)
+			"state", res.Before.String(), "dryRun", r.o.DryRun, "identity", r.o.Identity, "reason", r.o.Reason)
 	}
 	if r.o.Limit > 0 && r.sum.Acted() >= r.o.Limit {
 		return res, ErrLimit
@@ -365,7 +369,7 @@ func (r *Replayer) replay(ctx context.Context, it Item) Result {
 			}
 		}
 		if act == Signalled {
-			err = r.o.Client.SignalWorkflow(ctx, id, st.RunID, contract.SignalReplay, contract.ReplaySignal{Reason: r.o.Reason})
+			err = r.o.Client.SignalWorkflow(ctx, id, st.RunID, contract.SignalReplay, r.signal())
 		} else {
 			err = r.restart(ctx, it)
 		}
@@ -396,6 +400,7 @@ func (r *Replayer) restart(ctx context.Context, it Item) error {
 	if err != nil {
 		return err
 	}
+	sig := r.signal()
 	in := contract.RetryInput{
 		Event:        env,
 		Projection:   it.Record.ProjectionName,
@@ -404,6 +409,7 @@ func (r *Replayer) restart(ctx context.Context, it Item) error {
 		Mode:         config.ModeWorkflow,
 		Retry:        r.o.Retry,
 		ReplayWindow: r.o.ReplayWindow,
+		Replay:       &sig,
 	}
 	id, err := WorkflowID(it.Record)
 	if err != nil {
@@ -411,6 +417,11 @@ func (r *Replayer) restart(ctx context.Context, it Item) error {
 	}
 	_, err = r.o.Client.ExecuteWorkflow(ctx, RestartOptions(id, r.o.TaskQueue, in), contract.RetryWorkflowName, in)
 	return err
+}
+
+// signal is the replay signal's payload.
+func (r *Replayer) signal() contract.ReplaySignal {
+	return contract.ReplaySignal{Identity: r.o.Identity, Reason: r.o.Reason}
 }
 
 // RestartOptions are the start options of a replayed run: the same workflow

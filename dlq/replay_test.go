@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,7 +77,8 @@ func (f *fakeTemporal) SignalWorkflow(_ context.Context, id, runID, name string,
 	if r == nil || !r.open || r.runID != runID {
 		return serviceerror.NewNotFound("workflow execution already completed")
 	}
-	f.signals = append(f.signals, id+" "+name+" "+arg.(contract.ReplaySignal).Reason)
+	sig := arg.(contract.ReplaySignal)
+	f.signals = append(f.signals, strings.TrimSpace(id+" "+name+" "+sig.Reason+" "+sig.Identity))
 	r.pending = true // the worker has not processed it yet
 	return nil
 }
@@ -116,7 +118,7 @@ func TestReplayerDecisions(t *testing.T) {
 		id("signalled"): {open: true, state: contract.StateDeadLettered, runID: "r7", pending: true},
 	}}
 	retry := config.Retry{MaxAttempts: 3, Initial: time.Second, Multiplier: 2, Max: 10 * time.Second}
-	rp, err := dlq.NewReplayer(dlq.ReplayerOptions{Client: f, TaskQueue: "tq", Retry: retry, Reason: "fixed", ReplayWindow: 42})
+	rp, err := dlq.NewReplayer(dlq.ReplayerOptions{Client: f, TaskQueue: "tq", Retry: retry, Reason: "fixed", Identity: "alice", ReplayWindow: 42})
 	require.NoError(t, err)
 	ctx := context.Background()
 
@@ -145,7 +147,7 @@ func TestReplayerDecisions(t *testing.T) {
 	require.ErrorIs(t, res.Err, dlq.ErrNotReplayable)
 
 	require.Equal(t, dlq.Summary{Signalled: 1, Restarted: 3, AlreadySucceeded: 4, Duplicates: 1, Skipped: 1, Failed: 1}, rp.Summary())
-	require.Equal(t, []string{id("dead") + " replay fixed"}, f.signals)
+	require.Equal(t, []string{id("dead") + " replay fixed alice"}, f.signals, "the signal says who and why")
 	require.Len(t, f.starts, 3)
 	o := f.starts[0]
 	require.Equal(t, id("expired"), o.ID)
@@ -161,6 +163,7 @@ func TestReplayerDecisions(t *testing.T) {
 	require.Equal(t, "p", in.Projection)
 	require.Equal(t, []byte("user-1"), in.Key)
 	require.Equal(t, contract.Source{Topic: "events", Partition: 2, Offset: 9}, in.Source)
+	require.Equal(t, &contract.OperatorSignal{Identity: "alice", Reason: "fixed"}, in.Replay, "so does a restarted run's input")
 
 	// Replaying again: everything is in progress now, nothing more happens.
 	rp2, err := dlq.NewReplayer(dlq.ReplayerOptions{Client: f, TaskQueue: "tq"})

@@ -235,7 +235,7 @@ func logHandOff(log *slog.Logger, in contract.RetryInput, outage time.Time) {
 }
 
 func sourceOf(rec *kgo.Record) contract.Source {
-	return contract.Source{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}
+	return contract.Source{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Timestamp: rec.Timestamp}
 }
 
 // deadLetterPoison writes a record that is not a valid envelope to the DLQ

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
@@ -101,7 +103,12 @@ type workerEnv struct {
 	engine   *projection.Engine
 	tq       string
 	logs     *syncBuffer
+	// reg holds the worker's SDK metrics, as a worker's /metrics serves them.
+	reg *prometheus.Registry
 }
+
+// testConsumerGroup is the group the worker's dead letters name.
+const testConsumerGroup = "causet-projection-worker"
 
 func newWorkerEnv(t *testing.T, doc string) *workerEnv {
 	t.Helper()
@@ -123,12 +130,23 @@ func newWorkerEnv(t *testing.T, doc string) *workerEnv {
 	producer, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...))
 	require.NoError(t, err)
 	t.Cleanup(producer.Close)
+	// The worker's client logs and counts as a worker's does: workflow
+	// log lines into logs, SDK metrics into reg.
+	e.reg = prometheus.NewRegistry()
+	metrics, closeMetrics, err := worker.MetricsHandler(e.reg, logger)
+	require.NoError(t, err)
+	t.Cleanup(closeMetrics)
+	c, err := client.NewClientFromExisting(e.srv.Client, client.Options{
+		Namespace: e.srv.Namespace, Logger: worker.SDKLogger(logger), MetricsHandler: metrics,
+	})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
 	w, err := worker.New(worker.Options{
-		Client:    e.srv.Client,
+		Client:    c,
 		TaskQueue: e.tq,
 		Activities: &activities.Activities{
 			Applier:   e.engine,
-			Publisher: &dlq.Publisher{Client: producer, Topic: e.dlqTopic},
+			Publisher: &dlq.Publisher{Client: producer, Topic: e.dlqTopic, ConsumerGroup: testConsumerGroup},
 			Logger:    logger,
 		},
 	})
@@ -155,9 +173,10 @@ func TestKafkaWorkerEndToEnd(t *testing.T) {
 	require.Equal(t, contract.KindSQL, res.Err.Kind)
 
 	id := contract.RetryWorkflowID("artist_followers", ev.ForkID, ev.EventID)
+	recordTime := time.Now().UTC().Truncate(time.Millisecond)
 	in := contract.RetryInput{
 		Event: ev, Projection: "artist_followers", Key: []byte(ev.EntityID), Mode: config.ModeInline,
-		Source:       contract.Source{Topic: "causet.events.v1", Partition: 1, Offset: 7},
+		Source:       contract.Source{Topic: "causet.events.v1", Partition: 1, Offset: 7, Timestamp: recordTime},
 		FirstAttempt: &contract.Attempt{Number: 1, StartedAt: attempt1, ErrorKind: string(res.Err.Kind), Error: res.Err.Error(), IRVersion: res.IRVersion},
 		Retry:        config.DefaultRetry(), ReplayWindow: time.Hour,
 	}
@@ -198,11 +217,16 @@ func TestKafkaWorkerEndToEnd(t *testing.T) {
 	require.Len(t, rec.Attempts, 5)
 	require.WithinDuration(t, attempt1, rec.FirstFailedAt, time.Millisecond)
 	require.False(t, rec.DeadLetteredAt.Before(rec.Attempts[4].StartedAt))
-	require.Equal(t, contract.Source{Topic: "causet.events.v1", Partition: 1, Offset: 7}, rec.Source)
+	require.Equal(t, contract.Source{Topic: "causet.events.v1", Partition: 1, Offset: 7, Timestamp: recordTime}, rec.Source)
 	require.Equal(t, &dlq.WorkflowRef{Namespace: srv.Namespace, ID: id, RunID: run.GetRunID()}, rec.Workflow)
+	// Ours, and Spring Kafka's in Spring's encodings (big-endian int and longs).
+	millis := binary.BigEndian.AppendUint64(nil, uint64(recordTime.UnixMilli()))
 	require.Equal(t, map[string]string{
 		dlq.HeaderProjection: "artist_followers", dlq.HeaderEventType: "ARTIST_FOLLOWED", dlq.HeaderRetryCount: "5",
 		dlq.HeaderErrorKind: "sql", dlq.HeaderSourceTopic: "causet.events.v1", dlq.HeaderSourcePartition: "1", dlq.HeaderSourceOffset: "7",
+		dlq.HeaderDLTOriginalTopic: "causet.events.v1", dlq.HeaderDLTOriginalPartition: "\x00\x00\x00\x01",
+		dlq.HeaderDLTOriginalOffset: "\x00\x00\x00\x00\x00\x00\x00\x07", dlq.HeaderDLTOriginalTimestamp: string(millis),
+		dlq.HeaderDLTOriginalConsumerGroup: testConsumerGroup, dlq.HeaderDLTExceptionMessage: rec.Error, dlq.HeaderDLTExceptionFQCN: "sql",
 	}, headers)
 
 	// The seed's log lines: attempts 2-4 will be retried, attempt 5 dead-letters.

@@ -106,3 +106,16 @@ func TestReplayLastAttemptTimedOut(t *testing.T) {
 	require.Equal(t, "attempt timed out after 1m0s", s.Attempts[1].Error)
 	require.False(t, s.Attempts[1].StartedAt.IsZero())
 }
+
+// Recorded from the bulk replay on a real server (batch_replayed.json: a
+// dead letter with its memo, replayed by `temporal workflow signal --query`
+// with an identity and reason in the payload): the replay is attributed.
+func TestReplayBatchReplayed(t *testing.T) {
+	s := replayedStatus(t, "batch_replayed.json")
+	require.Equal(t, contract.StateSucceeded, s.State)
+	require.Equal(t, 1, s.ReplayCount)
+	require.NotNil(t, s.LastAction)
+	require.Equal(t, "replay", s.LastAction.Action)
+	require.Equal(t, "alice@ops", s.LastAction.Identity)
+	require.Equal(t, "IR v2 drops followed_at", s.LastAction.Reason)
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -49,6 +50,12 @@ const (
 	// changeSignalAtWindowEnd honours a replay or discard delivered in the
 	// workflow task in which the replay window's timer fired.
 	changeSignalAtWindowEnd = "signal-at-window-end"
+	// changeDeadLetterMemo records in the memo when the run was
+	// dead-lettered and with which error kind (contract.MemoDeadLetteredAt).
+	changeDeadLetterMemo = "dead-letter-memo"
+	// changeAnyReplayPayload takes a replay whose payload is not the
+	// documented object as a replay; before, it was skipped as if never sent.
+	changeAnyReplayPayload = "any-replay-payload"
 )
 
 // SettleUnreported marks as timed out every attempt in attempts that started
@@ -86,6 +93,9 @@ func ProjectionRetryWorkflow(ctx workflow.Context, in contract.RetryInput) (cont
 	if err := workflow.UpsertTypedSearchAttributes(ctx, in.SearchAttributeUpdates()...); err != nil {
 		return r.status, err
 	}
+	if in.Replay != nil {
+		r.took(ctx, contract.SignalReplay, *in.Replay, contract.OutcomeRestarted)
+	}
 
 	plan := in.Retry.Plan(in.Mode)
 	var attempt1 time.Time
@@ -106,13 +116,19 @@ func ProjectionRetryWorkflow(ctx workflow.Context, in contract.RetryInput) (cont
 		if err := r.setState(ctx, contract.StateDeadLettered); err != nil {
 			return r.status, err
 		}
+		if err := r.markDeadLettered(ctx); err != nil {
+			return r.status, err
+		}
 		r.tellLane(ctx)
 		next := r.awaitDecision(ctx, replay, discard)
 		switch next {
 		case contract.SignalDiscard:
-			return r.status, r.setState(ctx, contract.StateDiscarded)
+			err := r.setState(ctx, contract.StateDiscarded)
+			r.ignorePending(ctx, replay, discard)
+			return r.status, err
 		case "":
 			workflow.GetLogger(ctx).Info("replay window expired", "window", in.ReplayWindow)
+			r.ignorePending(ctx, replay, discard)
 			return r.status, nil
 		}
 		r.status.ReplayCount++
@@ -121,7 +137,9 @@ func ProjectionRetryWorkflow(ctx workflow.Context, in contract.RetryInput) (cont
 		}
 		ok = r.runSchedule(ctx, in.Retry.Plan(config.ModeWorkflow), r.status.ReplayCount, time.Time{})
 	}
-	return r.status, r.setState(ctx, contract.StateSucceeded)
+	err := r.setState(ctx, contract.StateSucceeded)
+	r.ignorePending(ctx, replay, discard)
+	return r.status, err
 }
 
 type retryRun struct {
@@ -314,13 +332,20 @@ func (r *retryRun) awaitDecision(ctx workflow.Context, replay, discard workflow.
 	var got string
 	sel := workflow.NewSelector(ctx)
 	sel.AddReceive(replay, func(c workflow.ReceiveChannel, _ bool) {
-		var s contract.ReplaySignal
-		c.Receive(ctx, &s)
-		r.status.LastReplayReason = s.Reason
+		for {
+			var raw converter.RawValue
+			c.Receive(ctx, &raw)
+			if s, ok := r.replaySignal(ctx, raw); ok {
+				r.took(ctx, contract.SignalReplay, s, contract.OutcomeActed)
+				break
+			}
+		}
 		got = contract.SignalReplay
 	})
 	sel.AddReceive(discard, func(c workflow.ReceiveChannel, _ bool) {
-		c.Receive(ctx, nil)
+		var raw converter.RawValue
+		c.Receive(ctx, &raw)
+		r.took(ctx, contract.SignalDiscard, operatorSignal(raw), contract.OutcomeActed)
 		got = contract.SignalDiscard
 	})
 	window := r.in.ReplayWindow
@@ -334,7 +359,10 @@ func (r *retryRun) awaitDecision(ctx workflow.Context, replay, discard workflow.
 	}
 	// Replay signals sent while this one was pending (a CLI signal and a bulk
 	// replay, say) ask for the same thing; one replay answers them all.
-	for replay.ReceiveAsync(nil) {
+	if got == contract.SignalReplay {
+		r.drain(ctx, contract.SignalReplay, replay, contract.OutcomeCoalesced)
+	} else {
+		r.drain(ctx, contract.SignalReplay, replay, contract.OutcomeIgnored)
 	}
 	return got
 }
@@ -350,11 +378,121 @@ func (r *retryRun) signalAtWindowEnd(ctx workflow.Context, replay, discard workf
 	if workflow.GetVersion(ctx, changeSignalAtWindowEnd, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return ""
 	}
-	var s contract.ReplaySignal
-	if replay.ReceiveAsync(&s) {
-		r.status.LastReplayReason = s.Reason
-		return contract.SignalReplay
+	for {
+		var raw converter.RawValue
+		if !replay.ReceiveAsync(&raw) {
+			break
+		}
+		if s, ok := r.replaySignal(ctx, raw); ok {
+			r.took(ctx, contract.SignalReplay, s, contract.OutcomeActed)
+			return contract.SignalReplay
+		}
 	}
-	discard.ReceiveAsync(nil)
+	var raw converter.RawValue
+	discard.ReceiveAsync(&raw)
+	r.took(ctx, contract.SignalDiscard, operatorSignal(raw), contract.OutcomeActed)
 	return contract.SignalDiscard
+}
+
+// replaySignal reads a replay payload. Runs read it as the object (or
+// nothing) and skipped any other payload as if never sent, which left a run
+// waiting after a mistyped --input; from changeAnyReplayPayload on, any
+// payload is a replay. The version is asked only for such a payload, so
+// other histories are unchanged; a skipped one is logged as ignored.
+func (r *retryRun) replaySignal(ctx workflow.Context, raw converter.RawValue) (contract.OperatorSignal, bool) {
+	s := operatorSignal(raw)
+	if p := raw.Payload(); p != nil {
+		var strict struct {
+			Reason string `json:"reason"`
+		}
+		if converter.GetDefaultDataConverter().FromPayload(p, &strict) != nil &&
+			workflow.GetVersion(ctx, changeAnyReplayPayload, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+			r.logAction(ctx, contract.SignalReplay, s, contract.OutcomeIgnored)
+			return s, false
+		}
+	}
+	return s, true
+}
+
+// markDeadLettered records the dead letter's time and error kind in the
+// memo, which visibility lists return: the worker's dead-letter gauges read
+// them there (no ORDER BY or custom search attribute needed).
+func (r *retryRun) markDeadLettered(ctx workflow.Context) error {
+	if workflow.GetVersion(ctx, changeDeadLetterMemo, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return nil
+	}
+	kind := ""
+	if n := len(r.status.Attempts); n > 0 {
+		kind = r.status.Attempts[n-1].ErrorKind
+	}
+	return workflow.UpsertMemo(ctx, map[string]any{
+		contract.MemoDeadLetteredAt: workflow.Now(ctx).UTC(),
+		contract.MemoErrorKind:      kind,
+	})
+}
+
+// operatorSignal reads a replay or discard payload leniently: any payload
+// is still the operator's decision, so one that is not the documented object
+// (a bare string is taken as the reason) must not make the signal vanish,
+// as a failed decode in Receive would.
+func operatorSignal(raw converter.RawValue) contract.OperatorSignal {
+	var s contract.OperatorSignal
+	p := raw.Payload()
+	if p == nil {
+		return s
+	}
+	dc := converter.GetDefaultDataConverter()
+	if dc.FromPayload(p, &s) == nil {
+		return s
+	}
+	var reason string
+	if dc.FromPayload(p, &reason) == nil {
+		s.Reason = reason
+	}
+	return s
+}
+
+// took records an operator decision the run acts on.
+func (r *retryRun) took(ctx workflow.Context, action string, s contract.OperatorSignal, outcome string) {
+	r.status.LastAction = &contract.OperatorAction{Action: action, Identity: s.Identity, Reason: s.Reason, At: workflow.Now(ctx).UTC()}
+	if action == contract.SignalReplay {
+		r.status.LastReplayReason = s.Reason
+	}
+	r.logAction(ctx, action, s, outcome)
+}
+
+// drain logs, with outcome, every signal still queued on ch.
+func (r *retryRun) drain(ctx workflow.Context, action string, ch workflow.ReceiveChannel, outcome string) {
+	for {
+		var raw converter.RawValue
+		if !ch.ReceiveAsync(&raw) {
+			return
+		}
+		r.logAction(ctx, action, operatorSignal(raw), outcome)
+	}
+}
+
+// ignorePending logs the replay and discard signals queued as the run
+// closes: their senders were told they were delivered, and nothing acts on
+// them.
+func (r *retryRun) ignorePending(ctx workflow.Context, replay, discard workflow.ReceiveChannel) {
+	r.drain(ctx, contract.SignalReplay, replay, contract.OutcomeIgnored)
+	r.drain(ctx, contract.SignalDiscard, discard, contract.OutcomeIgnored)
+}
+
+// logAction writes the projection_operator_action line and counts it.
+// Temporal keeps a signal only in its run's history and a batch job only
+// for a while, so the logs and the counter are the lasting trail. Both are
+// replay-safe: the SDK drops them while replaying history.
+func (r *retryRun) logAction(ctx workflow.Context, action string, s contract.OperatorSignal, outcome string) {
+	workflow.GetLogger(ctx).Info("projection_operator_action",
+		"event", "projection_operator_action", "action", action, "outcome", outcome,
+		"identity", s.Identity, "reason", s.Reason,
+		"projectionName", r.in.Projection, "eventType", r.in.Event.EventType, "entityId", r.in.Event.EntityID,
+		"forkId", r.in.Event.ForkID, "eventId", r.in.Event.EventID,
+		"workflowId", workflow.GetInfo(ctx).WorkflowExecution.ID,
+		"state", string(r.status.State), "replayCount", r.status.ReplayCount)
+	workflow.GetMetricsHandler(ctx).WithTags(map[string]string{
+		"projection": r.in.Projection, "action": action, "outcome": outcome,
+	}).Counter(contract.MetricOperatorActions).Inc(1)
 }

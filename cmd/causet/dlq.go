@@ -261,7 +261,25 @@ type dlqReplayCmd struct {
 	DryRun    bool   `name:"dry-run" help:"Look up every workflow and say what would happen; signal and start nothing."`
 	Rate      string `help:"At most this many signals/starts per second, e.g. 20/s (default unlimited)."`
 	Limit     int    `help:"Stop after this many dead letters were signalled or restarted (0: no limit)."`
-	Reason    string `help:"Reason sent with the replay signal (shown by the status query)."`
+	Reason    string `help:"Reason sent with the replay signal (shown by the status query, logged by each workflow)."`
+	Identity  string `help:"Who replays, sent with the reason and logged by each workflow (default causet-dlq-replay:$USER@$HOST)."`
+}
+
+// replayIdentity is --identity, or the user and host as the temporal CLI
+// names its own.
+func (c *dlqReplayCmd) replayIdentity() string {
+	if c.Identity != "" {
+		return c.Identity
+	}
+	user := os.Getenv("USER")
+	if user == "" {
+		user = "unknown"
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	return "causet-dlq-replay:" + user + "@" + host
 }
 
 // parseRate reads "N/s" or "N".
@@ -299,7 +317,7 @@ func (c *dlqReplayCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	defer tc.Close()
 	rp, err := dlq.NewReplayer(dlq.ReplayerOptions{
 		Client: tc.Client, TaskQueue: cfg.TaskQueue, Retry: cfg.Retry, ReplayWindow: cfg.DLQReplayWindow,
-		Reason: c.Reason, DryRun: c.DryRun, Rate: perSec, Limit: c.Limit,
+		Reason: c.Reason, Identity: c.replayIdentity(), DryRun: c.DryRun, Rate: perSec, Limit: c.Limit,
 	})
 	if err != nil {
 		return err

@@ -75,6 +75,10 @@ func TestDLQCommandParses(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "dlq replay", kctx.Command())
 	require.Equal(t, dlqReplayCmd{dlqSelect: dlqSelect{Projection: "p"}, DryRun: true, Rate: "5/s", Limit: 10, Reason: "fixed"}, c.DLQ.Replay)
+	require.True(t, strings.HasPrefix(c.DLQ.Replay.replayIdentity(), "causet-dlq-replay:"), "without --identity, the user and host")
+	_, err = parser.Parse([]string{"dlq", "replay", "--reason", "fixed", "--identity", "alice@ops"})
+	require.NoError(t, err)
+	require.Equal(t, "alice@ops", c.DLQ.Replay.replayIdentity())
 }
 
 func publishTestDLQ(t *testing.T, brokers []string, topic string) {
