@@ -1,8 +1,8 @@
 # syntax=docker/dockerfile:1
 #
-# causet: the one binary (bridge, worker, projections, dlq, produce).
+# causet: the one binary (bridge, worker, runtime, relay, projections, intents, dlq, produce).
 #
-#   docker build -t causet .                 # runtime image (bridge, worker)
+#   docker build -t causet .                 # runtime image (bridge, worker, runtime, relay)
 #   docker build --target init -t causet-init .   # + psql and the init script
 #
 # docker-compose.yml builds both targets; see deployments/README.md.
@@ -16,16 +16,20 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
     CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /causet ./cmd/causet
 
 # Runtime: alpine rather than distroless so healthchecks can use busybox wget
-# on the metrics endpoint (CAUSET_METRICS_ADDR) and the init script has a shell.
+# on /readyz (CAUSET_METRICS_ADDR; the runtime's CAUSET_RUNTIME_ADDR) and the
+# init script has a shell. The processes write no files: the root filesystem
+# may be read-only (deployments/kubernetes runs it so, as uid 10001).
 FROM alpine:3.21 AS runtime
 RUN apk add --no-cache ca-certificates tzdata \
     && adduser -D -H -u 10001 causet
 COPY --from=build /causet /usr/local/bin/causet
-# Example IR documents and their table DDL, deployed by the compose init service.
+# Example IR documents, their table DDL and the example intent handlers,
+# deployed by the compose init service.
 COPY examples/projections/*.yaml examples/projections/*.sql /etc/causet/projections/
-# In a container the metrics endpoint must listen beyond loopback.
-ENV CAUSET_METRICS_ADDR=0.0.0.0:9464
-EXPOSE 9464
+COPY examples/intents/*.yaml /etc/causet/intents/
+# In a container the metrics endpoint and the runtime must listen beyond loopback.
+ENV CAUSET_METRICS_ADDR=0.0.0.0:9464 CAUSET_RUNTIME_ADDR=0.0.0.0:8080
+EXPOSE 9464 8080
 USER 10001:10001
 ENTRYPOINT ["/usr/local/bin/causet"]
 CMD ["--help"]

@@ -17,46 +17,23 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/causet/projection-retry/internal/app"
 )
 
-// designEnv is every variable bridge and worker may be given: docs/CONTRACT.md §3,
-// plus CAUSET_METRICS_ADDR and CAUSET_BRIDGE_MAX_INFLIGHT (config package).
-var designEnv = []string{
-	"PROJECTION_WORKER_MAX_RETRIES",
-	"PROJECTION_WORKER_RETRY_INITIAL_MS",
-	"PROJECTION_WORKER_RETRY_MULTIPLIER",
-	"PROJECTION_WORKER_RETRY_MAX_MS",
-	"DATABASE_URL",
-	"KAFKA_BROKERS",
-	"CAUSET_EVENTS_TOPIC",
-	"CAUSET_DLQ_TOPIC",
-	"CAUSET_CONSUMER_GROUP",
-	"CAUSET_TASK_QUEUE",
-	"CAUSET_BRIDGE_MODE",
-	"CAUSET_ORDERING",
-	"CAUSET_DLQ_REPLAY_WINDOW",
-	"CAUSET_BRIDGE_MAX_INFLIGHT",
-	"CAUSET_METRICS_ADDR",
-}
-
-// temporalEnv is what go.temporal.io/sdk/contrib/envconfig reads (CONTRACT §3:
-// TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_*).
-var temporalEnv = []string{
-	"TEMPORAL_ADDRESS",
-	"TEMPORAL_NAMESPACE",
-	"TEMPORAL_API_KEY",
-	"TEMPORAL_CLIENT_AUTHORITY",
-	"TEMPORAL_TLS",
-	"TEMPORAL_TLS_CLIENT_CERT_PATH",
-	"TEMPORAL_TLS_CLIENT_CERT_DATA",
-	"TEMPORAL_TLS_CLIENT_KEY_PATH",
-	"TEMPORAL_TLS_CLIENT_KEY_DATA",
-	"TEMPORAL_TLS_SERVER_CA_CERT_PATH",
-	"TEMPORAL_TLS_SERVER_CA_CERT_DATA",
-	"TEMPORAL_TLS_SERVER_NAME",
-	"TEMPORAL_TLS_DISABLE_HOST_VERIFICATION",
-	"TEMPORAL_CONFIG_FILE",
-	"TEMPORAL_PROFILE",
+// allowedEnv reports whether a causet process reads name: one of
+// app.Variables() (config.Variables() and those of the runtime, the relay and
+// Temporal's envconfig, taken from the code) or of a family read by prefix.
+func allowedEnv(name string) bool {
+	if slices.Contains(app.Variables(), name) {
+		return true
+	}
+	for _, p := range app.VariablePrefixes {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // searchAttributes are CONTRACT §6's custom search attributes (Keyword).
@@ -65,8 +42,21 @@ var searchAttributes = []string{"CausetProjection", "CausetEventType", "CausetEn
 // oneShots run to completion; they need no healthcheck.
 var oneShots = []string{"kafka-init", "init"}
 
-// causetServices are built from the repo's Dockerfile and run the binary.
-var causetServices = map[string]string{"bridge": "bridge", "worker": "worker"}
+// causetService is a service built from the repo's Dockerfile that runs
+// `causet <name>`: the variable of the address its /readyz listens on, whether
+// it uses Kafka and Temporal, and the services it must wait for.
+type causetService struct {
+	listen          string
+	kafka, temporal bool
+	dependsOn       []string
+}
+
+var causetServices = map[string]causetService{
+	"bridge":  {"CAUSET_METRICS_ADDR", true, true, []string{"postgres", "kafka", "temporal", "kafka-init", "init"}},
+	"worker":  {"CAUSET_METRICS_ADDR", true, true, []string{"postgres", "kafka", "temporal", "kafka-init", "init"}},
+	"relay":   {"CAUSET_METRICS_ADDR", true, false, []string{"postgres", "kafka", "kafka-init", "runtime"}},
+	"runtime": {"CAUSET_RUNTIME_ADDR", false, false, []string{"postgres", "init"}},
+}
 
 type composeFile struct {
 	Version  *string             `yaml:"version"`
@@ -157,7 +147,7 @@ func TestComposeStructure(t *testing.T) {
 	root := repoRoot(t)
 	require.Nil(t, c.Version, "the Compose spec has no top-level version key; remove it")
 
-	for _, want := range []string{"postgres", "kafka", "temporal", "kafka-init", "init", "bridge", "worker"} {
+	for _, want := range []string{"postgres", "kafka", "temporal", "kafka-init", "init", "bridge", "worker", "runtime", "relay"} {
 		require.Contains(t, c.Services, want, "service %s is missing", want)
 	}
 
@@ -263,41 +253,35 @@ func parsePort(t *testing.T, svc, p string) (hostIP, hostPort, containerPort str
 
 func TestComposeCausetEnvMatchesDesign(t *testing.T) {
 	c := loadCompose(t)
-	allowed := append(slices.Clone(designEnv), temporalEnv...)
-
-	// The config package must still read every non-Temporal name listed here,
-	// so a rename there fails this test instead of silently unsetting a value.
-	src, err := os.ReadFile(filepath.Join(repoRoot(t), "config", "config.go"))
-	require.NoError(t, err)
-	for _, name := range designEnv {
-		require.Contains(t, string(src), strconv.Quote(name), "config/config.go no longer reads %s; update designEnv and docker-compose.yml", name)
-	}
-
 	kafka := env(t, c.Services["kafka"], "kafka")
 	pg := env(t, c.Services["postgres"], "postgres")
 	internalBrokers := kafkaInternalAddrs(t, kafka)
 
-	for name, cmd := range causetServices {
+	for name, want := range causetServices {
 		s := c.Services[name]
 		require.NotNil(t, s.Build, "service %s must be built from the repo's Dockerfile", name)
-		require.Equal(t, []string{cmd}, []string(s.Command), "service %s runs `causet %s`", name, cmd)
+		require.Equal(t, []string{name}, []string(s.Command), "service %s runs `causet %s`", name, name)
 		e := env(t, s, name)
 		for k := range e {
-			require.Contains(t, allowed, k, "service %s sets %s, which is not a variable of CONTRACT §3 (typo?)", name, k)
+			require.True(t, allowedEnv(k), "service %s sets %s, which no causet process reads (typo? app.Variables lists those read)", name, k)
 		}
 
 		// KAFKA_BROKERS: every seed is an internal advertised listener of the kafka service.
-		require.NotEmpty(t, e["KAFKA_BROKERS"], "service %s: KAFKA_BROKERS is not set (its default 127.0.0.1:9092 is the container itself)", name)
-		for _, b := range strings.Split(e["KAFKA_BROKERS"], ",") {
-			require.Contains(t, internalBrokers, strings.TrimSpace(b),
-				"service %s: KAFKA_BROKERS seed %s is not an advertised listener of the kafka service reachable from containers (%v)", name, b, internalBrokers)
+		if want.kafka {
+			require.NotEmpty(t, e["KAFKA_BROKERS"], "service %s: KAFKA_BROKERS is not set (its default 127.0.0.1:9092 is the container itself)", name)
+			for _, b := range strings.Split(e["KAFKA_BROKERS"], ",") {
+				require.Contains(t, internalBrokers, strings.TrimSpace(b),
+					"service %s: KAFKA_BROKERS seed %s is not an advertised listener of the kafka service reachable from containers (%v)", name, b, internalBrokers)
+			}
 		}
 
 		// TEMPORAL_ADDRESS: the temporal service's frontend port.
-		host, port, err := net.SplitHostPort(e["TEMPORAL_ADDRESS"])
-		require.NoError(t, err, "service %s: TEMPORAL_ADDRESS=%q", name, e["TEMPORAL_ADDRESS"])
-		require.Equal(t, "temporal", host, "service %s: TEMPORAL_ADDRESS must point at the temporal service", name)
-		require.Equal(t, temporalFrontendPort(c.Services["temporal"]), port, "service %s: TEMPORAL_ADDRESS port", name)
+		if want.temporal {
+			host, port, err := net.SplitHostPort(e["TEMPORAL_ADDRESS"])
+			require.NoError(t, err, "service %s: TEMPORAL_ADDRESS=%q", name, e["TEMPORAL_ADDRESS"])
+			require.Equal(t, "temporal", host, "service %s: TEMPORAL_ADDRESS must point at the temporal service", name)
+			require.Equal(t, temporalFrontendPort(c.Services["temporal"]), port, "service %s: TEMPORAL_ADDRESS port", name)
+		}
 
 		// DATABASE_URL: the postgres service, its user, password and database.
 		u, err := url.Parse(e["DATABASE_URL"])
@@ -310,20 +294,21 @@ func TestComposeCausetEnvMatchesDesign(t *testing.T) {
 		require.Equal(t, pg["POSTGRES_PASSWORD"], pw, "service %s: DATABASE_URL password vs POSTGRES_PASSWORD", name)
 		require.Equal(t, pg["POSTGRES_DB"], strings.TrimPrefix(u.Path, "/"), "service %s: DATABASE_URL database vs POSTGRES_DB", name)
 
-		// Metrics must listen beyond loopback in a container, and the
-		// healthcheck must probe that port.
-		addr := e["CAUSET_METRICS_ADDR"]
-		require.NotEmpty(t, addr, "service %s: set CAUSET_METRICS_ADDR (default 127.0.0.1:9464 is unreachable from outside the container)", name)
-		mhost, mport, err := net.SplitHostPort(addr)
-		require.NoError(t, err, "service %s: CAUSET_METRICS_ADDR", name)
-		require.Contains(t, []string{"0.0.0.0", "", "::"}, mhost, "service %s: CAUSET_METRICS_ADDR must listen on all interfaces", name)
-		require.Contains(t, strings.Join(s.Healthcheck.Test, " "), ":"+mport+"/", "service %s: healthcheck must probe the metrics port %s", name, mport)
+		// Its HTTP address (metrics, or the runtime's) must listen beyond
+		// loopback in a container, and the healthcheck must ask its /readyz.
+		addr := e[want.listen]
+		require.NotEmpty(t, addr, "service %s: set %s (the default listens on 127.0.0.1, unreachable from outside the container)", name, want.listen)
+		host, port, err := net.SplitHostPort(addr)
+		require.NoError(t, err, "service %s: %s", name, want.listen)
+		require.Contains(t, []string{"0.0.0.0", "", "::"}, host, "service %s: %s must listen on all interfaces", name, want.listen)
+		require.Contains(t, strings.Join(s.Healthcheck.Test, " "), "127.0.0.1:"+port+"/readyz",
+			"service %s: healthcheck must ask /readyz on %s's port %s", name, want.listen, port)
 		for _, p := range s.Ports {
 			_, _, cport := parsePort(t, name, p)
-			require.Equal(t, mport, cport, "service %s publishes container port %s, which it does not listen on", name, cport)
+			require.Equal(t, port, cport, "service %s publishes container port %s, which it does not listen on", name, cport)
 		}
 
-		// Both share one set of topics, group and task queue with the defaults of §3.
+		// All share one set of topics and task queue with the defaults of §3.
 		for k, def := range map[string]string{
 			"CAUSET_EVENTS_TOPIC": "causet.events.v1", "CAUSET_DLQ_TOPIC": "causet.projection-dlq.v1",
 			"CAUSET_TASK_QUEUE": "causet-projections",
@@ -333,7 +318,7 @@ func TestComposeCausetEnvMatchesDesign(t *testing.T) {
 			}
 		}
 
-		for _, dep := range []string{"postgres", "kafka", "temporal", "kafka-init", "init"} {
+		for _, dep := range want.dependsOn {
 			require.Contains(t, s.DependsOn, dep, "service %s must wait for %s", name, dep)
 		}
 	}

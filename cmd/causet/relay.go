@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/causet/projection-retry/internal/app"
 	"github.com/causet/projection-retry/relay"
 )
 
@@ -14,7 +13,8 @@ type relayCmd struct{}
 
 // Run publishes until interrupted. It needs PostgreSQL and Kafka only, so
 // the service is opened WithWritePathOnly (no projection engine, no
-// Temporal); its registry is served on CAUSET_METRICS_ADDR.
+// Temporal); its registry, /healthz and /readyz (PostgreSQL) are served on
+// CAUSET_METRICS_ADDR.
 func (relayCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	settings, err := relay.LoadSettings(os.LookupEnv)
 	if err != nil {
@@ -26,7 +26,7 @@ func (relayCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	}
 	cfg := svc.Config
 	defer svc.Close()
-	stopMetrics, err := app.ServeMetrics(cfg.MetricsAddr, svc.Registry, logger)
+	stopMetrics, err := svc.ServeMetrics()
 	if err != nil {
 		return err
 	}

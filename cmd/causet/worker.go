@@ -22,7 +22,8 @@ func (workerCmd) Run(ctx context.Context, logger *slog.Logger) error {
 
 // serve runs `causet worker` and `causet bridge`: it opens the service from
 // the environment (package app), builds what runs with build, serves
-// /metrics on CAUSET_METRICS_ADDR, then calls run until ctx is done.
+// /metrics, /healthz and /readyz on CAUSET_METRICS_ADDR, then calls run
+// until ctx is done.
 func serve[T any](ctx context.Context, logger *slog.Logger, build func(*app.Service) (T, error),
 	run func(context.Context, *app.Service, T) error) error {
 	cfg, err := config.FromEnv()

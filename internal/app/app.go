@@ -37,6 +37,10 @@ type Service struct {
 
 	dlq     *kgo.Client
 	closers []func()
+	// health answers /healthz and /readyz on the metrics server: PostgreSQL,
+	// Temporal when opened, the bridge's group membership once built.
+	health *Health
+	group  *groupMembership
 }
 
 // Option adjusts Open.
@@ -76,7 +80,7 @@ func Open(ctx context.Context, cfg config.Config, opts ...Option) (_ *Service, e
 	for _, opt := range opts {
 		opt(&o)
 	}
-	s := &Service{Config: cfg, Logger: o.logger}
+	s := &Service{Config: cfg, Logger: o.logger, health: NewHealth(DefaultReadyTimeout)}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -91,6 +95,7 @@ func Open(ctx context.Context, cfg config.Config, opts ...Option) (_ *Service, e
 		return nil, err
 	}
 	s.closers = append(s.closers, s.Pool.Close)
+	s.health.Add(s.postgresCheck())
 	if o.setup != nil {
 		if err := o.setup(ctx, s.Pool); err != nil {
 			return nil, err
@@ -110,6 +115,7 @@ func Open(ctx context.Context, cfg config.Config, opts ...Option) (_ *Service, e
 		return nil, err
 	}
 	s.closers = append(s.closers, s.Temporal.Close)
+	s.health.Add(s.temporalCheck())
 	if err := worker.EnsureSearchAttributes(ctx, s.Temporal.Client.OperatorService(), s.Temporal.Namespace); err != nil {
 		return nil, err
 	}

@@ -19,7 +19,10 @@
 // outbox relay (the pool, the configured brokers with their TLS and SASL,
 // CAUSET_EVENTS_TOPIC). Everything counts on the one registry, which
 // [ServeMetrics] (or [Service.ServeMetrics]) serves on CAUSET_METRICS_ADDR
-// and the runtime on its own /metrics.
+// and the runtime on its own /metrics. Beside /metrics, the metrics server
+// answers /healthz and /readyz ([Health]): PostgreSQL, Temporal where the
+// process uses it, and the bridge's consumer-group membership, each bounded
+// by [DefaultReadyTimeout].
 //
 // It is one place so that every command connects the same way: one Temporal
 // connection path (TLS, API key, namespace, defaults), one set of Kafka

@@ -36,7 +36,9 @@ func (s *Service) DLQProducer() (*kgo.Client, error) {
 // NewWorker builds the Temporal worker on CAUSET_TASK_QUEUE with the retry
 // and lane workflows and the activities registered (package worker): the
 // activities apply with Engine, publish dead letters with the DLQ producer
-// and count on Registry. Run it with Run or Start.
+// and count on Registry. Run it with Run or Start. Until Close, the open
+// dead letters are scanned every minute for their gauges
+// (worker.DeadLetterMonitor).
 func (s *Service) NewWorker() (sdkworker.Worker, error) {
 	if s.Temporal == nil || s.Engine == nil {
 		return nil, errWritePathOnly
@@ -45,23 +47,38 @@ func (s *Service) NewWorker() (sdkworker.Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return worker.New(worker.Options{
+	w, err := worker.New(worker.Options{
 		Client:    s.Temporal.Client,
 		TaskQueue: s.Config.TaskQueue,
 		Activities: &activities.Activities{
-			Applier:   s.Engine,
-			Publisher: &dlq.Publisher{Client: producer, Topic: s.Config.DLQTopic},
-			Logger:    s.Logger,
-			Metrics:   activities.NewMetrics(s.Registry),
+			Applier: s.Engine,
+			Publisher: &dlq.Publisher{Client: producer, Topic: s.Config.DLQTopic,
+				ConsumerGroup: s.Config.ConsumerGroup},
+			Logger:  s.Logger,
+			Metrics: activities.NewMetrics(s.Registry),
 		},
 	})
+	if err != nil {
+		return nil, err
+	}
+	mon, err := worker.NewDeadLetterMonitor(worker.DeadLetterMonitorOptions{
+		Client: s.Temporal.Client, Namespace: s.Temporal.Namespace, TaskQueue: s.Config.TaskQueue,
+		Registerer: s.Registry, Logger: s.Logger, DataConverter: s.Temporal.DataConverter,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, mon.Start())
+	return w, nil
 }
 
 // BridgeOptions are the bridge's options: those of the configuration
 // (starter.OptionsFromConfig), the engine, Temporal as starter and lane
 // client, the blocked keys in PostgreSQL, the outage probes (a pool ping for
 // PostgreSQL, the frontend's health check for Temporal), the logger, the
-// registry, and the Kafka TLS and SASL with the client's metrics.
+// registry, and the Kafka TLS and SASL with the client's metrics. From the
+// first call on, /readyz also waits for the bridge built with them to be a
+// member of its consumer group (check "kafka").
 func (s *Service) BridgeOptions() (starter.Options, error) {
 	if s.Temporal == nil || s.Engine == nil {
 		return starter.Options{}, errWritePathOnly
@@ -70,6 +87,9 @@ func (s *Service) BridgeOptions() (starter.Options, error) {
 	opts.Engine = s.Engine
 	opts.Starter = s.Temporal.Client
 	opts.Lanes = s.Temporal.Client
+	// Lost lanes' histories are read back: with payload encryption on, only
+	// the client's converter can decode them.
+	opts.DataConverter = s.Temporal.DataConverter
 	opts.Blocks = starter.NewPostgresBlockStore(s.Pool)
 	opts.Probe = s.Pool.Ping
 	opts.TemporalProbe = s.Temporal.Probe
@@ -79,7 +99,11 @@ func (s *Service) BridgeOptions() (starter.Options, error) {
 	if err != nil {
 		return starter.Options{}, err
 	}
-	opts.KafkaOptions = append(sec, kgo.WithHooks(kprom.NewMetrics("causet_bridge_kafka", kprom.Registerer(s.Registry))))
+	if s.group == nil {
+		s.group = &groupMembership{group: opts.Group}
+		s.health.Add(Check{Name: "kafka", Probe: s.group.check})
+	}
+	opts.KafkaOptions = append(sec, kgo.WithHooks(kprom.NewMetrics("causet_bridge_kafka", kprom.Registerer(s.Registry)), s.group))
 	return opts, nil
 }
 
@@ -92,8 +116,13 @@ func (s *Service) NewBridge() (*starter.Bridge, error) {
 	return starter.New(opts)
 }
 
-// ServeMetrics serves Registry as /metrics on CAUSET_METRICS_ADDR until
-// the returned stop (the free ServeMetrics).
+// ServeMetrics serves Registry as /metrics, with /healthz and /readyz
+// (Health), on CAUSET_METRICS_ADDR until the returned stop.
 func (s *Service) ServeMetrics() (stop func(), err error) {
-	return ServeMetrics(s.Config.MetricsAddr, s.Registry, s.Logger)
+	return serveMetrics(s.Config.MetricsAddr, s.Registry, s.Logger, s.health)
 }
+
+// Health is the service's /healthz and /readyz: PostgreSQL, Temporal unless
+// opened WithWritePathOnly, and the bridge's consumer group once
+// BridgeOptions (or NewBridge) was called.
+func (s *Service) Health() *Health { return s.health }

@@ -9,7 +9,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/contrib/envconfig"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 
+	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/internal/payloadcodec"
 	"github.com/causet/projection-retry/worker"
 )
 
@@ -28,6 +32,11 @@ type TemporalOptions struct {
 	// Metrics, when set, receives the SDK's metrics (tally, Prometheus
 	// naming).
 	Metrics prometheus.Registerer
+	// PayloadKeys, when set, are the keys that encrypt the client's payloads
+	// (a zero value: none). When nil they are read from CAUSET_PAYLOAD_KEYS,
+	// CAUSET_PAYLOAD_KEYS_FILE and CAUSET_PAYLOAD_KEY_CURRENT, with or
+	// without HostPort: every client of every command encrypts alike.
+	PayloadKeys *config.PayloadKeys
 }
 
 // Temporal is a connected client with the namespace it uses. Close closes
@@ -40,6 +49,12 @@ type Temporal struct {
 	Namespace string
 	// HostPort is the frontend it dialled.
 	HostPort string
+	// DataConverter is the client's: the SDK's default, wrapped in the
+	// payload codec when PayloadKeys are enabled. Decode payloads read
+	// from histories or descriptions with it, never with the default.
+	DataConverter converter.DataConverter
+	// PayloadKeys are the keys the client encrypts with (not enabled: off).
+	PayloadKeys config.PayloadKeys
 
 	closeMetrics func()
 }
@@ -53,9 +68,12 @@ func (t *Temporal) Close() {
 // DialTemporal connects to Temporal as o says, within 30 s, with the SDK's
 // logs bridged into logger.
 func DialTemporal(ctx context.Context, logger *slog.Logger, o TemporalOptions) (*Temporal, error) {
+	keys, codec, dc, err := payloadConverter(o.PayloadKeys)
+	if err != nil {
+		return nil, err
+	}
 	opts := client.Options{HostPort: o.HostPort, Namespace: client.DefaultNamespace}
 	if o.HostPort == "" {
-		var err error
 		if opts, err = envconfig.LoadDefaultClientOptions(); err != nil {
 			return nil, fmt.Errorf("temporal client configuration: %w", err)
 		}
@@ -67,6 +85,14 @@ func DialTemporal(ctx context.Context, logger *slog.Logger, o TemporalOptions) (
 		}
 	}
 	opts.Logger = worker.SDKLogger(logger)
+	opts.DataConverter = dc
+	if keys.Enabled() {
+		// The default failure converter encodes error details with the
+		// SDK's default data converter, not the client's: without this the
+		// details of activity failures would stay plaintext. Messages and
+		// stack traces stay readable (docs/ENCRYPTION.md).
+		opts.FailureConverter = temporal.NewDefaultFailureConverter(temporal.DefaultFailureConverterOptions{DataConverter: dc})
+	}
 	closeMetrics := func() {}
 	if o.Metrics != nil {
 		h, closer, err := worker.MetricsHandler(o.Metrics, logger)
@@ -82,7 +108,59 @@ func DialTemporal(ctx context.Context, logger *slog.Logger, o TemporalOptions) (
 		closeMetrics()
 		return nil, fmt.Errorf("connect to Temporal at %s: %w", opts.HostPort, err)
 	}
-	return &Temporal{Client: c, Namespace: opts.Namespace, HostPort: opts.HostPort, closeMetrics: closeMetrics}, nil
+	if codec != nil && o.Metrics != nil {
+		registerCodecMetrics(o.Metrics, codec, logger)
+	}
+	if keys.Enabled() {
+		logger.Info("temporal_payload_encryption", "event", "temporal_payload_encryption",
+			"currentKeyId", keys.Current, "keyIds", keys.IDs())
+	}
+	return &Temporal{Client: c, Namespace: opts.Namespace, HostPort: opts.HostPort,
+		DataConverter: dc, PayloadKeys: keys, closeMetrics: closeMetrics}, nil
+}
+
+// payloadConverter is the data converter of keys (nil: the environment's):
+// the SDK's default, encrypting with codec when keys are enabled.
+func payloadConverter(keys *config.PayloadKeys) (config.PayloadKeys, *payloadcodec.Codec, converter.DataConverter, error) {
+	var k config.PayloadKeys
+	if keys != nil {
+		k = *keys
+	} else {
+		var err error
+		if k, err = config.PayloadKeysFromEnv(); err != nil {
+			return config.PayloadKeys{}, nil, nil, err
+		}
+	}
+	if !k.Enabled() {
+		return k, nil, converter.GetDefaultDataConverter(), nil
+	}
+	codec, err := payloadcodec.New(k)
+	if err != nil {
+		return config.PayloadKeys{}, nil, nil, err
+	}
+	return k, codec, payloadcodec.DataConverter(codec), nil
+}
+
+// registerCodecMetrics exports the codec's counts: the payloads encrypted
+// under the current key (GCM with random nonces allows 2^32 per key, see
+// docs/ENCRYPTION.md) and the decodes that failed (an unknown key ID,
+// tampering).
+func registerCodecMetrics(reg prometheus.Registerer, codec *payloadcodec.Codec, logger *slog.Logger) {
+	for _, c := range []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "causet_payload_encrypted_total",
+			Help:        "Temporal payloads this process encrypted, by key ID; rotate a key well before 2^32 (4.3e9) across all processes.",
+			ConstLabels: prometheus.Labels{"key_id": codec.Current()},
+		}, func() float64 { e, _ := codec.Stats(); return float64(e) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "causet_payload_decrypt_failures_total",
+			Help: "Temporal payload decodes that failed in this process: a key ID it lacks, or altered data.",
+		}, func() float64 { _, f := codec.Stats(); return float64(f) }),
+	} {
+		if err := reg.Register(c); err != nil {
+			logger.Warn("payload codec metric registration failed", "err", err)
+		}
+	}
 }
 
 // Probe is the proof of a Temporal outage the bridge asks for: the

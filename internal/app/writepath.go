@@ -155,9 +155,13 @@ func (s *Service) NewRelay(settings relay.Settings) (*relay.Relay, error) {
 }
 
 // ServeMetrics serves reg as /metrics on addr (CAUSET_METRICS_ADDR, which an
-// error names) until the returned stop; a server that fails later is logged
-// on logger.
-func ServeMetrics(addr string, reg prometheus.Gatherer, logger *slog.Logger) (stop func(), err error) {
+// error names), with /healthz and /readyz of checks (NewHealth), until the
+// returned stop; a server that fails later is logged on logger.
+func ServeMetrics(addr string, reg prometheus.Gatherer, logger *slog.Logger, checks ...Check) (stop func(), err error) {
+	return serveMetrics(addr, reg, logger, NewHealth(DefaultReadyTimeout, checks...))
+}
+
+func serveMetrics(addr string, reg prometheus.Gatherer, logger *slog.Logger, health *Health) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("CAUSET_METRICS_ADDR=%s: %w", addr, err)
@@ -167,6 +171,7 @@ func ServeMetrics(addr string, reg prometheus.Gatherer, logger *slog.Logger) (st
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	health.Register(mux)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -181,14 +186,19 @@ func ServeMetrics(addr string, reg prometheus.Gatherer, logger *slog.Logger) (st
 func (s *Service) pingPool(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	err := s.Pool.Ping(pctx)
-	if err == nil {
-		return nil
+	if err := s.Pool.Ping(pctx); err != nil {
+		return fmt.Errorf("DATABASE_URL: cannot reach %s", s.poolError(err))
 	}
+	return nil
+}
+
+// poolError is "PostgreSQL at host:port: err" with the password, should err
+// hold it, masked.
+func (s *Service) poolError(err error) string {
 	cc := s.Pool.Config().ConnConfig
 	msg := err.Error()
 	if cc.Password != "" {
 		msg = strings.ReplaceAll(msg, cc.Password, "xxxxx")
 	}
-	return fmt.Errorf("DATABASE_URL: cannot reach PostgreSQL at %s:%d: %s", cc.Host, cc.Port, msg)
+	return fmt.Sprintf("PostgreSQL at %s:%d: %s", cc.Host, cc.Port, msg)
 }
