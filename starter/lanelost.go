@@ -8,7 +8,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/sdk/converter"
 
 	"github.com/causet/projection-retry/contract"
 )
@@ -104,7 +103,7 @@ func (r *laneRouter) recoverLane(ctx context.Context, k LaneKey, lastRun string,
 // continue-as-new) and the events its enqueue updates added.
 func (r *laneRouter) laneEvents(ctx context.Context, k LaneKey, runID string) ([]contract.RetryInput, error) {
 	p := r.p
-	dc := converter.GetDefaultDataConverter()
+	dc := p.b.opts.DataConverter
 	it := p.b.opts.Lanes.GetWorkflowHistory(ctx, k.laneID(), runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	var out []contract.RetryInput
 	for it.HasNext() {

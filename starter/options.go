@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/internal/backoff"
@@ -63,6 +64,10 @@ type Options struct {
 	// when it is a LaneClient (a Temporal client.Client is); required with
 	// OrderingEntity in inline mode.
 	Lanes LaneClient
+	// DataConverter decodes the lane histories read back when a lane is
+	// lost: that of the Lanes client, whose payloads may be encrypted.
+	// Optional, defaults to the SDK's default data converter.
+	DataConverter converter.DataConverter
 
 	// Engine applies attempt 1 (inline mode) and lists the projections of an
 	// event type. Required.
@@ -172,6 +177,9 @@ func (o *Options) setDefaults() {
 		if lc, ok := o.Starter.(LaneClient); ok {
 			o.Lanes = lc
 		}
+	}
+	if o.DataConverter == nil {
+		o.DataConverter = converter.GetDefaultDataConverter()
 	}
 	if o.Retry == (config.Retry{}) {
 		o.Retry = config.DefaultRetry()

@@ -88,6 +88,9 @@ type TemporalOptions struct {
 	DefaultPorts bool
 	// Headless starts the server without the web UI. Optional, defaults to false.
 	Headless bool
+	// UICodecEndpoint is the remote codec the web UI decodes payloads with
+	// (`--ui-codec-endpoint`, e.g. `causet codec-server`'s URL). Optional.
+	UICodecEndpoint string
 	// TempDirPrefix names the temp dir (os.MkdirTemp pattern prefix).
 	// Optional, defaults to "causet-temporal-".
 	TempDirPrefix string
@@ -188,6 +191,9 @@ func startTemporal(ctx context.Context, opts TemporalOptions, ports []int) (*Tem
 		t.argv = append(t.argv, "--headless")
 	} else {
 		t.UIURL = "http://127.0.0.1:" + strconv.Itoa(ports[1])
+		if opts.UICodecEndpoint != "" {
+			t.argv = append(t.argv, "--ui-codec-endpoint", opts.UICodecEndpoint)
+		}
 	}
 	for _, sa := range SearchAttributes {
 		t.argv = append(t.argv, "--search-attribute", sa+"=Keyword")
