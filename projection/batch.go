@@ -36,6 +36,9 @@ type pair struct {
 	// an event applied by an earlier version stays a duplicate.
 	prefail *ApplyError
 	done    bool // status final
+
+	dedupeKey uuid.UUID
+	hasKey    bool
 }
 
 func (e *Engine) run(ctx context.Context, evs []event.Envelope, only string, opts ApplyOptions) ([]Result, error) {
@@ -265,9 +268,26 @@ func (p *pair) bind() error {
 
 const savepointName = "causet_apply"
 
-// key is the pair's dedupe-ledger key, in the text form the ledger insert
-// returns.
-func (p *pair) key() string { return DedupeKey(p.res.Projection, p.ev.ForkID, p.ev.EventID).String() }
+// key is the pair's dedupe-ledger key, computed once (it is hashed).
+func (p *pair) key() uuid.UUID {
+	if !p.hasKey {
+		p.dedupeKey, p.hasKey = DedupeKey(p.res.Projection, p.ev.ForkID, p.ev.EventID), true
+	}
+	return p.dedupeKey
+}
+
+// returnedKey reads a key the ledger insert returned: 16 bytes in binary
+// format, its text form otherwise.
+func returnedKey(b []byte) (uuid.UUID, error) {
+	if len(b) == 16 {
+		return uuid.UUID(b), nil
+	}
+	k, err := uuid.ParseBytes(b)
+	if err != nil {
+		return uuid.UUID{}, fmt.Errorf("ledger insert returned key %q: %w", b, err)
+	}
+	return k, nil
+}
 
 // execPairs applies the pairs in rounds of two round trips.
 //
@@ -308,7 +328,7 @@ func (e *Engine) execPairs(ctx context.Context, conn *pgx.Conn, ledgerSD *pgconn
 		keys, buckets := make([]uuid.UUID, len(chunk)), make([]int32, len(chunk))
 		projs, vers := make([]string, len(chunk)), make([]int32, len(chunk))
 		for i, p := range chunk {
-			keys[i] = DedupeKey(p.res.Projection, p.ev.ForkID, p.ev.EventID)
+			keys[i] = p.key()
 			buckets[i], projs[i], vers[i] = dedupeBucket(p.ev), p.res.Projection, int32(p.res.IRVersion)
 		}
 		batch := &pgconn.Batch{}
@@ -345,15 +365,19 @@ func (e *Engine) execPairs(ctx context.Context, conn *pgx.Conn, ledgerSD *pgconn
 		}
 		// The new keys and the bucket each landed in. A key returned once
 		// is new for the first of its pairs in the round only.
-		inserted, bucketOf := map[string]int{}, map[string]string{}
+		inserted, bucketOf := map[uuid.UUID]int{}, map[uuid.UUID]string{}
 		for _, row := range rs[len(control)].Rows {
-			inserted[string(row[0])]++
-			bucketOf[string(row[0])] = string(row[1])
+			k, err := returnedKey(row[0])
+			if err != nil {
+				return nil, err
+			}
+			inserted[k]++
+			bucketOf[k] = string(row[1])
 		}
 		isNew := make([]bool, len(chunk))
 		var writes []*pair
 		var writePos []int            // position in chunk of each write
-		undo := map[string][]string{} // bucket (as returned) → keys
+		undo := map[string][]string{} // bucket (as returned) → keys, as text (the undo is not prepared)
 		var undoBuckets []string
 		for i, p := range chunk {
 			k := p.key()
@@ -367,7 +391,7 @@ func (e *Engine) execPairs(ctx context.Context, conn *pgx.Conn, ledgerSD *pgconn
 				if undo[b] == nil {
 					undoBuckets = append(undoBuckets, b)
 				}
-				undo[b] = append(undo[b], k)
+				undo[b] = append(undo[b], k.String())
 				continue
 			}
 			writes = append(writes, p)
@@ -376,7 +400,7 @@ func (e *Engine) execPairs(ctx context.Context, conn *pgx.Conn, ledgerSD *pgconn
 		// A pair that could not be evaluated or prepared is settled now:
 		// failed, unless the ledger already had it (a duplicate). A repeat,
 		// within this round, of a pair that failed so, failed too.
-		failedNew := map[string]bool{}
+		failedNew := map[uuid.UUID]bool{}
 		for i, p := range chunk {
 			if p.prefail == nil {
 				continue

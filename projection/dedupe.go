@@ -159,7 +159,7 @@ FROM unnest($1::uuid[], $2::int[], $3::text[], $4::int[]) AS k(key, bucket, proj
 LEFT JOIN causet_projection_dedupe d ON true
 WHERE NOT EXISTS (SELECT 1 FROM causet_projection_applied u WHERE u.bucket = 0 AND u.key = k.key)
 ON CONFLICT DO NOTHING
-RETURNING key::text, bucket::text`
+RETURNING key, bucket::text`
 
 // ledgerUndoSQL removes ledger rows of one bucket ($1) this transaction
 // inserted for pairs that then could not be written (CEL or statement
