@@ -71,7 +71,7 @@ func WithSetup(setup func(context.Context, *pgxpool.Pool) error) Option {
 }
 
 // Open builds the service from cfg: it requires DATABASE_URL, opens the pool
-// and the projection engine, maintains the dedupe ledger (now and every
+// and the projection engine, maintains the dedupe ledger (in the background, now and every
 // DedupeMaintainEvery until Close), dials Temporal and adds the search attributes
 // the workflows use where the server allows it (WithWritePathOnly: the pool
 // only). On error what was opened is closed again.
@@ -108,9 +108,7 @@ func Open(ctx context.Context, cfg config.Config, opts ...Option) (_ *Service, e
 		return nil, err
 	}
 	s.closers = append(s.closers, s.Engine.Close)
-	if err := s.startDedupeMaintenance(ctx); err != nil {
-		return nil, err
-	}
+	s.startDedupeMaintenance()
 	if s.Temporal, err = DialTemporal(ctx, s.Logger, TemporalOptions{HostPort: o.hostPort, Metrics: s.Registry}); err != nil {
 		return nil, err
 	}

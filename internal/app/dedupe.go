@@ -42,11 +42,12 @@ func newDedupeMetrics(reg prometheus.Registerer) *dedupeMetrics {
 	return m
 }
 
-// startDedupeMaintenance maintains the dedupe ledger once now, so the hour
-// partitions are used from the first event, then every
-// DedupeMaintainEvery until Close. Concurrent processes take turns (the
+// startDedupeMaintenance maintains the dedupe ledger at once and then every
+// DedupeMaintainEvery until Close, in the background: creating a fresh
+// ledger's hours takes a moment, and until then events are recorded in
+// bucket 0, which is as exact. Concurrent processes take turns (the
 // maintenance holds an advisory lock).
-func (s *Service) startDedupeMaintenance(ctx context.Context) error {
+func (s *Service) startDedupeMaintenance() {
 	m := newDedupeMetrics(s.Registry)
 	run := func(ctx context.Context) error {
 		dropped, pruned, err := projection.MaintainDedupe(ctx, s.Pool, s.Config.DedupeHorizon)
@@ -75,9 +76,6 @@ func (s *Service) startDedupeMaintenance(ctx context.Context) error {
 			"ledgerBytes", st.Bytes, "partitions", st.Partitions, "horizon", s.Config.DedupeHorizon.String())
 		return nil
 	}
-	if err := run(ctx); err != nil {
-		return err
-	}
 	lctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -85,18 +83,17 @@ func (s *Service) startDedupeMaintenance(ctx context.Context) error {
 		t := time.NewTicker(DedupeMaintainEvery)
 		defer t.Stop()
 		for {
+			if err := run(lctx); err != nil && lctx.Err() == nil {
+				// Nothing is at risk until DedupeAhead passes: the next run
+				// tries again.
+				s.Logger.Warn("projection_dedupe_maintenance_failed", "error", err.Error())
+			}
 			select {
 			case <-lctx.Done():
 				return
 			case <-t.C:
-				if err := run(lctx); err != nil && lctx.Err() == nil {
-					// Nothing is at risk until DedupeAhead passes: the next
-					// run tries again.
-					s.Logger.Warn("projection_dedupe_maintenance_failed", "error", err.Error())
-				}
 			}
 		}
 	}()
 	s.closers = append(s.closers, func() { cancel(); <-done })
-	return nil
 }
