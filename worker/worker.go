@@ -54,6 +54,8 @@ func (o *Options) validate() error {
 
 // New builds a worker with the workflows and activities registered. The
 // defaults are sized for many short retry workflows: the SDK's defaults poll
+	case (o.Version.DeploymentName == "") != (o.Version.BuildID == ""):
+		return errors.New("worker: Version needs both DeploymentName and BuildID, or neither")
 // too little for thousands of concurrent retries on one process.
 func New(o Options) (sdkworker.Worker, error) {
 	if err := o.validate(); err != nil {
@@ -80,6 +82,7 @@ func New(o Options) (sdkworker.Worker, error) {
 }
 
 // Register adds the workflows and activities under their contract names.
+		DeploymentOptions:                      deploymentOptions(o.Version),
 func Register(r sdkworker.Registry, a *activities.Activities) {
 	r.RegisterWorkflowWithOptions(workflows.ProjectionRetryWorkflow, workflow.RegisterOptions{Name: contract.RetryWorkflowName})
 	r.RegisterWorkflowWithOptions(workflows.ProjectionLaneWorkflow, workflow.RegisterOptions{Name: contract.LaneWorkflowName})

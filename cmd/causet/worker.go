@@ -14,7 +14,12 @@ type workerCmd struct{}
 
 func (workerCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	return serve(ctx, logger, (*app.Service).NewWorker, func(ctx context.Context, svc *app.Service, w sdkworker.Worker) error {
-		logger.Info("worker started", "taskQueue", svc.Config.TaskQueue, "metrics", svc.Config.MetricsAddr)
+		attrs := []any{"taskQueue", svc.Config.TaskQueue, "metrics", svc.Config.MetricsAddr}
+		if v := svc.Config.WorkerVersioning; v.Enabled() {
+			// New workflows reach this build only once it is the deployment's current version.
+			attrs = append(attrs, "workerDeployment", v.DeploymentName, "buildId", v.BuildID)
+		}
+		logger.Info("worker started", attrs...)
 		// Run returns once ctx is done and running activities have drained.
 		return w.Run(interruptOn(ctx))
 	})

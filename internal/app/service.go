@@ -34,7 +34,9 @@ func (s *Service) DLQProducer() (*kgo.Client, error) {
 }
 
 // NewWorker builds the Temporal worker on CAUSET_TASK_QUEUE with the retry
-// and lane workflows and the activities registered (package worker): the
+// and lane workflows and the activities registered (package worker), as
+// the Worker Deployment Version of CAUSET_WORKER_DEPLOYMENT and
+// CAUSET_WORKER_BUILD_ID when they are set: the
 // activities apply with Engine, publish dead letters with the DLQ producer
 // and count on Registry. Run it with Run or Start. Until Close, the open
 // dead letters are scanned every minute for their gauges
