@@ -251,6 +251,9 @@ func (p *Publisher) Publish(ctx context.Context, key []byte, r Record) (contract
 	if err != nil {
 		return contract.DLQCoordinates{}, err
 	}
+	// The record's Context is the caller's (an activity's, with its span):
+	// a client with tracing hooks writes that trace into the headers.
+	rec.Context = ctx
 	res := p.Client.ProduceSync(ctx, rec)
 	got, err := res.First()
 	if err != nil {

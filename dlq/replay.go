@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
@@ -232,6 +234,11 @@ type ReplayerOptions struct {
 	Limit int
 	// Logger gets one line per action. Optional, defaults to discarding.
 	Logger *slog.Logger
+	// Propagator reads the trace context a dead letter carries (its
+	// traceparent and tracestate headers) into the context of its replay
+	// signal or restart, so that, with a traced Client, the replay joins the
+	// event's trace. Optional, defaults to OpenTelemetry's global propagator.
+	Propagator propagation.TextMapPropagator
 }
 
 func (o *ReplayerOptions) validate() error {
@@ -256,6 +263,9 @@ func (o *ReplayerOptions) validate() error {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Propagator == nil {
+		o.Propagator = otel.GetTextMapPropagator()
 	}
 	return nil
 }
@@ -326,6 +336,7 @@ func (r *Replayer) replay(ctx context.Context, it Item) Result {
 		return res
 	}
 	res.WorkflowID = id
+	ctx = r.o.Propagator.Extract(ctx, propagation.MapCarrier(it.Headers))
 	// A replayed event that failed again has a newer record with the same ID.
 	if r.seen[id] {
 		res.Outcome = Duplicate

@@ -115,6 +115,8 @@ const maxHealthyRetries = 3
 // while the database answers it, the batch is tried maxHealthyRetries
 // times, then isolated.
 func (p *partition) applyThroughOutage(items []item, last *kgo.Record, apply func() ([]projection.Result, error)) ([]projection.Result, applyResult) {
+	span := p.startBatchSpan(items, last)
+	defer span.End()
 	r := p.retrier(p.log, p.database())
 	for {
 		outcomes, err := apply()

@@ -65,7 +65,7 @@ func (p *partition) handOff(seg *segment, rec *kgo.Record, in contract.RetryInpu
 		defer p.wg.Done()
 		defer p.releaseSlot()
 		log := p.eventLog(rec, in)
-		outage, end := p.startUntilDurable(log, in)
+		outage, end := p.startUntilDurable(log, rec, in)
 		switch end {
 		case handoffStopped:
 			return // not handed off, not committed
@@ -104,11 +104,14 @@ func (p *partition) eventLog(rec *kgo.Record, in contract.RetryInput) *slog.Logg
 // backoff while Temporal is unavailable (offsets stop at the event
 // meanwhile). An event whose workflow Temporal refuses is dead-lettered
 // here instead. It returns when an outage began (zero if there was none)
-// and how the hand-off ended.
-func (p *partition) startUntilDurable(log *slog.Logger, in contract.RetryInput) (time.Time, handoffEnd) {
-	return p.untilStarted(log, in, func(ctx context.Context) error {
-		return startRetryWorkflow(ctx, p.b.opts.Starter, p.b.opts.TaskQueue, in)
+// and how the hand-off ended. The start continues rec's trace (tracing.go).
+func (p *partition) startUntilDurable(log *slog.Logger, rec *kgo.Record, in contract.RetryInput) (time.Time, handoffEnd) {
+	span := startHandoffSpan(rec, in)
+	outage, end := p.untilStarted(log, in, func(ctx context.Context) error {
+		return startRetryWorkflow(withSpan(ctx, span), p.b.opts.Starter, p.b.opts.TaskQueue, in)
 	})
+	endHandoffSpan(span, end)
+	return outage, end
 }
 
 // untilStarted runs start until it succeeds, classifying each failure once:

@@ -108,7 +108,7 @@ func (r *laneRouter) startHead(j laneJob) bool {
 	p := r.p
 	b, o := p.b, r
 	log := p.eventLog(j.rec, j.in)
-	outage, end := p.startUntilDurable(log, j.in)
+	outage, end := p.startUntilDurable(log, j.rec, j.in)
 	switch end {
 	case handoffStopped:
 		return false
@@ -200,11 +200,13 @@ func (r *laneRouter) sendToLane(j laneJob) bool {
 	p := r.p
 	b, o := p.b, r
 	log := p.eventLog(j.rec, j.in).With("laneId", j.key.laneID())
+	span := startHandoffSpan(j.rec, j.in) // the lane's update continues the record's trace
+	defer span.End()
 	rt := p.retrier(log, p.temporal())
 	full := backoff.Backoff{Min: b.opts.MinBackoff, Max: laneFullMaxWait}
 	for {
 		ctx, cancel := context.WithTimeout(p.ctx, b.opts.StartTimeout)
-		runID, refused, err := r.enqueueLane(ctx, j.key, j.in)
+		runID, refused, err := r.enqueueLane(withSpan(ctx, span), j.key, j.in)
 		cancel()
 		if err != nil {
 			if p.ctx.Err() != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/internal/app"
+	"github.com/causet/projection-retry/internal/tracing"
 )
 
 // dlqOut is where the dlq subcommands print (tests swap it).
@@ -310,7 +311,9 @@ func (c *dlqReplayCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if c.Limit < 0 {
 		return fmt.Errorf("--limit=%d is invalid: want 0 (no limit) or more", c.Limit)
 	}
-	tc, err := app.DialTemporal(ctx, logger, app.TemporalOptions{})
+	// Traced, each replay joins its dead letter's trace (the record's traceparent).
+		Propagator: tracing.Default().TextMapPropagator(),
+	tc, err := app.DialTemporal(ctx, logger, app.TemporalOptions{Tracing: tracing.Default()})
 	if err != nil {
 		return err
 	}

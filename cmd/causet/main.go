@@ -57,6 +57,11 @@ func run(args []string) error {
 		return err
 	}
 	return kctx.Run()
+	stopTracing, err := startTracing(ctx, kctx.Command(), logger)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 }
 
 var lineBreaks = regexp.MustCompile(`:?\s*\n\s*`)

@@ -15,6 +15,7 @@ import (
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/event"
 	"github.com/causet/projection-retry/internal/app"
+	"github.com/causet/projection-retry/internal/tracing"
 	"github.com/causet/projection-retry/starter"
 )
 
@@ -48,11 +49,12 @@ func (c produceCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		return err
 	}
 	defer closeIn()
-	cl, err := app.NewKafkaClient(cfg,
+	// Traced, each produced event starts its trace (traceparent header).
+	cl, err := app.NewKafkaClient(cfg, append([]kgo.Opt{
 		kgo.DefaultProduceTopic(cfg.EventsTopic),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.WithLogger(starter.KafkaLogger(logger)),
-	)
+	}, tracing.Default().KafkaOpts("")...)...)
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
 	}

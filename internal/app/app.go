@@ -38,6 +38,7 @@ type Service struct {
 	dlq     *kgo.Client
 	closers []func()
 	// health answers /healthz and /readyz on the metrics server: PostgreSQL,
+	tracing *tracing.Tracing
 	// Temporal when opened, the bridge's group membership once built.
 	health *Health
 	group  *groupMembership
@@ -53,12 +54,20 @@ type options struct {
 	writePathOnly bool
 }
 
+	tracing       *tracing.Tracing
+	tracingSet    bool
 // WithLogger is the logger of the service, the Temporal SDK and the Kafka
 // clients.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 // WithTemporalAddress dials this Temporal frontend (host:port) in namespace
 // "default" instead of reading TEMPORAL_*: for a dev server started by the
+// WithTracing traces the service's Kafka clients and Temporal client with t
+// (nil: off) instead of the process's tracing.Default().
+func WithTracing(t *tracing.Tracing) Option {
+	return func(o *options) { o.tracing, o.tracingSet = t, true }
+}
+
 // process itself (causet dev).
 func WithTemporalAddress(hostPort string) Option {
 	return func(o *options) { o.hostPort = hostPort }
@@ -80,7 +89,10 @@ func Open(ctx context.Context, cfg config.Config, opts ...Option) (_ *Service, e
 	for _, opt := range opts {
 		opt(&o)
 	}
-	s := &Service{Config: cfg, Logger: o.logger, health: NewHealth(DefaultReadyTimeout)}
+	if !o.tracingSet {
+		o.tracing = tracing.Default()
+	}
+	s := &Service{Config: cfg, Logger: o.logger, health: NewHealth(DefaultReadyTimeout), tracing: o.tracing}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -109,7 +121,7 @@ func Open(ctx context.Context, cfg config.Config, opts ...Option) (_ *Service, e
 	}
 	s.closers = append(s.closers, s.Engine.Close)
 	s.startDedupeMaintenance()
-	if s.Temporal, err = DialTemporal(ctx, s.Logger, TemporalOptions{HostPort: o.hostPort, Metrics: s.Registry}); err != nil {
+	if s.Temporal, err = DialTemporal(ctx, s.Logger, TemporalOptions{HostPort: o.hostPort, Metrics: s.Registry, Tracing: s.tracing}); err != nil {
 		return nil, err
 	}
 	s.closers = append(s.closers, s.Temporal.Close)

@@ -20,11 +20,12 @@ func (s *Service) DLQProducer() (*kgo.Client, error) {
 	if s.dlq != nil {
 		return s.dlq, nil
 	}
-	cl, err := NewKafkaClient(s.Config,
+	// Dead letters carry the trace of the activity that publishes them.
+	cl, err := NewKafkaClient(s.Config, append([]kgo.Opt{
 		kgo.DefaultProduceTopic(s.Config.DLQTopic),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.WithLogger(starter.KafkaLogger(s.Logger)),
-	)
+	}, s.tracing.KafkaOpts("")...)...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
@@ -113,6 +114,8 @@ func (s *Service) BridgeOptions() (starter.Options, error) {
 func (s *Service) NewBridge() (*starter.Bridge, error) {
 	opts, err := s.BridgeOptions()
 	if err != nil {
+	// Fetched records carry their trace in Context, which the bridge's hand-off spans continue.
+	opts.KafkaOptions = append(opts.KafkaOptions, s.tracing.KafkaOpts(opts.Group)...)
 		return nil, err
 	}
 	return starter.New(opts)

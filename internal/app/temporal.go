@@ -14,6 +14,7 @@ import (
 
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/internal/payloadcodec"
+	"github.com/causet/projection-retry/internal/tracing"
 	"github.com/causet/projection-retry/worker"
 )
 
@@ -37,6 +38,10 @@ type TemporalOptions struct {
 	// CAUSET_PAYLOAD_KEYS_FILE and CAUSET_PAYLOAD_KEY_CURRENT, with or
 	// without HostPort: every client of every command encrypts alike.
 	PayloadKeys *config.PayloadKeys
+	// Tracing, when on, adds the SDK's OpenTelemetry interceptor to the
+	// client and the workers built on it (nil: off; Service passes its own,
+	// commands tracing.Default()).
+	Tracing *tracing.Tracing
 }
 
 // Temporal is a connected client with the namespace it uses. Close closes
@@ -86,6 +91,11 @@ func DialTemporal(ctx context.Context, logger *slog.Logger, o TemporalOptions) (
 	}
 	opts.Logger = worker.SDKLogger(logger)
 	opts.DataConverter = dc
+	tracers, err := o.Tracing.TemporalInterceptors()
+	if err != nil {
+		return nil, err
+	}
+	opts.Interceptors = append(opts.Interceptors, tracers...)
 	if keys.Enabled() {
 		// The default failure converter encodes error details with the
 		// SDK's default data converter, not the client's: without this the

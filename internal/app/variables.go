@@ -12,8 +12,9 @@ import (
 )
 
 // VariablePrefixes are families of variables read by prefix: Temporal's
-// gRPC metadata, TEMPORAL_GRPC_META_<NAME>.
-var VariablePrefixes = []string{"TEMPORAL_GRPC_META_"}
+// gRPC metadata, TEMPORAL_GRPC_META_<NAME>, and OpenTelemetry's OTEL_*
+// (internal/tracing, the OTLP exporter and the SDK read them).
+var VariablePrefixes = []string{"TEMPORAL_GRPC_META_", "OTEL_"}
 
 // Variables returns the name of every environment variable that `causet
 // worker`, `bridge`, `runtime` and `relay` read, sorted: config.Variables(),

@@ -142,6 +142,8 @@ func (s *Service) NewRelay(settings relay.Settings) (*relay.Relay, error) {
 		kgo.WithLogger(starter.KafkaLogger(s.Logger)),
 		kgo.WithHooks(kprom.NewMetrics("causet_relay_kafka", kprom.Registerer(s.Registry))),
 	)
+	// Each published event starts its trace: the records carry traceparent.
+	kopts = append(kopts, s.tracing.KafkaOpts("")...)
 	return relay.New(relay.Options{
 		Pool:         s.Pool,
 		Brokers:      s.Config.KafkaBrokers,

@@ -1,0 +1,116 @@
+package starter
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/causet/projection-retry/contract"
+)
+
+// Tracing. With tracing hooks on the Kafka client (kotel, see
+// internal/tracing) each fetched record's Context holds its receive span,
+// a child of the producer's trace; without them Context is nil and every
+// span here is a no-op, so the bridge needs no tracing option of its own:
+// the spans are made by the provider that traced the record.
+//
+// A batch's apply is one span, linked to its records' spans (it serves many
+// traces). A failed event's hand-off is a span in its record's trace; the
+// workflow start, or the lane's update, runs in it, so with the Temporal
+// tracing interceptor the workflow and its activities continue the trace.
+
+const tracerName = "github.com/causet/projection-retry/starter"
+
+// recordSpan is the span kotel put in rec's Context; nil without tracing.
+func recordSpan(rec *kgo.Record) trace.Span {
+	if rec == nil || rec.Context == nil {
+		return nil
+	}
+	s := trace.SpanFromContext(rec.Context)
+	if !s.SpanContext().IsValid() {
+		return nil
+	}
+	return s
+}
+
+// startBatchSpan starts the span of applying one batch of items (last is
+// its last record): a new root, linked to each record's span.
+func (p *partition) startBatchSpan(items []item, last *kgo.Record) trace.Span {
+	if len(items) == 0 {
+		return noop.Span{}
+	}
+	s := recordSpan(items[0].rec)
+	if s == nil {
+		return noop.Span{}
+	}
+	links := make([]trace.Link, 0, len(items))
+	for _, it := range items {
+		if rs := recordSpan(it.rec); rs != nil {
+			links = append(links, trace.Link{SpanContext: rs.SpanContext()})
+		}
+	}
+	_, span := s.TracerProvider().Tracer(tracerName).Start(context.Background(), "apply batch",
+		trace.WithNewRoot(), trace.WithLinks(links...), trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			attribute.String("messaging.source.name", p.topic),
+			attribute.Int("messaging.kafka.source.partition", int(p.id)),
+			attribute.Int("messaging.batch.message_count", len(items)),
+			attribute.Int64("causet.first_offset", items[0].rec.Offset),
+			attribute.Int64("causet.last_offset", last.Offset),
+		))
+	return span
+}
+
+// startHandoffSpan starts the span of handing in's event (rec) to Temporal,
+// a child of the record's span: "apply" — its failed attempt 1, when it had
+// one, is recorded on it.
+func startHandoffSpan(rec *kgo.Record, in contract.RetryInput) trace.Span {
+	s := recordSpan(rec)
+	if s == nil {
+		return noop.Span{}
+	}
+	_, span := s.TracerProvider().Tracer(tracerName).Start(rec.Context, "apply",
+		trace.WithAttributes(
+			attribute.String("causet.projection", in.Projection),
+			attribute.String("causet.event_id", in.Event.EventID),
+			attribute.String("causet.event_type", in.Event.EventType),
+			attribute.String("causet.fork_id", in.Event.ForkID),
+			attribute.String("causet.workflow_id", in.WorkflowID()),
+			attribute.String("causet.mode", string(in.Mode)),
+		))
+	if a := in.FirstAttempt; a != nil {
+		span.AddEvent("attempt failed", trace.WithAttributes(
+			attribute.Int("causet.attempt", a.Number),
+			attribute.String("causet.error_kind", a.ErrorKind),
+			attribute.String("causet.error", a.Error),
+		))
+	}
+	return span
+}
+
+// endHandoffSpan ends span with how the hand-off ended.
+func endHandoffSpan(span trace.Span, end handoffEnd) {
+	switch end {
+	case handoffStarted:
+		span.SetAttributes(attribute.String("causet.handoff", "started"))
+	case handoffDeadLettered:
+		span.SetAttributes(attribute.String("causet.handoff", "dead_lettered"))
+		span.SetStatus(codes.Error, "temporal refused the event: dead-lettered as invalid_event")
+	case handoffStopped:
+		span.SetAttributes(attribute.String("causet.handoff", "stopped"))
+	}
+	span.End()
+}
+
+// withSpan is ctx carrying span, whose trace a workflow started with ctx
+// continues; ctx itself when span is a no-op.
+func withSpan(ctx context.Context, span trace.Span) context.Context {
+	if !span.SpanContext().IsValid() {
+		return ctx
+	}
+	return trace.ContextWithSpan(ctx, span)
+}
