@@ -81,6 +81,9 @@ func (a *Activities) ApplyProjection(ctx context.Context, in workflows.ApplyInpu
 	var res projection.Result
 	err := in.Event.Validate()
 	if err == nil {
+	if err == nil && in.Run > 0 && !in.Force {
+		err = a.refuseOvertaken(ctx, in, number)
+	}
 		res, err = a.Applier.Apply(ctx, in.Projection, in.Event)
 		if err == nil && res.Err != nil {
 			err = res.Err
@@ -181,4 +184,32 @@ func (a *Activities) PublishDeadLetter(ctx context.Context, in contract.DeadLett
 	}
 	a.Metrics.publishedDeadLetter(in.Projection, rec.ErrorKind)
 	return at, nil
+}
+
+// overtakeChecker finds a later event of the entity that the projection
+// applied already; *projection.Engine is one.
+type overtakeChecker interface {
+	LaterApplied(ctx context.Context, projection string, ev event.Envelope) (*projection.Later, error)
+}
+
+// refuseOvertaken refuses a replay of an event whose entity has since
+// applied a later one (CAUSET_DLQ_HOLD_ENTITY off lets it move on): applying
+// it now would take the read model back. The refusal is an invalid event,
+// so the run is dead-lettered again with the reason; a replay with
+// "force": true applies it anyway.
+func (a *Activities) refuseOvertaken(ctx context.Context, in workflows.ApplyInput, number int) error {
+	c, ok := a.Applier.(overtakeChecker)
+	if !ok {
+		return nil
+	}
+	later, err := c.LaterApplied(ctx, in.Projection, in.Event)
+	if err != nil || later == nil {
+		return err
+	}
+	a.logLine(ctx, "projection_replay_refused", in, number, slog.Int64("sequence", in.Event.Sequence),
+		slog.String("laterEventId", later.EventID), slog.Int64("laterSequence", later.Sequence))
+	return &event.InvalidError{Reason: fmt.Sprintf(
+		"replay refused: %s already applied a later event of entity %s (sequence %d, eventId %s) than this one (sequence %d); "+
+			"replay with {\"force\":true} to apply it anyway, or discard it",
+		in.Projection, in.Event.EntityID, later.Sequence, later.EventID, in.Event.Sequence)}
 }

@@ -19,6 +19,16 @@ const settlePollInterval = 500 * time.Millisecond
 // It describes the workflow with Activities.Workflows, else the worker's
 // client.
 func (a *Activities) AwaitRetrySettled(ctx context.Context, workflowID string) error {
+	return a.awaitRetry(ctx, workflowID, contract.RetrySettled)
+}
+
+// AwaitRetryFinal returns once the retry workflow workflowID is final
+// (contract.Final: an open dead letter is not) or does not exist.
+func (a *Activities) AwaitRetryFinal(ctx context.Context, workflowID string) error {
+	return a.awaitRetry(ctx, workflowID, contract.RetryFinal)
+}
+
+func (a *Activities) awaitRetry(ctx context.Context, workflowID string, done func(context.Context, contract.Describer, string) (bool, error)) error {
 	var d contract.Describer = a.Workflows
 	if d == nil {
 		d = activity.GetClient(ctx)
@@ -26,7 +36,7 @@ func (a *Activities) AwaitRetrySettled(ctx context.Context, workflowID string) e
 	t := time.NewTicker(settlePollInterval)
 	defer t.Stop()
 	for {
-		settled, err := contract.RetrySettled(ctx, d, workflowID)
+		settled, err := done(ctx, d, workflowID)
 		switch {
 		case err != nil:
 			if ctx.Err() != nil {

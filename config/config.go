@@ -137,6 +137,7 @@ func Load(lookup Lookup) (Config, error) {
 		// A replayed dead letter, or a redelivery within the window, must
 		// still find the events applied before it.
 		return Config{}, fmt.Errorf("CAUSET_DEDUPE_HORIZON=%s is shorter than CAUSET_DLQ_REPLAY_WINDOW=%s (or than 1h): the dedupe ledger must remember applied events at least as long as dead letters can be replayed",
+		DLQHoldEntity:    p.kafkaBool("CAUSET_DLQ_HOLD_ENTITY", false),
 			c.DedupeHorizon, c.DLQReplayWindow)
 	}
 	if err := c.Retry.Validate(); err != nil {
@@ -147,6 +148,9 @@ func Load(lookup Lookup) (Config, error) {
 		return Config{}, err
 	}
 	c.KafkaSecurity = sec
+	if c.DLQHoldEntity && c.Ordering != OrderingEntity {
+		return Config{}, fmt.Errorf("CAUSET_DLQ_HOLD_ENTITY=true needs CAUSET_ORDERING=entity (have %s): only entity ordering keeps an entity's later events behind its dead letter", c.Ordering)
+	}
 	return c, nil
 }
 

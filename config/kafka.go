@@ -239,7 +239,8 @@ func (k KafkaSecurity) redactedPassword() string {
 	return redacted
 }
 
-// kafkaBool reads true/false (also 1/0, t/f); unset or empty is def.
+// kafkaBool reads true/false (also 1/0, t/f); unset or empty is def. Every
+// boolean setting uses it.
 func (p *parser) kafkaBool(key string, def bool) bool {
 	v, ok := p.raw(key)
 	if !ok || v == "" {

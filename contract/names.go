@@ -30,6 +30,9 @@ const (
 	// AwaitRetrySettledActivity waits until a retry workflow has settled
 	// (Settled); a lane runs it before an event whose WaitFor is set.
 	AwaitRetrySettledActivity = "AwaitRetrySettled"
+	// AwaitRetryFinalActivity waits until a retry workflow is final (Final):
+	// with CAUSET_DLQ_HOLD_ENTITY a lane waits with it.
+	AwaitRetryFinalActivity = "AwaitRetryFinal"
 )
 
 // ApplicationError types of the lane's enqueue validator.

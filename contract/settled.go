@@ -53,3 +53,39 @@ func RetrySettled(ctx context.Context, d Describer, workflowID string) (bool, er
 	}
 	return Settled(resp.GetWorkflowExecutionInfo()), nil
 }
+
+// Final reports whether a retry workflow has reached a state that lets its
+// entity's later events go when dead letters hold their entity
+// (CAUSET_DLQ_HOLD_ENTITY): succeeded, discarded or closed. Unlike Settled,
+// an open dead letter is not final: it may still be replayed.
+func Final(info *workflowpb.WorkflowExecutionInfo) bool {
+	if info == nil || info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return true
+	}
+	return Settled(info) && retryState(info) != StateDeadLettered
+}
+
+func retryState(info *workflowpb.WorkflowExecutionInfo) State {
+	p, ok := info.GetSearchAttributes().GetIndexedFields()[AttrRetryState.GetName()]
+	if !ok {
+		return ""
+	}
+	var s string
+	if err := converter.GetDefaultDataConverter().FromPayload(p, &s); err != nil {
+		return ""
+	}
+	return State(s)
+}
+
+// RetryFinal is RetrySettled with Final.
+func RetryFinal(ctx context.Context, d Describer, workflowID string) (bool, error) {
+	resp, err := d.DescribeWorkflowExecution(ctx, workflowID, "")
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return Final(resp.GetWorkflowExecutionInfo()), nil
+}

@@ -107,6 +107,10 @@ type LaneInput struct {
 	// taken, whatever its size (the bridge bounds events).
 	MaxQueued      int `json:"maxQueued,omitempty"`
 	MaxQueuedBytes int `json:"maxQueuedBytes,omitempty"`
+	// HoldEntity (CAUSET_DLQ_HOLD_ENTITY): a dead-lettered event holds the
+	// key's later events until it is replayed successfully, discarded or its
+	// window ends, instead of letting them go at once.
+	HoldEntity bool `json:"holdEntity,omitempty"`
 }
 
 // ChildSettled is the payload of SignalChildSettled.
@@ -159,6 +163,9 @@ type Status struct {
 type OperatorSignal struct {
 	Identity string `json:"identity,omitempty"`
 	Reason   string `json:"reason,omitempty"`
+	// Force, on a replay, applies the event even when its entity has since
+	// applied a later one (otherwise the replay is refused).
+	Force bool `json:"force,omitempty"`
 }
 
 // ReplaySignal is the replay signal's payload.

@@ -225,6 +225,9 @@ type ReplayerOptions struct {
 	// Identity names who replays, beside Reason: the workflow logs and
 	// counts both (it cannot see a signal's sender). Optional.
 	Identity string
+	// Force applies each replayed event even when its entity has since
+	// applied a later one (the replay is refused otherwise).
+	Force bool
 	// DryRun looks up every workflow but signals and starts nothing.
 	DryRun bool
 	// Rate bounds signals and starts per second. Optional, 0 means unbounded.
@@ -432,7 +435,7 @@ func (r *Replayer) restart(ctx context.Context, it Item) error {
 
 // signal is the replay signal's payload.
 func (r *Replayer) signal() contract.ReplaySignal {
-	return contract.ReplaySignal{Identity: r.o.Identity, Reason: r.o.Reason}
+	return contract.ReplaySignal{Identity: r.o.Identity, Reason: r.o.Reason, Force: r.o.Force}
 }
 
 // RestartOptions are the start options of a replayed run: the same workflow

@@ -153,7 +153,7 @@ func (r *laneRouter) enqueueLane(ctx context.Context, k LaneKey, in contract.Ret
 	lc := p.b.opts.Lanes
 	op := lc.NewWithStartWorkflowOperation(laneStartOptions(p.b.opts.TaskQueue, k), contract.LaneWorkflowName,
 		contract.LaneInput{Projection: k.Projection, ForkID: k.ForkID, EntityID: k.EntityID,
-			MaxQueued: p.b.opts.LaneMaxQueued, MaxQueuedBytes: p.b.opts.LaneMaxQueuedBytes})
+			MaxQueued: p.b.opts.LaneMaxQueued, MaxQueuedBytes: p.b.opts.LaneMaxQueuedBytes, HoldEntity: p.b.opts.HoldEntity})
 	h, err := lc.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 		StartWorkflowOperation: op,
 		UpdateOptions: client.UpdateWorkflowOptions{

@@ -265,7 +265,7 @@ func (r *laneRouter) laneState(ctx context.Context, k LaneKey) (laneRun, error) 
 }
 
 // headSettled reports whether the retry workflow head has settled
-// (contract.Settled) or does not exist.
+// (contract.Settled; with HoldEntity, contract.Final) or does not exist.
 func (r *laneRouter) headSettled(ctx context.Context, head string) (bool, error) {
 	p := r.p
 	return contract.RetrySettled(ctx, p.b.opts.Lanes, head)
@@ -280,5 +280,8 @@ func (p *partition) hold() bool {
 		return false
 	}
 	p.wg.Add(1)
+	if p.b.opts.HoldEntity {
+		return contract.RetryFinal(ctx, p.b.opts.Lanes, head)
+	}
 	return true
 }

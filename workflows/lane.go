@@ -115,7 +115,7 @@ func (l *laneRun) run(ctx workflow.Context) (LaneStatus, error) {
 				in := l.in
 				return l.status, workflow.NewContinueAsNewError(ctx, ProjectionLaneWorkflow, contract.LaneInput{
 					Projection: in.Projection, ForkID: in.ForkID, EntityID: in.EntityID, Queue: l.queue, Done: l.status.Done,
-					MaxQueued: in.MaxQueued, MaxQueuedBytes: in.MaxQueuedBytes,
+					MaxQueued: in.MaxQueued, MaxQueuedBytes: in.MaxQueuedBytes, HoldEntity: in.HoldEntity,
 				})
 			}
 		}
@@ -138,13 +138,17 @@ func (l *laneRun) runOne(ctx workflow.Context, next contract.RetryInput, settled
 	if next.WaitFor != "" && !(next.WaitFor == l.waited && waitOnce(ctx)) {
 		// An earlier event of the key retries outside the lane.
 		l.status.Current = next.WaitFor
-		if err := awaitSettled(ctx, next.WaitFor); err != nil {
+		wait := awaitSettled
+		if l.in.HoldEntity {
+			wait = awaitFinal
+		}
+		if err := wait(ctx, next.WaitFor); err != nil {
 			return err
 		}
 		l.waited = next.WaitFor
 	}
 	l.status.Current = laneChildID(ctx, next)
-	if err := runChild(ctx, next, l.status.Current, settled); err != nil {
+	if err := runChild(ctx, next, l.status.Current, settled, l.in.HoldEntity); err != nil {
 		return err
 	}
 	l.status.Current = ""
@@ -153,11 +157,12 @@ func (l *laneRun) runOne(ctx workflow.Context, next contract.RetryInput, settled
 }
 
 // runChild starts the event's retry workflow and waits until it succeeds,
-// closes, or reports dead_lettered. A retry workflow that already exists
+// closes, or reports dead_lettered (with hold, a dead letter holds the key:
+// only its close lets the lane go on). A retry workflow that already exists
 // (the event was handed over before, e.g. by a bridge that crashed before
 // committing its offset) is not started again — its own workflow ID makes
 // it exactly one run — and is waited for until it settles.
-func runChild(ctx workflow.Context, in contract.RetryInput, id string, settled workflow.ReceiveChannel) error {
+func runChild(ctx workflow.Context, in contract.RetryInput, id string, settled workflow.ReceiveChannel, hold bool) error {
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 		WorkflowID:            id,
 		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_ABANDON,
@@ -175,6 +180,9 @@ func runChild(ctx workflow.Context, in contract.RetryInput, id string, settled w
 				return nil
 			}
 			workflow.GetLogger(ctx).Info("event already handed over; waiting for its retry workflow to settle", "workflowId", id)
+			if hold {
+				return awaitFinal(ctx, id)
+			}
 			return awaitSettled(ctx, id)
 		}
 		return err
@@ -190,7 +198,7 @@ func runChild(ctx workflow.Context, in contract.RetryInput, id string, settled w
 	sel.AddReceive(settled, func(c workflow.ReceiveChannel, _ bool) {
 		var s contract.ChildSettled
 		c.Receive(ctx, &s)
-		done = s.WorkflowID == id
+		done = s.WorkflowID == id && !hold
 	})
 	for !done {
 		sel.Select(ctx)

@@ -27,6 +27,9 @@ type ApplyInput struct {
 	Delays []time.Duration `json:"delays"`
 	// MaxAttempts is the total number of attempts of a run.
 	MaxAttempts int `json:"maxAttempts"`
+	// Force applies a replayed event even when its entity has applied a
+	// later one (the replay signal's "force").
+	Force bool `json:"force,omitempty"`
 }
 
 // ApplyOutput is ApplyProjection's result on success.
@@ -146,6 +149,8 @@ type retryRun struct {
 	in       contract.RetryInput
 	status   contract.Status
 	toldLane bool
+	// force is the last replay's "force": apply even past later events.
+	force bool
 }
 
 func (r *retryRun) setState(ctx workflow.Context, s contract.State) error {
@@ -220,6 +225,7 @@ func (r *retryRun) runSchedule(ctx workflow.Context, plan config.Plan, run int, 
 		FirstAttempt: plan.FirstActivityAttempt,
 		Delays:       plan.Delays,
 		MaxAttempts:  len(plan.Offsets),
+		Force:        r.force,
 	}
 	var out ApplyOutput
 	err := workflow.ExecuteActivity(actx, contract.ApplyProjectionActivity, in).Get(ctx, &out)
@@ -457,6 +463,7 @@ func (r *retryRun) took(ctx workflow.Context, action string, s contract.Operator
 	r.status.LastAction = &contract.OperatorAction{Action: action, Identity: s.Identity, Reason: s.Reason, At: workflow.Now(ctx).UTC()}
 	if action == contract.SignalReplay {
 		r.status.LastReplayReason = s.Reason
+		r.force = s.Force
 	}
 	r.logAction(ctx, action, s, outcome)
 }

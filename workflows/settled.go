@@ -13,6 +13,16 @@ import (
 // polls and heartbeats; a worker that dies mid-wait is noticed by the
 // heartbeat timeout and the wait resumes on another.
 func awaitSettled(ctx workflow.Context, workflowID string) error {
+	return awaitRetry(ctx, contract.AwaitRetrySettledActivity, workflowID)
+}
+
+// awaitFinal is awaitSettled until the workflow is final (contract.Final):
+// an open dead letter holds its entity (CAUSET_DLQ_HOLD_ENTITY).
+func awaitFinal(ctx workflow.Context, workflowID string) error {
+	return awaitRetry(ctx, contract.AwaitRetryFinalActivity, workflowID)
+}
+
+func awaitRetry(ctx workflow.Context, activity, workflowID string) error {
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: awaitSettledStartToClose,
 		HeartbeatTimeout:    awaitSettledHeartbeat,
@@ -22,7 +32,7 @@ func awaitSettled(ctx workflow.Context, workflowID string) error {
 			MaximumInterval:    time.Minute,
 		},
 	})
-	return workflow.ExecuteActivity(actx, contract.AwaitRetrySettledActivity, workflowID).Get(ctx, nil)
+	return workflow.ExecuteActivity(actx, activity, workflowID).Get(ctx, nil)
 }
 
 const (

@@ -264,6 +264,7 @@ type dlqReplayCmd struct {
 	Limit     int    `help:"Stop after this many dead letters were signalled or restarted (0: no limit)."`
 	Reason    string `help:"Reason sent with the replay signal (shown by the status query, logged by each workflow)."`
 	Identity  string `help:"Who replays, sent with the reason and logged by each workflow (default causet-dlq-replay:$USER@$HOST)."`
+	Force     bool   `help:"Apply each event even when its entity has since applied a later one (such a replay is refused otherwise)."`
 }
 
 // replayIdentity is --identity, or the user and host as the temporal CLI
@@ -272,15 +273,7 @@ func (c *dlqReplayCmd) replayIdentity() string {
 	if c.Identity != "" {
 		return c.Identity
 	}
-	user := os.Getenv("USER")
-	if user == "" {
-		user = "unknown"
-	}
-	host, err := os.Hostname()
-	if err != nil {
-		host = "unknown"
-	}
-	return "causet-dlq-replay:" + user + "@" + host
+	return "causet-dlq-replay:" + userAtHost()
 }
 
 // parseRate reads "N/s" or "N".
@@ -320,7 +313,8 @@ func (c *dlqReplayCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	defer tc.Close()
 	rp, err := dlq.NewReplayer(dlq.ReplayerOptions{
 		Client: tc.Client, TaskQueue: cfg.TaskQueue, Retry: cfg.Retry, ReplayWindow: cfg.DLQReplayWindow,
-		Reason: c.Reason, Identity: c.replayIdentity(), DryRun: c.DryRun, Rate: perSec, Limit: c.Limit,
+		Reason: c.Reason, Identity: c.replayIdentity(), Force: c.Force, DryRun: c.DryRun, Rate: perSec, Limit: c.Limit,
+		Propagator: tracing.Default().TextMapPropagator(),
 	})
 	if err != nil {
 		return err
