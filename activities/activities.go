@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"time"
@@ -80,10 +81,10 @@ func (a *Activities) ApplyProjection(ctx context.Context, in workflows.ApplyInpu
 
 	var res projection.Result
 	err := in.Event.Validate()
-	if err == nil {
 	if err == nil && in.Run > 0 && !in.Force {
 		err = a.refuseOvertaken(ctx, in, number)
 	}
+	if err == nil {
 		res, err = a.Applier.Apply(ctx, in.Projection, in.Event)
 		if err == nil && res.Err != nil {
 			err = res.Err

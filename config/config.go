@@ -90,6 +90,14 @@ type Config struct {
 	// DedupeHorizon is how long the dedupe ledger remembers an applied
 	// event (CAUSET_DEDUPE_HORIZON); at least the replay window.
 	DedupeHorizon time.Duration
+	// WorkerVersioning is the worker's Worker Deployment Version
+	// (CAUSET_WORKER_DEPLOYMENT, CAUSET_WORKER_BUILD_ID); off when unset.
+	WorkerVersioning WorkerVersioning
+	// Incidents is the detection of systemic failures (CAUSET_INCIDENT_*).
+	Incidents Incidents
+	// DLQHoldEntity keeps a dead letter's entity waiting behind it
+	// (CAUSET_DLQ_HOLD_ENTITY, entity ordering only).
+	DLQHoldEntity bool
 }
 
 // Lookup returns an environment value and whether it is set; os.LookupEnv in
@@ -129,6 +137,7 @@ func Load(lookup Lookup) (Config, error) {
 			"a number of bytes from 1048576 (1 MiB) to 1099511627776 (1 TiB)"),
 		BridgeInstanceID: p.instanceID("CAUSET_BRIDGE_INSTANCE_ID"),
 		DedupeHorizon:    p.duration("CAUSET_DEDUPE_HORIZON", DefaultDedupeHorizon),
+		DLQHoldEntity:    p.kafkaBool("CAUSET_DLQ_HOLD_ENTITY", false),
 	}
 	if p.err != nil {
 		return Config{}, p.err
@@ -137,8 +146,10 @@ func Load(lookup Lookup) (Config, error) {
 		// A replayed dead letter, or a redelivery within the window, must
 		// still find the events applied before it.
 		return Config{}, fmt.Errorf("CAUSET_DEDUPE_HORIZON=%s is shorter than CAUSET_DLQ_REPLAY_WINDOW=%s (or than 1h): the dedupe ledger must remember applied events at least as long as dead letters can be replayed",
-		DLQHoldEntity:    p.kafkaBool("CAUSET_DLQ_HOLD_ENTITY", false),
 			c.DedupeHorizon, c.DLQReplayWindow)
+	}
+	if c.DLQHoldEntity && c.Ordering != OrderingEntity {
+		return Config{}, fmt.Errorf("CAUSET_DLQ_HOLD_ENTITY=true needs CAUSET_ORDERING=entity (have %s): only entity ordering keeps an entity's later events behind its dead letter", c.Ordering)
 	}
 	if err := c.Retry.Validate(); err != nil {
 		return Config{}, err
@@ -148,8 +159,11 @@ func Load(lookup Lookup) (Config, error) {
 		return Config{}, err
 	}
 	c.KafkaSecurity = sec
-	if c.DLQHoldEntity && c.Ordering != OrderingEntity {
-		return Config{}, fmt.Errorf("CAUSET_DLQ_HOLD_ENTITY=true needs CAUSET_ORDERING=entity (have %s): only entity ordering keeps an entity's later events behind its dead letter", c.Ordering)
+	if c.WorkerVersioning, err = LoadWorkerVersioning(lookup); err != nil {
+		return Config{}, err
+	}
+	if c.Incidents, err = LoadIncidents(lookup, c.BridgeMode, c.Ordering); err != nil {
+		return Config{}, err
 	}
 	return c, nil
 }

@@ -100,7 +100,7 @@ const MetricOperatorActions = "causet_projection_operator_actions_total"
 // SearchAttributeNames lists the custom search attributes the namespace needs.
 var SearchAttributeNames = []string{
 	AttrProjection.GetName(), AttrEventType.GetName(), AttrEntityID.GetName(),
-	AttrForkID.GetName(), AttrRetryState.GetName(),
+	AttrForkID.GetName(), AttrRetryState.GetName(), AttrIncidentState.GetName(),
 }
 
 // RetryWorkflowID is the idempotent ID of the retry workflow of one

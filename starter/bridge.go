@@ -31,6 +31,7 @@ type Bridge struct {
 	cl   *kgo.Client
 	dlq  *dlq.Publisher
 	sem  chan struct{}
+	inc  *incidents // nil when incidents are not detected
 
 	ctx    context.Context // parent of every partition's context
 	cancel context.CancelFunc
@@ -70,6 +71,15 @@ func New(opts Options) (*Bridge, error) {
 			return nil, err
 		}
 	}
+	if opts.IncidentStore != nil && opts.Incidents.Threshold > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), opts.StartTimeout)
+		err := opts.IncidentStore.Ensure(ctx)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+	}
+	b.inc = newIncidents(b)
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	kopts := []kgo.Opt{
 		kgo.SeedBrokers(opts.Brokers...),
@@ -115,6 +125,10 @@ func (b *Bridge) Run(ctx context.Context) error {
 	if b.opts.ordered() {
 		b.wg.Add(1)
 		go b.runSweeper()
+	}
+	if b.inc != nil {
+		b.wg.Add(1)
+		go b.inc.run()
 	}
 	pollTimeout := min(b.opts.CommitInterval, 200*time.Millisecond)
 	lastCommit := time.Now()

@@ -32,4 +32,7 @@
 //   - retry.go: the one retry loop every dependency wait uses (backoff,
 //     outage proven by a probe).
 //   - engine.go: what the bridge needs of the projection engine.
+//   - incidents.go and parked.go: incidents (CONTRACT §12) — detection,
+//     the incident registry, parking a holding incident's events in the
+//     batch's transaction and releasing them in entity order.
 package starter

@@ -90,6 +90,14 @@ type laneRouter struct {
 	// recovered is the lost lane run (closed without completing) whose
 	// events were last sent again (lanelost.go).
 	recovered map[LaneKey]string
+	// parked holds the keys with parked events (policy hold) and the
+	// incident their next parked events belong to; drainMu serialises the
+	// drains that release them (parked.go).
+	parked  map[LaneKey]string
+	drainMu sync.Mutex
+	// headFP is the failure fingerprint of keys' heads (policy hold): a
+	// key whose head failed as a holding incident does parks its events.
+	headFP map[LaneKey]string
 	// keyq is the sender's FIFO of each key, in partition order. A key is in
 	// keyq while it is scheduled: waiting in ready for a drainer, or being
 	// drained (its slice may then be empty while the last event is sent).
@@ -113,6 +121,8 @@ func newLaneRouter(p *partition) *laneRouter {
 		head:      map[LaneKey]string{},
 		recheck:   map[LaneKey]recheck{},
 		recovered: map[LaneKey]string{},
+		parked:    map[LaneKey]string{},
+		headFP:    map[LaneKey]string{},
 		keyq:      map[LaneKey][]laneJob{},
 		wake:      make(chan struct{}, 1),
 		room:      make(chan struct{}, 1),
@@ -122,7 +132,7 @@ func newLaneRouter(p *partition) *laneRouter {
 // open loads the partition's blocked keys (no event of a blocked key may
 // apply inline) and starts the lane sender.
 func (r *laneRouter) open() bool {
-	if !r.loadBlocked() {
+	if !r.loadBlocked() || !r.loadParked() {
 		return false
 	}
 	r.p.wg.Add(1)
@@ -248,6 +258,7 @@ func (r *laneRouter) applyOrdered(seg *segment, items []item, last *kgo.Record) 
 	// key keeps the sender from unblocking one before its held events are
 	// queued.
 	var snap map[LaneKey]struct{}
+	var parkSnap parkSnapshot // policy hold: what the blocked keys park
 	o.mu.Lock()
 	if len(o.blocked) > 0 {
 		for _, it := range items {
@@ -260,6 +271,7 @@ func (r *laneRouter) applyOrdered(seg *segment, items []item, last *kgo.Record) 
 					if _, ok := snap[k]; !ok {
 						snap[k] = struct{}{}
 						o.queued[k]++
+						parkSnap.add(o, k)
 					}
 				}
 			}
@@ -301,7 +313,11 @@ func (r *laneRouter) applyOrdered(seg *segment, items []item, last *kgo.Record) 
 		}
 		return index[ev] > at
 	}
-	var newBlocked []BlockedKey
+	var (
+		newBlocked []BlockedKey
+		park       parking
+		startedAt  time.Time
+	)
 	beforeCommit := func(ctx context.Context, tx pgx.Tx, outs []projection.Result) error {
 		first := map[LaneKey]int{}
 		for _, o := range outs {
@@ -328,6 +344,10 @@ func (r *laneRouter) applyOrdered(seg *segment, items []item, last *kgo.Record) 
 		if rerun {
 			return errRerun
 		}
+		parkSnap.blocked = snap
+		if err := park.decide(ctx, tx, p, items, evs, outs, first, parkSnap, startedAt); err != nil {
+			return err
+		}
 		newBlocked = newBlocked[:0]
 		seen := map[LaneKey]bool{}
 		for _, o := range outs {
@@ -340,7 +360,10 @@ func (r *laneRouter) applyOrdered(seg *segment, items []item, last *kgo.Record) 
 			}
 			seen[k] = true
 			bk := BlockedKey{LaneKey: k}
-			if at, ok := first[k]; ok {
+			if id := park.heads[k]; id != "" {
+				// Parked behind its incident: the key's later events are parked too.
+				bk.Head = id
+			} else if at, ok := first[k]; ok {
 				// The key's first failure is handed off as a plain retry
 				// workflow, its head; its later events go to the lane.
 				bk.Head = contract.RetryWorkflowID(k.Projection, evs[at].ForkID, evs[at].EventID)
@@ -350,10 +373,7 @@ func (r *laneRouter) applyOrdered(seg *segment, items []item, last *kgo.Record) 
 		return b.opts.Blocks.Add(ctx, tx, p.topic, p.id, newBlocked)
 	}
 
-	var (
-		startedAt time.Time
-		runs      int
-	)
+	var runs int
 	outcomes, res := p.applyThroughOutage(items, last, func() ([]projection.Result, error) {
 		// Attempt 1 starts with this try's first run: a try after an outage
 		// starts it afresh, so the schedule counts from the attempt that ran.
@@ -392,7 +412,11 @@ func (r *laneRouter) applyOrdered(seg *segment, items []item, last *kgo.Record) 
 	for _, oc := range p.countOutcomes(items, outcomes) {
 		it := items[oc.Index]
 		k := keyOf(oc.Projection, &it.env)
+		if park.pairs[pairOf(oc)] {
+			continue
+		}
 		if oc.Status == projection.StatusFailed {
+			p.noteFailure(oc, &it.env)
 			head := heads[k] != "" && heads[k] == contract.RetryWorkflowID(oc.Projection, it.env.ForkID, it.env.EventID)
 			jobs = append(jobs, laneJob{seg: seg, rec: it.rec, in: p.retryInput(it, oc.Projection, firstAttempt(oc, startedAt)), key: k, head: head})
 			continue
@@ -401,6 +425,7 @@ func (r *laneRouter) applyOrdered(seg *segment, items []item, last *kgo.Record) 
 		in.Mode = config.ModeWorkflow // its attempt 1 runs in its retry workflow
 		jobs = append(jobs, laneJob{seg: seg, rec: it.rec, in: in, key: k})
 	}
+	park.committed(r)
 	r.enqueue(newBlocked, jobs)
 	return true
 }
@@ -434,6 +459,11 @@ func (r *laneRouter) enqueue(newBlocked []BlockedKey, jobs []laneJob) {
 	}
 	r.mu.Unlock()
 	for _, bk := range newBlocked {
+		if isIncidentHead(bk.Head) {
+			p.log.Info("key held by its incident: its later events are parked behind it", "event", "projection_key_blocked",
+				"projectionName", bk.Projection, "forkId", bk.ForkID, "entityId", bk.EntityID, "incidentId", bk.Head)
+			continue
+		}
 		p.log.Info("key blocked: its later events wait in its lane", "event", "projection_key_blocked",
 			"projectionName", bk.Projection, "forkId", bk.ForkID, "entityId", bk.EntityID, "laneId", bk.laneID(),
 			"headWorkflowId", bk.Head)

@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/converter"
 
 	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/incident"
 	"github.com/causet/projection-retry/internal/backoff"
 )
 
@@ -130,6 +131,24 @@ type Options struct {
 	// KafkaOptions are added to the Kafka client's options (TLS, SASL, kprom
 	// hooks, ...). Optional.
 	KafkaOptions []kgo.Opt
+
+	// HoldEntity (CAUSET_DLQ_HOLD_ENTITY, entity ordering): a dead-lettered
+	// head, or lane event, keeps its key's later events waiting until it
+	// is replayed successfully, discarded or its replay window ends, so a
+	// replay never applies an older event after newer ones. Optional,
+	// defaults to false: a dead letter lets its key go on.
+	HoldEntity bool
+
+	// Incidents is the detection of systemic failures (incidents.go).
+	// Optional: a zero Threshold detects none.
+	Incidents config.Incidents
+	// IncidentStore parks the events of holding incidents. Required with
+	// policy hold.
+	IncidentStore *incident.Store
+	// IncidentClient starts and signals incident workflows. Optional,
+	// defaults to Starter when it is an IncidentClient (a Temporal
+	// client.Client is); required with a Threshold.
+	IncidentClient IncidentClient
 }
 
 // OptionsFromConfig fills the Kafka/Temporal names and retry settings from
@@ -151,6 +170,8 @@ func OptionsFromConfig(c config.Config) Options {
 		MaxBufferedBytes: c.BridgeMaxBufferedBytes,
 		InstanceID:       c.BridgeInstanceID,
 		LaneMaxQueued:    c.LaneMaxQueued,
+		Incidents:        c.Incidents,
+		HoldEntity:       c.DLQHoldEntity,
 	}
 }
 
@@ -247,6 +268,19 @@ func (o *Options) validate() error {
 		return fmt.Errorf("starter: Options.SessionTimeout %s is invalid: want at least 6s (Kafka's group.min.session.timeout.ms)", o.SessionTimeout)
 	case o.CommitInterval < 0 || o.MinBackoff < 0 || o.MaxBackoff < o.MinBackoff || o.StartTimeout < 0:
 		return errors.New("starter: Options.CommitInterval, MinBackoff, MaxBackoff and StartTimeout must be positive with MinBackoff <= MaxBackoff")
+	}
+	if o.IncidentClient == nil {
+		if ic, ok := o.Starter.(IncidentClient); ok {
+			o.IncidentClient = ic
+		}
+	}
+	if o.Incidents.Threshold > 0 {
+		switch {
+		case o.IncidentClient == nil:
+			return errors.New("starter: Options.IncidentClient is required to detect incidents (a Temporal client)")
+		case o.Incidents.Policy == config.IncidentHold && (o.IncidentStore == nil || !o.ordered() || o.Mode != config.ModeInline):
+			return errNoIncidentStore
+		}
 	}
 	if o.Ordering != config.OrderingEntity && o.Ordering != config.OrderingNone {
 		return fmt.Errorf("starter: Options.Ordering %q is invalid: want %q or %q", o.Ordering, config.OrderingEntity, config.OrderingNone)

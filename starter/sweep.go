@@ -91,7 +91,9 @@ func (b *Bridge) sweep() {
 		now := time.Now()
 		o.mu.Lock()
 		for k := range o.blocked {
-			if o.queued[k] == 0 && !now.Before(o.recheck[k].at) {
+			// Keys parked behind an incident are released by the incident's
+			// state (settleParked), not by a workflow the sweeper describes.
+			if o.queued[k] == 0 && !now.Before(o.recheck[k].at) && !isIncidentHead(o.head[k]) {
 				cands = append(cands, sweepCandidate{o, k, o.lastRun[k], o.head[k]})
 			}
 		}
@@ -162,10 +164,18 @@ func (r *laneRouter) checkLane(k LaneKey, run, head string) {
 	}
 	o := r
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	if _, ok := o.blocked[k]; !ok || o.queued[k] > 0 || o.lastRun[k] != run || o.head[k] != head || p.ctx.Err() != nil {
+		o.mu.Unlock()
 		return
 	}
+	if _, parked := o.parked[k]; parked {
+		o.mu.Unlock()
+		// Its head settled: the key's parked events are next, in order.
+		for r.drainParked([]LaneKey{k}) && p.ctx.Err() == nil {
+		}
+		return
+	}
+	defer o.mu.Unlock()
 	if err := p.b.opts.Blocks.Remove(p.ctx, nil, p.topic, p.id, k); err != nil {
 		// Stays blocked: the next sweep retries, or its next event goes to a new lane run.
 		p.log.Warn("cannot clear a blocked key after its lane closed", "laneId", k.laneID(), "error", err.Error())
@@ -227,6 +237,8 @@ func (o *laneRouter) forgetLocked(k LaneKey) {
 	delete(o.head, k)
 	delete(o.recheck, k)
 	delete(o.recovered, k)
+	delete(o.parked, k)
+	delete(o.headFP, k)
 }
 
 // laneRun is what the sweeper knows of the latest run of a key's lane.
@@ -268,6 +280,9 @@ func (r *laneRouter) laneState(ctx context.Context, k LaneKey) (laneRun, error) 
 // (contract.Settled; with HoldEntity, contract.Final) or does not exist.
 func (r *laneRouter) headSettled(ctx context.Context, head string) (bool, error) {
 	p := r.p
+	if p.b.opts.HoldEntity {
+		return contract.RetryFinal(ctx, p.b.opts.Lanes, head)
+	}
 	return contract.RetrySettled(ctx, p.b.opts.Lanes, head)
 }
 
@@ -280,8 +295,5 @@ func (p *partition) hold() bool {
 		return false
 	}
 	p.wg.Add(1)
-	if p.b.opts.HoldEntity {
-		return contract.RetryFinal(ctx, p.b.opts.Lanes, head)
-	}
 	return true
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/dlq"
+	"github.com/causet/projection-retry/incident"
 	"github.com/causet/projection-retry/worker"
 )
 
@@ -27,6 +28,7 @@ func (h *harness) startWorker() {
 			Publisher: &dlq.Publisher{Client: h.producer, Topic: h.dlqTopic},
 			Logger:    h.logger,
 		},
+		Incidents: &activities.Incidents{Prober: h.engine, Store: incident.NewStore(h.pool)},
 	})
 	require.NoError(h.t, err)
 	require.NoError(h.t, w.Start())

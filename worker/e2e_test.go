@@ -30,6 +30,7 @@ import (
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/incident"
 	"github.com/causet/projection-retry/internal/testenv"
 	"github.com/causet/projection-retry/projection"
 	"github.com/causet/projection-retry/worker"
@@ -119,6 +120,7 @@ func newWorkerEnv(t *testing.T, doc string) *workerEnv {
 	testenv.CreateTopic(t, e.brokers, e.dlqTopic, 1)
 
 	require.NoError(t, projection.EnsureSchema(ctx, e.pool))
+	require.NoError(t, incident.NewStore(e.pool).Ensure(ctx))
 	_, err := e.pool.Exec(ctx, `CREATE TABLE artist_followers (user_id text NOT NULL, artist_id text NOT NULL, PRIMARY KEY (user_id, artist_id))`)
 	require.NoError(t, err)
 	logger := slog.New(slog.NewJSONHandler(e.logs, nil))
@@ -149,6 +151,7 @@ func newWorkerEnv(t *testing.T, doc string) *workerEnv {
 			Publisher: &dlq.Publisher{Client: producer, Topic: e.dlqTopic, ConsumerGroup: testConsumerGroup},
 			Logger:    logger,
 		},
+		Incidents: &activities.Incidents{Prober: e.engine, Store: incident.NewStore(e.pool)},
 	})
 	require.NoError(t, err)
 	require.NoError(t, w.Start())

@@ -38,6 +38,12 @@ type Options struct {
 	MaxConcurrentWorkflowTasks int
 	// StopTimeout is how long a stop waits for running activities. Optional, defaults to 30s.
 	StopTimeout time.Duration
+	// Version is the Worker Deployment Version the worker polls as
+	// (config.WorkerVersioning). Optional: zero runs unversioned.
+	Version sdkworker.WorkerDeploymentVersion
+	// Incidents implements the incident workflow's activities. Optional:
+	// without it incidents are not probed on this worker.
+	Incidents *activities.Incidents
 }
 
 func (o *Options) validate() error {
@@ -48,14 +54,14 @@ func (o *Options) validate() error {
 		return errors.New("worker: TaskQueue is required")
 	case o.Activities == nil:
 		return errors.New("worker: Activities is required")
+	case (o.Version.DeploymentName == "") != (o.Version.BuildID == ""):
+		return errors.New("worker: Version needs both DeploymentName and BuildID, or neither")
 	}
 	return nil
 }
 
 // New builds a worker with the workflows and activities registered. The
 // defaults are sized for many short retry workflows: the SDK's defaults poll
-	case (o.Version.DeploymentName == "") != (o.Version.BuildID == ""):
-		return errors.New("worker: Version needs both DeploymentName and BuildID, or neither")
 // too little for thousands of concurrent retries on one process.
 func New(o Options) (sdkworker.Worker, error) {
 	if err := o.validate(); err != nil {
@@ -76,19 +82,39 @@ func New(o Options) (sdkworker.Worker, error) {
 		MaxConcurrentActivityTaskPollers:       8,
 		MaxConcurrentWorkflowTaskPollers:       8,
 		WorkerStopTimeout:                      o.StopTimeout,
+		DeploymentOptions:                      deploymentOptions(o.Version),
 	})
 	Register(w, o.Activities)
+	if o.Incidents != nil {
+		RegisterIncidents(w, o.Incidents)
+	}
 	return w, nil
 }
 
-// Register adds the workflows and activities under their contract names.
-		DeploymentOptions:                      deploymentOptions(o.Version),
+// Register adds the workflows and activities under their contract names,
+// the workflows with their versioning behaviors (versioning.go).
 func Register(r sdkworker.Registry, a *activities.Activities) {
-	r.RegisterWorkflowWithOptions(workflows.ProjectionRetryWorkflow, workflow.RegisterOptions{Name: contract.RetryWorkflowName})
-	r.RegisterWorkflowWithOptions(workflows.ProjectionLaneWorkflow, workflow.RegisterOptions{Name: contract.LaneWorkflowName})
+	r.RegisterWorkflowWithOptions(workflows.ProjectionRetryWorkflow, workflow.RegisterOptions{
+		Name: contract.RetryWorkflowName, VersioningBehavior: RetryVersioningBehavior})
+	r.RegisterWorkflowWithOptions(workflows.ProjectionLaneWorkflow, workflow.RegisterOptions{
+		Name: contract.LaneWorkflowName, VersioningBehavior: LaneVersioningBehavior})
 	r.RegisterActivityWithOptions(a.ApplyProjection, activity.RegisterOptions{Name: contract.ApplyProjectionActivity})
 	r.RegisterActivityWithOptions(a.PublishDeadLetter, activity.RegisterOptions{Name: contract.PublishDeadLetterActivity})
 	r.RegisterActivityWithOptions(a.AwaitRetrySettled, activity.RegisterOptions{Name: contract.AwaitRetrySettledActivity})
+	r.RegisterActivityWithOptions(a.AwaitRetryFinal, activity.RegisterOptions{Name: contract.AwaitRetryFinalActivity})
+	r.RegisterWorkflowWithOptions(workflows.ProjectionIncidentWorkflow, workflow.RegisterOptions{
+		Name: contract.IncidentWorkflowName, VersioningBehavior: IncidentVersioningBehavior})
+}
+
+// IncidentVersioningBehavior: an incident waits for the fix, which may ship
+// as a new build; its probes must run on that build, not the one it opened on.
+const IncidentVersioningBehavior = workflow.VersioningBehaviorAutoUpgrade
+
+// RegisterIncidents adds the incident workflow's activities.
+func RegisterIncidents(r sdkworker.Registry, a *activities.Incidents) {
+	r.RegisterActivityWithOptions(a.ProbeIncident, activity.RegisterOptions{Name: contract.ProbeIncidentActivity})
+	r.RegisterActivityWithOptions(a.SetIncidentState, activity.RegisterOptions{Name: contract.SetIncidentStateActivity})
+	r.RegisterActivityWithOptions(a.AwaitIncidentReleased, activity.RegisterOptions{Name: contract.AwaitIncidentReleasedActivity})
 }
 
 // MissingSearchAttributesError lists the commands that create the search

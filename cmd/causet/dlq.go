@@ -305,7 +305,6 @@ func (c *dlqReplayCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		return fmt.Errorf("--limit=%d is invalid: want 0 (no limit) or more", c.Limit)
 	}
 	// Traced, each replay joins its dead letter's trace (the record's traceparent).
-		Propagator: tracing.Default().TextMapPropagator(),
 	tc, err := app.DialTemporal(ctx, logger, app.TemporalOptions{Tracing: tracing.Default()})
 	if err != nil {
 		return err

@@ -24,6 +24,7 @@ type cli struct {
 	Runtime     runtimeCmd     `cmd:"" help:"Serve the write path: POST /v1/intents decides intents and records their events in the PostgreSQL ledger (DATABASE_URL, CAUSET_RUNTIME_ADDR)."`
 	Intents     intentsCmd     `cmd:"" help:"Validate, deploy and list intent handler documents."`
 	DLQ         dlqCmd         `cmd:"" name:"dlq" help:"Read and replay dead letters."`
+	Incidents   incidentsCmd   `cmd:"" help:"List, show and resolve incidents: one per systemic failure of a projection (CAUSET_INCIDENT_*)."`
 	Produce     produceCmd     `cmd:"" help:"Produce JSON-line event envelopes (FILE or stdin) to CAUSET_EVENTS_TOPIC, keyed by entityId."`
 	Submit      submitCmd      `cmd:"" help:"Submit JSON-line intents (FILE or stdin) to the causet runtime at CAUSET_RUNTIME_ADDR (or --url), with the client's safe retries; one line per outcome."`
 	Bench       benchCmd       `cmd:"" help:"Measure the pipeline against the PostgreSQL ceiling, workflow mode and the in-place-retry peer in one run; write results to --out."`
@@ -56,12 +57,12 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	return kctx.Run()
 	stopTracing, err := startTracing(ctx, kctx.Command(), logger)
 	if err != nil {
 		return err
 	}
 	defer stopTracing()
+	return kctx.Run()
 }
 
 var lineBreaks = regexp.MustCompile(`:?\s*\n\s*`)

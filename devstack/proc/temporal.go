@@ -22,13 +22,14 @@ import (
 )
 
 // SearchAttributes are the custom Keyword search attributes the dev server is
-// started with (CONTRACT §6; the canonical names live in package workflows).
+// started with (CONTRACT §6; the canonical names are contract.SearchAttributeNames).
 var SearchAttributes = []string{
 	"CausetProjection",
 	"CausetEventType",
 	"CausetEntityId",
 	"CausetForkId",
 	"CausetRetryState",
+	"CausetIncidentState",
 }
 
 // ErrNoTemporalCLI is returned when neither ./bin/temporal nor temporal on

@@ -13,6 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/incident"
+	"github.com/causet/projection-retry/internal/tracing"
 	"github.com/causet/projection-retry/projection"
 	"github.com/causet/projection-retry/worker"
 )
@@ -36,9 +38,9 @@ type Service struct {
 	Temporal *Temporal
 
 	dlq     *kgo.Client
+	tracing *tracing.Tracing
 	closers []func()
 	// health answers /healthz and /readyz on the metrics server: PostgreSQL,
-	tracing *tracing.Tracing
 	// Temporal when opened, the bridge's group membership once built.
 	health *Health
 	group  *groupMembership
@@ -52,22 +54,22 @@ type options struct {
 	hostPort      string
 	setup         func(context.Context, *pgxpool.Pool) error
 	writePathOnly bool
-}
-
 	tracing       *tracing.Tracing
 	tracingSet    bool
+}
+
 // WithLogger is the logger of the service, the Temporal SDK and the Kafka
 // clients.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
-// WithTemporalAddress dials this Temporal frontend (host:port) in namespace
-// "default" instead of reading TEMPORAL_*: for a dev server started by the
 // WithTracing traces the service's Kafka clients and Temporal client with t
 // (nil: off) instead of the process's tracing.Default().
 func WithTracing(t *tracing.Tracing) Option {
 	return func(o *options) { o.tracing, o.tracingSet = t, true }
 }
 
+// WithTemporalAddress dials this Temporal frontend (host:port) in namespace
+// "default" instead of reading TEMPORAL_*: for a dev server started by the
 // process itself (causet dev).
 func WithTemporalAddress(hostPort string) Option {
 	return func(o *options) { o.hostPort = hostPort }
@@ -120,6 +122,9 @@ func Open(ctx context.Context, cfg config.Config, opts ...Option) (_ *Service, e
 		return nil, err
 	}
 	s.closers = append(s.closers, s.Engine.Close)
+	if err := incident.NewStore(s.Pool).Ensure(ctx); err != nil {
+		return nil, err
+	}
 	s.startDedupeMaintenance()
 	if s.Temporal, err = DialTemporal(ctx, s.Logger, TemporalOptions{HostPort: o.hostPort, Metrics: s.Registry, Tracing: s.tracing}); err != nil {
 		return nil, err

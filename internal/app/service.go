@@ -9,6 +9,7 @@ import (
 
 	"github.com/causet/projection-retry/activities"
 	"github.com/causet/projection-retry/dlq"
+	"github.com/causet/projection-retry/incident"
 	"github.com/causet/projection-retry/starter"
 	"github.com/causet/projection-retry/worker"
 )
@@ -60,6 +61,11 @@ func (s *Service) NewWorker() (sdkworker.Worker, error) {
 			Logger:  s.Logger,
 			Metrics: activities.NewMetrics(s.Registry),
 		},
+		Incidents: &activities.Incidents{Prober: s.Engine, Store: incident.NewStore(s.Pool)},
+		Version: sdkworker.WorkerDeploymentVersion{
+			DeploymentName: s.Config.WorkerVersioning.DeploymentName,
+			BuildID:        s.Config.WorkerVersioning.BuildID,
+		},
 	})
 	if err != nil {
 		return nil, err
@@ -94,6 +100,7 @@ func (s *Service) BridgeOptions() (starter.Options, error) {
 	// the client's converter can decode them.
 	opts.DataConverter = s.Temporal.DataConverter
 	opts.Blocks = starter.NewPostgresBlockStore(s.Pool)
+	opts.IncidentStore = incident.NewStore(s.Pool)
 	opts.Probe = s.Pool.Ping
 	opts.TemporalProbe = s.Temporal.Probe
 	opts.Logger = s.Logger
@@ -107,6 +114,8 @@ func (s *Service) BridgeOptions() (starter.Options, error) {
 		s.health.Add(Check{Name: "kafka", Probe: s.group.check})
 	}
 	opts.KafkaOptions = append(sec, kgo.WithHooks(kprom.NewMetrics("causet_bridge_kafka", kprom.Registerer(s.Registry)), s.group))
+	// Fetched records carry their trace in Context, which the bridge's hand-off spans continue.
+	opts.KafkaOptions = append(opts.KafkaOptions, s.tracing.KafkaOpts(opts.Group)...)
 	return opts, nil
 }
 
@@ -114,8 +123,6 @@ func (s *Service) BridgeOptions() (starter.Options, error) {
 func (s *Service) NewBridge() (*starter.Bridge, error) {
 	opts, err := s.BridgeOptions()
 	if err != nil {
-	// Fetched records carry their trace in Context, which the bridge's hand-off spans continue.
-	opts.KafkaOptions = append(opts.KafkaOptions, s.tracing.KafkaOpts(opts.Group)...)
 		return nil, err
 	}
 	return starter.New(opts)

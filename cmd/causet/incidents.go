@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/contract"
+	"github.com/causet/projection-retry/internal/app"
+)
+
+type incidentsCmd struct {
+	List          incidentsListCmd    `cmd:"" help:"List incidents (open ones; --all for closed too) with their state, events and error."`
+	Show          incidentsShowCmd    `cmd:"" help:"Show one incident's status (the workflow's status query, or its result once closed) as JSON."`
+	Resolve       incidentsSignalCmd  `cmd:"" help:"Resolve an incident: its held events are applied in entity order (signal resolve)."`
+	DeadLetterAll incidentsDeadAllCmd `cmd:"" name:"dead-letter-all" help:"Close an incident by dead-lettering every event it holds (signal dead-letter-all)."`
+}
+
+// incidentsOut is where the incidents commands print (tests replace it).
+var incidentsOut io.Writer = os.Stdout
+
+// maxIncidentsListed bounds one list.
+const maxIncidentsListed = 1000
+
+type incidentsListCmd struct {
+	All        bool   `help:"Closed incidents too."`
+	Projection string `help:"Only this projection."`
+}
+
+func (c incidentsListCmd) Run(ctx context.Context, logger *slog.Logger) error {
+	cfg, tc, err := dialIncidents(ctx, logger)
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	q := fmt.Sprintf("WorkflowType = %q AND TaskQueue = %q", contract.IncidentWorkflowName, cfg.TaskQueue)
+	if !c.All {
+		q += " AND ExecutionStatus = 'Running'"
+	}
+	if c.Projection != "" {
+		q += fmt.Sprintf(" AND %s = %q", contract.AttrProjection.GetName(), c.Projection)
+	}
+	var runs []*workflowservice.ListWorkflowExecutionsResponse
+	var token []byte
+	n := 0
+	for {
+		resp, err := tc.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Namespace: tc.Namespace, Query: q, PageSize: 100, NextPageToken: token,
+		})
+		if err != nil {
+			return fmt.Errorf("list incidents: %w", err)
+		}
+		runs = append(runs, resp)
+		n += len(resp.Executions)
+		token = resp.NextPageToken
+		if len(token) == 0 || n >= maxIncidentsListed {
+			break
+		}
+	}
+	tw := tabwriter.NewWriter(incidentsOut, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "INCIDENT\tSTATE\tEVENTS\tHELD\tFIRST SEEN\tLAST SEEN\tERROR")
+	for _, resp := range runs {
+		for _, e := range resp.Executions {
+			st, err := incidentStatus(ctx, tc.Client, e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId(), e.GetStatus())
+			if err != nil {
+				fmt.Fprintf(tw, "%s\t?\t\t\t\t\t%s\n", e.GetExecution().GetWorkflowId(), oneLine(err))
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", e.GetExecution().GetWorkflowId(), st.State, st.EventsAffected, st.EventsHeld,
+				st.FirstSeen.Format(time.RFC3339), st.LastSeen.Format(time.RFC3339), shorten(st.Pattern, 80))
+		}
+	}
+	if n == 0 {
+		fmt.Fprintln(tw, "(none)")
+	}
+	return tw.Flush()
+}
+
+// incidentStatus is a running incident's status query, or a closed one's
+// result.
+func incidentStatus(ctx context.Context, c client.Client, id, runID string, status enumspb.WorkflowExecutionStatus) (contract.IncidentStatus, error) {
+	var st contract.IncidentStatus
+	if status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		v, err := c.QueryWorkflow(ctx, id, runID, contract.QueryStatus)
+		if err != nil {
+			return st, err
+		}
+		return st, v.Get(&st)
+	}
+	err := c.GetWorkflow(ctx, id, runID).Get(ctx, &st)
+	return st, err
+}
+
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-1] + "…"
+}
+
+type incidentsShowCmd struct {
+	ID string `arg:"" help:"Incident workflow ID (projection-incident:<projection>:<fingerprint>)."`
+}
+
+func (c incidentsShowCmd) Run(ctx context.Context, logger *slog.Logger) error {
+	_, tc, err := dialIncidents(ctx, logger)
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	desc, err := tc.Client.DescribeWorkflow(ctx, c.ID, "")
+	if err != nil {
+		return fmt.Errorf("incident %s: %w", c.ID, err)
+	}
+	st, err := incidentStatus(ctx, tc.Client, c.ID, "", desc.RawResponse.GetWorkflowExecutionInfo().GetStatus())
+	if err != nil {
+		return fmt.Errorf("incident %s: %w", c.ID, err)
+	}
+	enc := json.NewEncoder(incidentsOut)
+	enc.SetIndent("", "  ")
+	return enc.Encode(st)
+}
+
+type incidentsSignalCmd struct {
+	ID       string `arg:"" help:"Incident workflow ID."`
+	Reason   string `help:"Why (kept in the incident's status and logs)."`
+	Identity string `help:"Who (default causet-incidents:$USER@$HOST)."`
+}
+
+func (c incidentsSignalCmd) Run(ctx context.Context, logger *slog.Logger) error {
+	return signalIncident(ctx, logger, c.ID, contract.SignalResolve, c.Reason, c.Identity)
+}
+
+type incidentsDeadAllCmd struct {
+	incidentsSignalCmd `embed:""`
+}
+
+func (c incidentsDeadAllCmd) Run(ctx context.Context, logger *slog.Logger) error {
+	return signalIncident(ctx, logger, c.ID, contract.SignalDeadLetterAll, c.Reason, c.Identity)
+}
+
+func signalIncident(ctx context.Context, logger *slog.Logger, id, signal, reason, identity string) error {
+	if !strings.HasPrefix(id, "projection-incident:") {
+		return fmt.Errorf("%q is not an incident ID: want projection-incident:<projection>:<fingerprint> (causet incidents list)", id)
+	}
+	_, tc, err := dialIncidents(ctx, logger)
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	if identity == "" {
+		identity = "causet-incidents:" + userAtHost()
+	}
+	if err := tc.Client.SignalWorkflow(ctx, id, "", signal, contract.OperatorSignal{Identity: identity, Reason: reason}); err != nil {
+		return fmt.Errorf("signal %s to %s: %w", signal, id, err)
+	}
+	fmt.Fprintf(incidentsOut, "%s: %s sent\n", id, signal)
+	return nil
+}
+
+func userAtHost() string {
+	user := os.Getenv("USER")
+	if user == "" {
+		user = "unknown"
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	return user + "@" + host
+}
+
+func dialIncidents(ctx context.Context, logger *slog.Logger) (config.Config, *app.Temporal, error) {
+	cfg, err := config.FromEnv()
+	if err != nil {
+		return cfg, nil, err
+	}
+	tc, err := app.DialTemporal(ctx, logger, app.TemporalOptions{})
+	return cfg, tc, err
+}

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/contract"
+	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/internal/testenv"
+	"github.com/causet/projection-retry/workflows"
+)
+
+// runIncidents runs `causet incidents args…` and returns what it printed.
+func runIncidents(t *testing.T, args ...string) string {
+	t.Helper()
+	var out bytes.Buffer
+	old := incidentsOut
+	incidentsOut = &out
+	defer func() { incidentsOut = old }()
+	require.NoError(t, run(append([]string{"incidents"}, args...)))
+	return out.String()
+}
+
+// TestIncidentsCommands lists, shows and resolves an incident on a real
+// server, as an operator would; its probes keep failing, so only the
+// resolve signal closes it.
+func TestIncidentsCommands(t *testing.T) {
+	srv := testenv.Temporal(t)
+	tq := testenv.TaskQueue(t)
+	t.Setenv("TEMPORAL_ADDRESS", srv.HostPort)
+	t.Setenv("TEMPORAL_NAMESPACE", srv.Namespace)
+	t.Setenv("CAUSET_TASK_QUEUE", tq)
+
+	w := sdkworker.New(srv.Client, tq, sdkworker.Options{})
+	w.RegisterWorkflowWithOptions(workflows.ProjectionIncidentWorkflow, workflow.RegisterOptions{Name: contract.IncidentWorkflowName})
+	w.RegisterActivityWithOptions(func(context.Context, contract.IncidentInput) (contract.ProbeResult, error) {
+		return contract.ProbeResult{Error: `column "followed_at" does not exist`}, nil
+	}, activity.RegisterOptions{Name: contract.ProbeIncidentActivity})
+	var states []contract.IncidentState
+	w.RegisterActivityWithOptions(func(_ context.Context, in workflows.SetIncidentStateInput) error {
+		states = append(states, in.State)
+		return nil
+	}, activity.RegisterOptions{Name: contract.SetIncidentStateActivity})
+	w.RegisterActivityWithOptions(func(context.Context, string) error { return nil }, activity.RegisterOptions{Name: contract.AwaitIncidentReleasedActivity})
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
+
+	fp := strings.ReplaceAll(tq, "-", "")[:16]
+	in := contract.IncidentInput{Projection: "artist_followers", Fingerprint: fp, Policy: config.IncidentHold, ErrorKind: "sql",
+		Error: `column "followed_at" does not exist`, Pattern: `column "followed_at" does not exist`,
+		Sample: event.Envelope{EventID: "e1", EventType: "ARTIST_FOLLOWED", EntityID: "u1", ForkID: "production", Payload: []byte(`{}`)},
+		Retry:  config.Retry{MaxAttempts: 5, Initial: time.Second, Multiplier: 1, Max: time.Second}}
+	id := contract.IncidentWorkflowID(in.Projection, fp)
+	ctx := context.Background()
+	_, err := srv.Client.SignalWithStartWorkflow(ctx, id, contract.SignalIncidentFailures, contract.IncidentFailures{Events: 25, Held: 6, At: time.Now()},
+		client.StartWorkflowOptions{ID: id, TaskQueue: tq, TypedSearchAttributes: contract.IncidentSearchAttributes(in.Projection, contract.IncidentHolding)},
+		contract.IncidentWorkflowName, in)
+	require.NoError(t, err)
+
+	var out string
+	require.Eventually(t, func() bool {
+		out = runIncidents(t, "list")
+		return strings.Contains(out, id)
+	}, 30*time.Second, 500*time.Millisecond, "visibility lists the incident")
+	require.Regexp(t, id+`\s+holding\s+25\s+6\s+`, out)
+	require.Contains(t, out, `column "followed_at" does not exist`)
+	require.NotContains(t, runIncidents(t, "list", "--projection", "other"), id)
+
+	var st contract.IncidentStatus
+	require.NoError(t, json.Unmarshal([]byte(runIncidents(t, "show", id)), &st))
+	require.Equal(t, contract.IncidentHolding, st.State)
+	require.Equal(t, 25, st.EventsAffected)
+
+	require.Equal(t, id+": resolve sent\n", runIncidents(t, "resolve", id, "--reason", "column added", "--identity", "alice@ops"))
+	require.NoError(t, srv.Client.GetWorkflow(ctx, id, "").Get(ctx, &st))
+	require.Equal(t, contract.IncidentResolved, st.State)
+	require.Equal(t, "alice@ops", st.ResolvedBy)
+	require.Equal(t, "column added", st.Reason)
+	require.Equal(t, []contract.IncidentState{contract.IncidentReleasing, contract.IncidentResolved}, states)
+
+	require.Eventually(t, func() bool {
+		return regexpMatch(runIncidents(t, "list", "--all"), id+`\s+resolved\s+25\s+6`)
+	}, 30*time.Second, 500*time.Millisecond)
+	require.NotContains(t, runIncidents(t, "list"), id, "closed incidents are listed with --all only")
+
+	err = run([]string{"incidents", "resolve", "projection-retry:x:y:z"})
+	require.ErrorContains(t, err, "is not an incident ID")
+}
+
+func regexpMatch(s, pattern string) bool { return regexp.MustCompile(pattern).MatchString(s) }

@@ -1,0 +1,269 @@
+package starter
+
+import (
+	"fmt"
+	"hash/fnv"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/contract"
+	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/incident"
+	"github.com/causet/projection-retry/internal/testenv"
+)
+
+// followersAuditDDL records every write of artist_followers in commit
+// order, so a test can check each user's events applied in order.
+const followersAuditDDL = `
+CREATE TABLE followers_audit (seq bigserial PRIMARY KEY, user_id text NOT NULL, artist_id text NOT NULL, op text NOT NULL);
+CREATE FUNCTION followers_audit_fn() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF TG_OP = 'DELETE' THEN
+    INSERT INTO followers_audit (user_id, artist_id, op) VALUES (OLD.user_id, OLD.artist_id, 'del');
+  ELSE
+    INSERT INTO followers_audit (user_id, artist_id, op) VALUES (NEW.user_id, NEW.artist_id, 'ins');
+  END IF;
+  RETURN NULL;
+END $$;
+CREATE TRIGGER followers_audit AFTER INSERT OR UPDATE OR DELETE ON artist_followers FOR EACH ROW EXECUTE FUNCTION followers_audit_fn();
+`
+
+func unfollowed(id, user, artist string) event.Envelope {
+	ev := followed(id, user, artist)
+	ev.EventType = "ARTIST_UNFOLLOWED"
+	return ev
+}
+
+// incidentHarness is a harness whose artist_followers lacks followed_at (a
+// schema mismatch: every ARTIST_FOLLOWED fails the same way while
+// ARTIST_UNFOLLOWED and artist_stats apply), with a worker and incidents on.
+func incidentHarness(t *testing.T, policy config.IncidentPolicy) (*harness, Options) {
+	h := newHarness(t, harnessOptions{partitions: 3, followersDDL: followersNoColumn})
+	_, err := h.pool.Exec(h.ctx, followersAuditDDL)
+	require.NoError(t, err)
+	h.startWorker()
+	t.Cleanup(func() {
+		if f := os.Getenv("BRIDGE_TEST_LOG"); f != "" && t.Failed() {
+			_ = os.WriteFile(f, h.logs.bytes(), 0o644)
+		}
+	})
+	o := h.options(nil)
+	o.Retry = config.Retry{MaxAttempts: 4, Initial: time.Second, Multiplier: 1, Max: time.Second}
+	o.MaxBackoff = 200 * time.Millisecond
+	o.Incidents = config.Incidents{Threshold: 5, Window: time.Minute, Policy: policy}
+	o.IncidentStore = incident.NewStore(h.pool)
+	return h, o
+}
+
+func partitionOf(user string) int32 {
+	f := fnv.New32a()
+	f.Write([]byte(user))
+	return int32(f.Sum32() % 3)
+}
+
+// userTimeline is each user's three events: follow artist-a, unfollow it,
+// follow artist-b. In order the user ends following artist-b only.
+func (h *harness) userTimeline(user string) []*kgo.Record {
+	p := partitionOf(user)
+	return []*kgo.Record{
+		envRecord(p, followed(h.prefix+user+"-1", user, "artist-a")),
+		envRecord(p, unfollowed(h.prefix+user+"-2", user, "artist-a")),
+		envRecord(p, followed(h.prefix+user+"-3", user, "artist-b")),
+	}
+}
+
+func (h *harness) incidents() []string {
+	return testenv.WorkflowIDs(h.temporal.WorkflowsOnQueue(h.t, h.taskQueue, contract.IncidentWorkflowName))
+}
+
+func (h *harness) incidentStatus(id string) contract.IncidentStatus {
+	h.t.Helper()
+	v, err := h.temporal.Client.QueryWorkflow(h.ctx, id, "", contract.QueryStatus)
+	require.NoError(h.t, err)
+	var st contract.IncidentStatus
+	require.NoError(h.t, v.Get(&st))
+	return st
+}
+
+// userAudit is a user's writes of artist_followers in commit order.
+func (h *harness) userAudit(user string) []string {
+	h.t.Helper()
+	rows, err := h.pool.Query(h.ctx, `SELECT op || ':' || artist_id FROM followers_audit WHERE user_id = $1 ORDER BY seq`, user)
+	require.NoError(h.t, err)
+	var out []string
+	for rows.Next() {
+		var s string
+		require.NoError(h.t, rows.Scan(&s))
+		out = append(out, s)
+	}
+	require.NoError(h.t, rows.Err())
+	return out
+}
+
+// A schema mismatch makes every ARTIST_FOLLOWED fail. Under policy hold one
+// incident opens; the failures after the threshold, and their users' later
+// events, are parked, not retried or dead-lettered, while artist_stats and
+// ARTIST_UNFOLLOWED of other users keep applying. A bridge killed while the
+// incident holds (offsets never committed) parks nothing twice. Once the
+// column is added the incident's probe resolves it and every parked event
+// is applied once, in each user's order.
+func TestBridgeKafkaIncidentHoldsSchemaMismatch(t *testing.T) {
+	h, o := incidentHarness(t, config.IncidentHold)
+	const users = 150
+	var recs []*kgo.Record
+	for i := range users {
+		recs = append(recs, h.userTimeline(fmt.Sprintf("user-%03d", i))...)
+		recs = append(recs, envRecord(int32(i%3), played(fmt.Sprintf("%splay-%d", h.prefix, i), fmt.Sprintf("artist-%d", i), 10, 1)))
+	}
+	h.produce(recs...)
+
+	crashing := o
+	crashing.CommitInterval = time.Hour // commits nothing: the crash re-delivers every record
+	r1 := h.start(crashing)
+	parked := func() int { return h.count(`SELECT count(*) FROM causet_parked_events WHERE topic = $1`, h.topic) }
+	require.Eventually(t, func() bool { return parked() > 0 && len(h.incidents()) == 1 }, 60*time.Second, 200*time.Millisecond)
+	require.Eventually(t, func() bool { return h.count(`SELECT count(*) FROM artist_stats`) == users }, 60*time.Second, 100*time.Millisecond,
+		"the other projection keeps applying")
+	time.Sleep(3 * time.Second) // let every partition reach its end
+	before := parked()
+	h.crash(r1)
+
+	o.Registerer = prometheus.NewRegistry()
+	r2 := h.start(o)
+	h.waitCommittedToEnd(60 * time.Second)
+	require.Equal(t, before, parked(), "the re-delivered records park nothing twice")
+	ids := h.incidents()
+	require.Len(t, ids, 1, "one incident, whatever the number of failing events")
+	incidentID := ids[0]
+	st := h.incidentStatus(incidentID)
+	require.Equal(t, contract.IncidentHolding, st.State)
+	require.Equal(t, "42703", st.SQLState)
+	require.Contains(t, st.Pattern, `column "followed_at"`)
+
+	// Workflows: the threshold's failures (users whose follow failed before
+	// the incident opened) run the normal path; nothing else does.
+	retries := testenv.WorkflowIDs(h.temporal.WorkflowsOnQueue(t, h.taskQueue, contract.RetryWorkflowName))
+	lanes := testenv.WorkflowIDs(h.temporal.WorkflowsOnQueue(t, h.taskQueue, contract.LaneWorkflowName))
+	headUsers := map[string]bool{}
+	for _, id := range retries {
+		for i := range users {
+			u := fmt.Sprintf("user-%03d", i)
+			if strings.Contains(id, ":"+h.prefix+u+"-") {
+				headUsers[u] = true
+			}
+		}
+	}
+	require.LessOrEqual(t, len(headUsers), 3*(o.Incidents.Threshold-1), "retry workflows only for the threshold's users: %v", retries)
+	require.LessOrEqual(t, len(lanes), len(headUsers))
+	require.Equal(t, 0, h.count(`SELECT count(*) FROM artist_followers`), "nothing of a held user applied out of order")
+	require.GreaterOrEqual(t, before, 3*(users-len(headUsers)), "every event of the other users is parked")
+
+	fixedAt := time.Now()
+	_, err := h.pool.Exec(h.ctx, `ALTER TABLE artist_followers ADD COLUMN followed_at timestamptz`)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return parked() == 0 }, 90*time.Second, 100*time.Millisecond)
+	caughtUp := time.Since(fixedAt)
+	run := h.temporal.Client.GetWorkflow(h.ctx, incidentID, "")
+	var final contract.IncidentStatus
+	require.NoError(t, run.Get(h.ctx, &final))
+	require.Equal(t, contract.IncidentResolved, final.State)
+	require.Equal(t, "probe", final.ResolvedBy)
+	require.NotNil(t, final.CaughtUpAt)
+	t.Logf("%d events parked; fix to caught-up %s (incident resolved %s after the fix)", before, caughtUp.Round(time.Millisecond),
+		final.ResolvedAt.Sub(fixedAt).Round(time.Millisecond))
+
+	// Heads finish their own schedule (dead-lettered or applied); wait for
+	// their users' later events, then check every user.
+	require.Eventually(t, func() bool {
+		return h.count(`SELECT count(*) FROM artist_followers WHERE artist_id = 'artist-b'`) == users
+	}, 90*time.Second, 200*time.Millisecond)
+	for i := range users {
+		u := fmt.Sprintf("user-%03d", i)
+		got := h.userAudit(u)
+		inOrder := []string{"ins:artist-a", "del:artist-a", "ins:artist-b"}
+		if headUsers[u] && !slices.Equal(got, inOrder) {
+			// Its follow ran out of attempts before the fix: dead-lettered.
+			require.Equal(t, []string{"ins:artist-b"}, got, "user %s", u)
+			continue
+		}
+		require.Equal(t, inOrder, got, "user %s: applied once each, in order", u)
+	}
+	require.Equal(t, users, h.count(`SELECT count(*) FROM artist_followers`))
+	require.Equal(t, 0, h.count(`SELECT count(*) FROM causet_blocked_keys WHERE topic = $1 AND head_workflow_id LIKE 'projection-incident:%'`, h.topic),
+		"released keys are unblocked")
+	require.Equal(t, users, h.count(`SELECT count(*) FROM artist_stats`))
+	r2.stop(t)
+}
+
+// Under policy dead-letter every failing event keeps its own schedule and
+// DLQ record; one incident reports them once.
+func TestBridgeKafkaIncidentDeadLetterPolicyReportsOnce(t *testing.T) {
+	h, o := incidentHarness(t, config.IncidentDeadLetter)
+	o.Retry = config.Retry{MaxAttempts: 2, Initial: time.Second, Multiplier: 1, Max: time.Second}
+	o.Ordering = config.OrderingNone
+	const n = 30
+	var recs []*kgo.Record
+	for i := range n {
+		u := fmt.Sprintf("user-%03d", i)
+		recs = append(recs, envRecord(partitionOf(u), followed(h.prefix+u, u, "artist-a")))
+	}
+	h.produce(recs...)
+	r := h.start(o)
+	h.waitCommittedToEnd(60 * time.Second)
+	records := h.dlqRecords(n)
+	require.Len(t, records, n, "exactly one DLQ record per failing event")
+	var ids []string
+	require.Eventually(t, func() bool { ids = h.incidents(); return len(ids) == 1 }, 30*time.Second, 200*time.Millisecond)
+	require.Eventually(t, func() bool { return h.incidentStatus(ids[0]).EventsAffected == n }, 30*time.Second, 200*time.Millisecond,
+		"the incident counts every failing event, those before the threshold included")
+	st := h.incidentStatus(ids[0])
+	require.Equal(t, contract.IncidentOpen, st.State)
+	require.Len(t, st.SampleEventIDs, contract.MaxIncidentSamples)
+	require.Len(t, testenv.WorkflowIDs(h.temporal.WorkflowsOnQueue(t, h.taskQueue, contract.RetryWorkflowName)), n)
+	lines := h.logs.lines("projection_incident_opened")
+	require.Len(t, lines, 1, "one alert line, not one per event")
+	require.Equal(t, ids[0], lines[0]["incidentId"])
+	require.Equal(t, 1.0, testutil.ToFloat64(r.b.inc.active))
+	require.Equal(t, 1.0, testutil.ToFloat64(r.b.inc.opened.WithLabelValues("artist_followers", "dead-letter")))
+
+	// An operator closes it.
+	require.NoError(t, h.temporal.Client.SignalWorkflow(h.ctx, ids[0], "", contract.SignalResolve, contract.OperatorSignal{Identity: "ops", Reason: "migration rolled back"}))
+	var final contract.IncidentStatus
+	require.NoError(t, h.temporal.Client.GetWorkflow(h.ctx, ids[0], "").Get(h.ctx, &final))
+	require.Equal(t, contract.IncidentResolved, final.State)
+	require.Equal(t, "ops", final.ResolvedBy)
+	r.stop(t)
+}
+
+// One genuinely bad event among good ones is an event failure, not an
+// incident: fewer distinct failures than the threshold open none.
+func TestBridgeKafkaIncidentThresholdRespected(t *testing.T) {
+	h, o := incidentHarness(t, config.IncidentHold)
+	var recs []*kgo.Record
+	for i := range 50 {
+		recs = append(recs, envRecord(int32(i%3), played(fmt.Sprintf("%sok-%d", h.prefix, i), fmt.Sprintf("artist-%d", i), 10, 1)))
+	}
+	// No artistId: this one event fails (ir_eval) on every attempt.
+	bad := played(h.prefix+"bad", "artist-x", 1, 1)
+	bad.Payload = []byte(`{"plays":1,"days":1}`)
+	recs = append(recs, envRecord(0, bad))
+	h.produce(recs...)
+	r := h.start(o)
+	h.waitCommittedToEnd(60 * time.Second)
+	require.Equal(t, 50, h.count(`SELECT count(*) FROM artist_stats`))
+	time.Sleep(2 * incidentInterval)
+	require.Empty(t, h.incidents())
+	require.Equal(t, 0, h.count(`SELECT count(*) FROM causet_incidents`))
+	require.Equal(t, 0, h.count(`SELECT count(*) FROM causet_parked_events WHERE topic = $1`, h.topic))
+	require.Len(t, h.dlqRecords(1), 1, "the bad event is dead-lettered on its own")
+	r.stop(t)
+}

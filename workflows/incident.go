@@ -1,0 +1,269 @@
+package workflows
+
+import (
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/contract"
+)
+
+// ProjectionIncidentWorkflow is one systemic failure of a projection: the
+// bridges open it when one failure fingerprint reaches the threshold of
+// distinct events, and report the events it affects by signal. It probes
+// with its sample event on the seed's backoff (capped at the retry max),
+// at once when the projection's IR is deployed, until a probe succeeds or
+// an operator signals resolve or dead-letter-all.
+//
+// Under policy hold the incident's events are parked by the bridges, and
+// its state is kept in causet_incidents: moving it to releasing (or
+// dead_lettered) lets the bridges apply (or dead-letter) the parked events
+// in entity order; the workflow completes once none is left. The hold is
+// this workflow's own state and the database's, never a paused activity.
+func ProjectionIncidentWorkflow(ctx workflow.Context, in contract.IncidentInput) (contract.IncidentStatus, error) {
+	w := &incidentRun{in: in}
+	if in.Status != nil {
+		w.st = *in.Status
+	} else {
+		now := workflow.Now(ctx).UTC()
+		w.st = contract.IncidentStatus{
+			State: contract.IncidentOpen, Projection: in.Projection, Fingerprint: in.Fingerprint, Policy: in.Policy,
+			ErrorKind: in.ErrorKind, SQLState: in.SQLState, Error: in.Error, Pattern: in.Pattern,
+			FirstSeen: now, LastSeen: now,
+		}
+		if in.Policy == config.IncidentHold {
+			w.st.State = contract.IncidentHolding
+		}
+	}
+	if err := workflow.SetQueryHandler(ctx, contract.QueryStatus, func() (contract.IncidentStatus, error) { return w.st, nil }); err != nil {
+		return w.st, err
+	}
+	w.upsertState(ctx)
+	if !w.st.State.Settled() && w.st.ResolvedAt == nil {
+		if cont, err := w.probeUntilResolved(ctx); cont || err != nil {
+			return w.st, err
+		}
+	}
+	err := w.finish(ctx)
+	// Failures reported while the incident closed still count.
+	w.takeFailures(ctx)
+	return w.st, err
+}
+
+type incidentRun struct {
+	in contract.IncidentInput
+	st contract.IncidentStatus
+	// deadLetterAll: an operator chose to dead-letter the held events.
+	deadLetterAll bool
+}
+
+var incidentActivity = workflow.ActivityOptions{
+	StartToCloseTimeout: time.Minute,
+	RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second, MaximumAttempts: 5},
+}
+
+// probeUntilResolved waits and probes until a probe succeeds or an operator
+// decides. It returns cont when the run continued as new.
+func (w *incidentRun) probeUntilResolved(ctx workflow.Context) (bool, error) {
+	failures := workflow.GetSignalChannel(ctx, contract.SignalIncidentFailures)
+	resolve := workflow.GetSignalChannel(ctx, contract.SignalResolve)
+	deadLetterAll := workflow.GetSignalChannel(ctx, contract.SignalDeadLetterAll)
+	deployed := workflow.GetSignalChannel(ctx, contract.SignalDeployed)
+	delay := w.nextDelay()
+	for {
+		wait, cancel := workflow.WithCancel(ctx)
+		next := workflow.Now(ctx).Add(delay).UTC()
+		w.st.NextProbeAt = &next
+		timer := workflow.NewTimer(wait, delay)
+		probe, decided := false, false
+		sel := workflow.NewSelector(ctx)
+		sel.AddFuture(timer, func(workflow.Future) { probe = true })
+		sel.AddReceive(deployed, func(c workflow.ReceiveChannel, _ bool) {
+			c.Receive(ctx, nil)
+			probe = true
+		})
+		sel.AddReceive(failures, func(c workflow.ReceiveChannel, _ bool) {
+			var f contract.IncidentFailures
+			c.Receive(ctx, &f)
+			w.addFailures(f)
+			if w.held() && w.in.MaxHeld > 0 && w.st.EventsHeld >= w.in.MaxHeld {
+				w.resolved(ctx, "max_held", fmt.Sprintf("held %d events, CAUSET_INCIDENT_MAX_HELD is %d", w.st.EventsHeld, w.in.MaxHeld))
+				w.deadLetterAll = true
+				decided = true
+			}
+		})
+		if w.held() && w.in.HoldMax > 0 {
+			// A hold is bounded in time too: past it the held events are
+			// dead-lettered, as the seed would have done at once.
+			left := w.st.FirstSeen.Add(w.in.HoldMax).Sub(workflow.Now(ctx))
+			sel.AddFuture(workflow.NewTimer(wait, max(left, time.Millisecond)), func(workflow.Future) {
+				w.resolved(ctx, "hold_max", "held longer than CAUSET_INCIDENT_HOLD_MAX="+w.in.HoldMax.String())
+				w.deadLetterAll = true
+				decided = true
+			})
+		}
+		sel.AddReceive(resolve, func(c workflow.ReceiveChannel, _ bool) {
+			var s contract.OperatorSignal
+			c.Receive(ctx, &s)
+			w.resolved(ctx, operatorName(s), s.Reason)
+			decided = true
+		})
+		sel.AddReceive(deadLetterAll, func(c workflow.ReceiveChannel, _ bool) {
+			var s contract.OperatorSignal
+			c.Receive(ctx, &s)
+			w.resolved(ctx, operatorName(s), s.Reason)
+			w.deadLetterAll = true
+			decided = true
+		})
+		for !probe && !decided {
+			sel.Select(ctx)
+		}
+		cancel()
+		w.st.NextProbeAt = nil
+		if decided {
+			return false, nil
+		}
+		var res contract.ProbeResult
+		err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, incidentActivity), contract.ProbeIncidentActivity, w.in).Get(ctx, &res)
+		now := workflow.Now(ctx).UTC()
+		w.st.Probes++
+		w.st.LastProbeAt = &now
+		switch {
+		case err != nil:
+			w.st.LastProbeError = err.Error()
+		case res.OK:
+			w.st.LastProbeError = ""
+			reason := "the sample event applies"
+			if res.OtherError != "" {
+				reason = "the sample event no longer fails this way (it fails with: " + res.OtherError + ")"
+			}
+			w.resolved(ctx, "probe", reason)
+			return false, nil
+		default:
+			w.st.LastProbeError = res.Error
+		}
+		delay = w.nextDelay()
+		if workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+			// Signals delivered while the probe ran sit in their channels, and
+			// a new run does not get them: count the failures, and stay in
+			// this run for a pending decision or deploy.
+			w.takeFailures(ctx)
+			if resolve.Len() > 0 || deadLetterAll.Len() > 0 || deployed.Len() > 0 {
+				continue
+			}
+			in := w.in
+			st := w.st
+			in.Status = &st
+			return true, workflow.NewContinueAsNewError(ctx, ProjectionIncidentWorkflow, in)
+		}
+	}
+}
+
+// nextDelay is the seed's backoff for the next probe: Initial, times
+// Multiplier per probe made, capped at Max.
+func (w *incidentRun) nextDelay() time.Duration {
+	r := w.in.Retry
+	if r.Initial <= 0 {
+		r = config.DefaultRetry()
+	}
+	d := float64(r.Initial)
+	for i := 0; i < w.st.Probes && d < float64(r.Max); i++ {
+		d *= r.Multiplier
+	}
+	return min(time.Duration(d), r.Max)
+}
+
+// takeFailures counts the failures signals delivered but not received yet.
+func (w *incidentRun) takeFailures(ctx workflow.Context) {
+	c := workflow.GetSignalChannel(ctx, contract.SignalIncidentFailures)
+	for {
+		var f contract.IncidentFailures
+		if !c.ReceiveAsync(&f) {
+			return
+		}
+		w.addFailures(f)
+	}
+}
+
+func (w *incidentRun) addFailures(f contract.IncidentFailures) {
+	w.st.EventsAffected += f.Events
+	w.st.EventsHeld += f.Held
+	if f.At.After(w.st.LastSeen) {
+		w.st.LastSeen = f.At.UTC()
+	}
+	for _, id := range f.EventIDs {
+		if len(w.st.SampleEventIDs) >= contract.MaxIncidentSamples {
+			break
+		}
+		w.st.SampleEventIDs = append(w.st.SampleEventIDs, id)
+	}
+}
+
+func (w *incidentRun) resolved(ctx workflow.Context, by, reason string) {
+	now := workflow.Now(ctx).UTC()
+	w.st.ResolvedAt = &now
+	w.st.ResolvedBy = by
+	w.st.Reason = reason
+}
+
+func operatorName(s contract.OperatorSignal) string {
+	if s.Identity == "" {
+		return "operator"
+	}
+	return s.Identity
+}
+
+// finish releases (or dead-letters) what the bridges hold and waits until
+// none is left; under policy dead-letter there is nothing held.
+func (w *incidentRun) finish(ctx workflow.Context) error {
+	actx := workflow.WithActivityOptions(ctx, incidentActivity)
+	next := contract.IncidentReleasing
+	final := contract.IncidentResolved
+	if w.deadLetterAll {
+		next, final = contract.IncidentDeadLettered, contract.IncidentDeadLettered
+	}
+	if w.in.Policy == config.IncidentHold && w.st.CaughtUpAt == nil {
+		w.st.State = next
+		w.upsertState(ctx)
+		if err := workflow.ExecuteActivity(actx, contract.SetIncidentStateActivity, SetIncidentStateInput{ID: w.id(), State: next}).Get(ctx, nil); err != nil {
+			return err
+		}
+		wait := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+			StartToCloseTimeout: 24 * time.Hour,
+			HeartbeatTimeout:    30 * time.Second,
+			RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: time.Minute},
+		})
+		if err := workflow.ExecuteActivity(wait, contract.AwaitIncidentReleasedActivity, w.id()).Get(ctx, nil); err != nil {
+			return err
+		}
+		now := workflow.Now(ctx).UTC()
+		w.st.CaughtUpAt = &now
+	}
+	w.st.State = final
+	w.upsertState(ctx)
+	return workflow.ExecuteActivity(actx, contract.SetIncidentStateActivity, SetIncidentStateInput{ID: w.id(), State: final}).Get(ctx, nil)
+}
+
+// held reports whether the incident's events are parked (policy hold).
+func (w *incidentRun) held() bool { return w.in.Policy == config.IncidentHold }
+
+func (w *incidentRun) id() string {
+	return contract.IncidentWorkflowID(w.in.Projection, w.in.Fingerprint)
+}
+
+func (w *incidentRun) upsertState(ctx workflow.Context) {
+	// A failed upsert only leaves the search attribute stale; the status
+	// query and the row stay right.
+	_ = workflow.UpsertTypedSearchAttributes(ctx,
+		contract.AttrProjection.ValueSet(w.in.Projection),
+		contract.AttrIncidentState.ValueSet(string(w.st.State)))
+}
+
+// SetIncidentStateInput is the SetIncidentState activity's input.
+type SetIncidentStateInput struct {
+	ID    string                 `json:"id"`
+	State contract.IncidentState `json:"state"`
+}
