@@ -5,9 +5,12 @@
 // applied out of order, dead-lettered and started as workflows. Scenarios
 // 11-13 do the same to the write path (runtime and relay processes, intents
 // from concurrent clients): intents answered and recorded once, every
-// ledger event on the topic in per-entity order, read models exact. The
-// scenarios are Go tests in this package; they are heavy, so they skip
-// unless CAUSET_RELIABILITY is set:
+// ledger event on the topic in per-entity order, read models exact.
+// Scenario 14 breaks one of two projections with a migration: one incident
+// holds its events through a kill -9 of the bridge and the worker and
+// releases each once, in entity order, after the fix. The scenarios are Go
+// tests in this package; they are heavy, so they skip unless
+// CAUSET_RELIABILITY is set:
 //
 //	CAUSET_RELIABILITY=1 go test -v -timeout 150m ./reliability/   # full profile
 //	CAUSET_RELIABILITY=short go test -v ./reliability/              # CI profile

@@ -2,13 +2,13 @@
 # Reliability suite: kills, outages, broker faults, bad input, hot keys, lost
 # lanes and fuzzing, with nothing lost. See RELIABILITY.md.
 #
-#   scripts/reliability.sh            full profile: scenarios 1-7 and 9-13, each
+#   scripts/reliability.sh            full profile: scenarios 1-7 and 9-14, each
 #                                     in both orderings where it applies (entity,
 #                                     the default, and none), + 8 security tests
 #                                     + the two fuzzers; about an hour on 2 cores
-#   scripts/reliability.sh --short    CI profile: scenarios 1-3 and 9-13 in the
+#   scripts/reliability.sh --short    CI profile: scenarios 1-3 and 9-14 in the
 #                                     default configuration (entity ordering), 7
-#                                     in both, smaller sizes, + the fuzzers; ~12 min
+#                                     in both, smaller sizes, + the fuzzers; ~14 min
 #
 # Environment: FUZZTIME (default 30s), RELIABILITY_RUN (a -run pattern that
 # replaces the profile's), CAUSET_RELIABILITY_ORDERINGS (e.g. "entity,none":
@@ -34,7 +34,7 @@ esac
 # Which orderings each scenario runs is decided by the tests from the
 # profile: in the short profile the default (entity), and both for 7.
 if [[ $profile == short ]]; then
-  run=${RELIABILITY_RUN:-'^TestReliability(1BridgeKill9|2WorkerKill9DuringBackoff|3PostgresOutage|7BadInput|9HotKey|10LaneTerminated|11WritePathRelayKill9|12WritePathKafkaOutage|13WritePathPostgresOutage)$'}
+  run=${RELIABILITY_RUN:-'^TestReliability(1BridgeKill9|2WorkerKill9DuringBackoff|3PostgresOutage|7BadInput|9HotKey|10LaneTerminated|11WritePathRelayKill9|12WritePathKafkaOutage|13WritePathPostgresOutage|14IncidentHold)$'}
   timeout=30m
 else
   run=${RELIABILITY_RUN:-'^TestReliability'}
