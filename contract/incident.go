@@ -85,6 +85,9 @@ type IncidentInput struct {
 	// CAUSET_INCIDENT_MAX_HELD). Zero: no bound.
 	HoldMax time.Duration `json:"holdMax,omitempty"`
 	MaxHeld int           `json:"maxHeld,omitempty"`
+	// QuietClose closes an incident of policy dead-letter once no failure
+	// has been reported for this long (ten incident windows). Zero: never.
+	QuietClose time.Duration `json:"quietClose,omitempty"`
 	// Status carries the state across continue-as-new.
 	Status *IncidentStatus `json:"status,omitempty"`
 }

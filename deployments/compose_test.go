@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/internal/app"
 )
 
@@ -37,7 +38,7 @@ func allowedEnv(name string) bool {
 }
 
 // searchAttributes are CONTRACT §6's custom search attributes (Keyword).
-var searchAttributes = []string{"CausetProjection", "CausetEventType", "CausetEntityId", "CausetForkId", "CausetRetryState"}
+var searchAttributes = contract.SearchAttributeNames
 
 // oneShots run to completion; they need no healthcheck.
 var oneShots = []string{"kafka-init", "init"}

@@ -142,7 +142,7 @@ func (inc *incidents) heldBy(f failure, now time.Time) (string, *contract.Incide
 	in := contract.IncidentInput{
 		Projection: f.projection, Fingerprint: fp.ID, Policy: inc.cfg.Policy, ErrorKind: fp.Kind, SQLState: fp.SQLState,
 		Error: errString(errOf(f.result)), Pattern: fp.Pattern, Sample: *f.env, Retry: inc.b.opts.Retry,
-		HoldMax: inc.cfg.HoldMax, MaxHeld: inc.cfg.MaxHeld,
+		HoldMax: inc.cfg.HoldMax, MaxHeld: inc.cfg.MaxHeld, QuietClose: 10 * inc.cfg.Window,
 	}
 	return "", &in
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
@@ -22,8 +23,11 @@ func TestIncidentResolvedByProbeEndToEnd(t *testing.T) {
 	e := newWorkerEnv(t, brokenIR)
 	sample := event.Envelope{EventID: "incident-sample-" + e.tq, EventType: "ARTIST_FOLLOWED", EntityID: "user-1", ForkID: "production",
 		OccurredAt: time.Now().UTC().Truncate(time.Second), Payload: []byte(`{"artistId":"artist-1"}`)}
+	// The fingerprint of the failure the probes meet: a probe that fails
+	// another way would resolve the incident.
+	missing := &pgconn.PgError{Code: "42703", Message: `column "followed_at" of relation "artist_followers" does not exist`}
 	in := contract.IncidentInput{
-		Projection: "artist_followers", Fingerprint: "0123456789abcdef", Policy: config.IncidentHold, ErrorKind: "sql",
+		Projection: "artist_followers", Fingerprint: incident.Of("artist_followers", "sql", missing).ID, Policy: config.IncidentHold, ErrorKind: "sql",
 		SQLState: "42703", Error: `column "followed_at" of relation "artist_followers" does not exist`,
 		Pattern: `column "followed_at" of relation "artist_followers" does not exist`, Sample: sample,
 		Retry:   config.Retry{MaxAttempts: 5, Initial: time.Second, Multiplier: 2, Max: 4 * time.Second},
@@ -47,7 +51,10 @@ func TestIncidentResolvedByProbeEndToEnd(t *testing.T) {
 	var st contract.IncidentStatus
 	require.Eventually(t, func() bool {
 		v, err := e.srv.Client.QueryWorkflow(e.ctx, id, "", contract.QueryStatus)
-		return err == nil && v.Get(&st) == nil && st.Probes >= 2
+		if err != nil {
+			return false
+		}
+		return v.Get(&st) == nil && st.Probes >= 2
 	}, 30*time.Second, 100*time.Millisecond)
 	require.Equal(t, contract.IncidentHolding, st.State)
 	require.Contains(t, st.LastProbeError, `column "followed_at"`)

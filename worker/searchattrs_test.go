@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/causet/projection-retry/contract"
 )
 
 // fakeOperator is an operator service that already has some attributes and
@@ -37,7 +39,7 @@ func (f *fakeOperator) AddSearchAttributes(_ context.Context, req *operatorservi
 func TestEnsureSearchAttributesAddsMissing(t *testing.T) {
 	f := &fakeOperator{existing: map[string]enumspb.IndexedValueType{"CausetProjection": enumspb.INDEXED_VALUE_TYPE_KEYWORD}}
 	require.NoError(t, EnsureSearchAttributes(context.Background(), f, "default"))
-	require.Len(t, f.added, 4)
+	require.Len(t, f.added, len(contract.SearchAttributeNames)-1)
 	for name, typ := range f.added {
 		require.Equal(t, enumspb.INDEXED_VALUE_TYPE_KEYWORD, typ, name)
 	}
@@ -52,19 +54,20 @@ func TestEnsureSearchAttributesPrintsCommandsWhenRefused(t *testing.T) {
 	err := EnsureSearchAttributes(context.Background(), f, "prod")
 	require.Error(t, err)
 	lines := strings.Split(err.Error(), "\n")
-	require.Contains(t, lines[0], "CausetEventType, CausetEntityId, CausetForkId, CausetRetryState are missing in namespace \"prod\"")
+	require.Contains(t, lines[0], "CausetEventType, CausetEntityId, CausetForkId, CausetRetryState, CausetIncidentState are missing in namespace \"prod\"")
 	require.Contains(t, lines[0], "request unauthorized")
 	require.Equal(t, []string{
 		"  temporal operator search-attribute create --namespace prod --name CausetEventType --type Keyword",
 		"  temporal operator search-attribute create --namespace prod --name CausetEntityId --type Keyword",
 		"  temporal operator search-attribute create --namespace prod --name CausetForkId --type Keyword",
 		"  temporal operator search-attribute create --namespace prod --name CausetRetryState --type Keyword",
+		"  temporal operator search-attribute create --namespace prod --name CausetIncidentState --type Keyword",
 	}, lines[1:])
 }
 
 func TestEnsureSearchAttributesNothingToDo(t *testing.T) {
 	f := &fakeOperator{existing: map[string]enumspb.IndexedValueType{}, addErr: status.Error(codes.PermissionDenied, "no")}
-	for _, n := range []string{"CausetProjection", "CausetEventType", "CausetEntityId", "CausetForkId", "CausetRetryState"} {
+	for _, n := range contract.SearchAttributeNames {
 		f.existing[n] = enumspb.INDEXED_VALUE_TYPE_KEYWORD
 	}
 	require.NoError(t, EnsureSearchAttributes(context.Background(), f, "default"))

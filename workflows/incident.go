@@ -145,6 +145,12 @@ func (w *incidentRun) probeUntilResolved(ctx workflow.Context) (bool, error) {
 		default:
 			w.st.LastProbeError = res.Error
 		}
+		if !w.held() && w.in.QuietClose > 0 && now.Sub(w.st.LastSeen) >= w.in.QuietClose {
+			// Informational, and nothing fails this way any more (or the
+			// failing events stopped coming): it closes rather than probe on.
+			w.resolved(ctx, "quiet", "no failure reported for "+w.in.QuietClose.String())
+			return false, nil
+		}
 		delay = w.nextDelay()
 		if workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
 			// Signals delivered while the probe ran sit in their channels, and

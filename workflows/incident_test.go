@@ -542,3 +542,21 @@ func TestIncidentMaxHeldDeadLettersHeldEvents(t *testing.T) {
 	require.Empty(t, h.probeAt(), "decided before the first probe was due")
 	require.Equal(t, []incCall{setState(contract.IncidentDeadLettered), awaitReleased, setState(contract.IncidentDeadLettered)}, h.finishCalls())
 }
+
+// An informational incident (policy dead-letter) whose failure is no longer
+// reported closes instead of probing forever; a hold does not.
+func TestIncidentDeadLetterPolicyClosesWhenQuiet(t *testing.T) {
+	h := newIncHarness(t, failing(1000))
+	r := config.Retry{MaxAttempts: 5, Initial: time.Minute, Multiplier: 2, Max: 5 * time.Minute}
+	in := incInput(config.IncidentDeadLetter, r)
+	in.QuietClose = 5 * time.Minute
+	h.at(2*time.Minute, func() {
+		h.env.SignalWorkflow(contract.SignalIncidentFailures, contract.IncidentFailures{Events: 3, At: h.env.Now().UTC()})
+	})
+	st := h.run(t, in)
+	m := time.Minute
+	require.Equal(t, []time.Duration{m, 3 * m, 7 * m}, h.probeAt(), "probing stops at the first probe 5m or more after the last failure (at 2m)")
+	require.Equal(t, contract.IncidentResolved, st.State)
+	require.Equal(t, "quiet", st.ResolvedBy)
+	require.Equal(t, []incCall{setState(contract.IncidentResolved)}, h.finishCalls())
+}

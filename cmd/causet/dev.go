@@ -275,6 +275,9 @@ func addressFlag(stack *devstack.Stack) string {
 	return " --address " + stack.Temporal.HostPort
 }
 
+// incidentQuery lists the incidents in the UI.
+const incidentQuery = `WorkflowType="ProjectionIncidentWorkflow"`
+
 func signalLine(cli, addr, workflowID string) string {
 	return fmt.Sprintf(`%s workflow signal%s --workflow-id '%s' --name replay --input '{"reason":"fixed"}'`, cli, addr, workflowID)
 }
@@ -376,7 +379,12 @@ func printDevBanner(out io.Writer, v devBanner) {
 		fmt.Fprintf(&b, "Temporal UI: that of TEMPORAL_ADDRESS's cluster; dead letters: its workflows page with ?query=%s\n", q)
 	}
 	fmt.Fprintf(&b, "Dead letters on the command line:\n  %s workflow list%s --query '%s'\n", cli, addr, deadLetterQuery)
-	fmt.Fprintf(&b, "Replay one (after fixing the cause):\n  %s\n\n", signalLine(cli, addr, "projection-retry:<projection>:<forkId>:<eventId>"))
+	fmt.Fprintf(&b, "Replay one (after fixing the cause):\n  %s\n", signalLine(cli, addr, "projection-retry:<projection>:<forkId>:<eventId>"))
+	fmt.Fprintf(&b, "Incidents (one failure across %d events within %s; CAUSET_INCIDENT_POLICY=%s):\n  %s incidents list\n", cfg.Incidents.Threshold, cfg.Incidents.Window, cfg.Incidents.Policy, self)
+	if stack.TemporalUI != "" {
+		fmt.Fprintf(&b, "  %s/namespaces/%s/workflows?query=%s\n", stack.TemporalUI, v.namespace, url.QueryEscape(incidentQuery))
+	}
+	b.WriteString("\n")
 
 	fmt.Fprintf(&b, "Other shells reach this stack with:\n")
 	if stack.Postgres != nil {
