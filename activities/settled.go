@@ -10,9 +10,14 @@ import (
 	"github.com/causet/projection-retry/contract"
 )
 
-// settlePollInterval is how often AwaitRetrySettled looks: the longest a
-// lane waits after the earlier event of its key has settled.
-const settlePollInterval = 500 * time.Millisecond
+// settlePollInterval is how often AwaitRetrySettled looks at first; the
+// interval doubles up to maxSettlePollInterval, so many long waits cost the
+// server a trickle of describes. It bounds how long a lane waits after the
+// earlier event of its key has settled.
+const (
+	settlePollInterval    = 500 * time.Millisecond
+	maxSettlePollInterval = 10 * time.Second
+)
 
 // AwaitRetrySettled returns once the retry workflow workflowID has settled
 // (contract.Settled) or does not exist, heartbeating while it waits.
@@ -33,7 +38,8 @@ func (a *Activities) awaitRetry(ctx context.Context, workflowID string, done fun
 	if d == nil {
 		d = activity.GetClient(ctx)
 	}
-	t := time.NewTicker(settlePollInterval)
+	every := settlePollInterval
+	t := time.NewTimer(every)
 	defer t.Stop()
 	for {
 		settled, err := done(ctx, d, workflowID)
@@ -53,5 +59,7 @@ func (a *Activities) awaitRetry(ctx context.Context, workflowID string, done fun
 			return ctx.Err()
 		case <-t.C:
 		}
+		every = min(2*every, maxSettlePollInterval)
+		t.Reset(every)
 	}
 }

@@ -35,6 +35,13 @@ const (
 	AwaitRetryFinalActivity = "AwaitRetryFinal"
 )
 
+// WaitTaskQueue is the task queue of the activities with which lanes wait
+// for retry workflows (AwaitRetrySettled, AwaitRetryFinal): a wait lasts as
+// long as the retry it waits for, so on the main queue thousands of waits
+// would take every activity slot and starve the very ApplyProjection
+// attempts they wait for.
+func WaitTaskQueue(taskQueue string) string { return taskQueue + "-waits" }
+
 // ApplicationError types of the lane's enqueue validator.
 const (
 	// LaneFullErrorType: the lane holds its bound (LaneInput.MaxQueued or

@@ -147,11 +147,12 @@ type Parked struct {
 	Retry      contract.RetryInput
 }
 
-// Park records events in tx. An event parked before (its batch ran again
-// after a restart) keeps its first row.
-func (s *Store) Park(ctx context.Context, tx pgx.Tx, ps []Parked) error {
+// Park records events in tx and returns which of ps it inserted. An event
+// parked before (its batch ran again after a restart) keeps its first row
+// and is not among them.
+func (s *Store) Park(ctx context.Context, tx pgx.Tx, ps []Parked) ([]bool, error) {
 	if len(ps) == 0 {
-		return nil
+		return nil, nil
 	}
 	n := len(ps)
 	var (
@@ -162,20 +163,38 @@ func (s *Store) Park(ctx context.Context, tx pgx.Tx, ps []Parked) error {
 	for i, p := range ps {
 		b, err := json.Marshal(p.Retry)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		inc[i], topic[i], part[i] = p.IncidentID, p.Topic, p.Partition
 		proj[i], fork[i], ent[i], evid[i] = p.Retry.Projection, p.Retry.Event.ForkID, p.Retry.Event.EntityID, p.Retry.Event.EventID
 		retry[i] = string(b)
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO causet_parked_events (incident_id, topic, partition, projection, fork_id, entity_id, event_id, retry)
+	rows, err := tx.Query(ctx, `INSERT INTO causet_parked_events (incident_id, topic, partition, projection, fork_id, entity_id, event_id, retry)
 SELECT a, b, c, d, e, f, g, h FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[], $8::jsonb[]) WITH ORDINALITY AS x(a, b, c, d, e, f, g, h, n)
 ORDER BY n
-ON CONFLICT (projection, fork_id, event_id) DO NOTHING`, inc, topic, part, proj, fork, ent, evid, retry)
+ON CONFLICT (projection, fork_id, event_id) DO NOTHING
+RETURNING projection, fork_id, event_id`, inc, topic, part, proj, fork, ent, evid, retry)
 	if err != nil {
-		return fmt.Errorf("incident: park events: %w", err)
+		return nil, fmt.Errorf("incident: park events: %w", err)
 	}
-	return nil
+	type pairID struct{ p, f, e string }
+	inserted := map[pairID]bool{}
+	for rows.Next() {
+		var id pairID
+		if err := rows.Scan(&id.p, &id.f, &id.e); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("incident: park events: %w", err)
+		}
+		inserted[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("incident: park events: %w", err)
+	}
+	out := make([]bool, len(ps))
+	for i := range ps {
+		out[i] = inserted[pairID{proj[i], fork[i], evid[i]}]
+	}
+	return out, nil
 }
 
 // Key is one (projection, fork, entity) with parked events.

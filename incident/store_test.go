@@ -50,17 +50,24 @@ func TestStoreParksInOrderOnceAndOpensOnce(t *testing.T) {
 	holds, err := s.Open(ctx, tx, in)
 	require.NoError(t, err)
 	require.True(t, holds)
-	require.NoError(t, s.Park(ctx, tx, []incident.Parked{
+	inserted, err := s.Park(ctx, tx, []incident.Parked{
 		{IncidentID: id, Topic: "t", Partition: 0, Retry: ev("e1")},
 		{IncidentID: id, Topic: "t", Partition: 0, Retry: ev("e2")},
 		{IncidentID: id, Topic: "t", Partition: 0, Retry: ev("e3")},
-	}))
+	})
+	require.NoError(t, err)
+	require.Equal(t, []bool{true, true, true}, inserted)
 	require.NoError(t, tx.Commit(ctx))
 
 	// A batch re-run after a crash parks the same events again: nothing changes.
 	tx, err = pool.Begin(ctx)
 	require.NoError(t, err)
-	require.NoError(t, s.Park(ctx, tx, []incident.Parked{{IncidentID: id, Topic: "t", Partition: 0, Retry: ev("e2")}}))
+	inserted, err = s.Park(ctx, tx, []incident.Parked{
+		{IncidentID: id, Topic: "t", Partition: 0, Retry: ev("e2")},
+		{IncidentID: id, Topic: "t", Partition: 0, Retry: ev("e4")},
+	})
+	require.NoError(t, err)
+	require.Equal(t, []bool{false, true}, inserted, "only the new event is counted")
 	require.NoError(t, tx.Commit(ctx))
 
 	key := incident.Key{Projection: "p", ForkID: "f", EntityID: "u1"}
@@ -70,13 +77,13 @@ func TestStoreParksInOrderOnceAndOpensOnce(t *testing.T) {
 	for _, r := range rows {
 		ids = append(ids, r.Retry.Event.EventID)
 	}
-	require.Equal(t, []string{"e1", "e2", "e3"}, ids, "parking order, each once")
+	require.Equal(t, []string{"e1", "e2", "e3", "e4"}, ids, "parking order, each once")
 	keys, err := s.ParkedKeys(ctx, "t", 0)
 	require.NoError(t, err)
 	require.Equal(t, map[incident.Key]string{key: id}, keys)
 	n, err := s.CountParked(ctx, id)
 	require.NoError(t, err)
-	require.Equal(t, 3, n)
+	require.Equal(t, 4, n)
 
 	// A releasing incident is not opened again until it settles.
 	ok, err := s.SetState(ctx, id, contract.IncidentReleasing, contract.IncidentHolding)
@@ -93,7 +100,7 @@ func TestStoreParksInOrderOnceAndOpensOnce(t *testing.T) {
 	require.Len(t, active, 1)
 	require.Equal(t, contract.IncidentReleasing, active[0].State)
 
-	require.NoError(t, s.Unpark(ctx, []int64{rows[0].Seq, rows[1].Seq, rows[2].Seq}))
+	require.NoError(t, s.Unpark(ctx, []int64{rows[0].Seq, rows[1].Seq, rows[2].Seq, rows[3].Seq}))
 	left, err := s.WithParked(ctx, "t", 0, []incident.Key{key})
 	require.NoError(t, err)
 	require.Empty(t, left)

@@ -178,6 +178,7 @@ func TestBridgeKafkaIncidentHoldsSchemaMismatch(t *testing.T) {
 	require.Equal(t, contract.IncidentResolved, final.State)
 	require.Equal(t, "probe", final.ResolvedBy)
 	require.NotNil(t, final.CaughtUpAt)
+	require.Equal(t, before, final.EventsHeld, "each parked event counted once, the re-delivered ones not again")
 	t.Logf("%d events parked; fix to caught-up %s (incident resolved %s after the fix)", before, caughtUp.Round(time.Millisecond),
 		final.ResolvedAt.Sub(fixedAt).Round(time.Millisecond))
 

@@ -220,11 +220,15 @@ func (inc *incidents) run() {
 	for {
 		select {
 		case <-b.ctx.Done():
+			// A bridge that stops reports what it counted since the last flush.
+			ctx, cancel := context.WithTimeout(context.Background(), b.opts.StartTimeout)
+			inc.flush(ctx)
+			cancel()
 			return
 		case <-t.C:
 		}
 		inc.refresh()
-		inc.flush()
+		inc.flush(b.ctx)
 		if inc.holding() {
 			b.settleParked()
 		}
@@ -289,7 +293,7 @@ func (inc *incidents) refresh() {
 // flush starts the workflows of incidents not yet known to exist and
 // signals the events reported since the last flush; a new IR version of
 // the projection asks for a probe at once.
-func (inc *incidents) flush() {
+func (inc *incidents) flush(parent context.Context) {
 	b := inc.b
 	type send struct {
 		k         *knownIncident
@@ -320,7 +324,7 @@ func (inc *incidents) flush() {
 	}
 	inc.mu.Unlock()
 	for _, s := range sends {
-		ctx, cancel := context.WithTimeout(b.ctx, b.opts.StartTimeout)
+		ctx, cancel := context.WithTimeout(parent, b.opts.StartTimeout)
 		err := inc.signal(ctx, s.k, s.f, s.start)
 		if err == nil && s.deployed {
 			err = b.opts.IncidentClient.SignalWorkflow(ctx, s.k.id, "", contract.SignalDeployed, nil)

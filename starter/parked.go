@@ -464,6 +464,7 @@ func (pk *parking) decide(ctx context.Context, tx pgx.Tx, p *partition, items []
 		return inc.holdingID(fp)
 	}
 	now := time.Now()
+	var failed []bool // per row of pk.rows: a failure (else a later pair held behind one)
 	for _, o := range outs {
 		if o.Status != projection.StatusFailed && o.Status != projection.StatusHeld {
 			continue
@@ -508,24 +509,38 @@ func (pk *parking) decide(ctx context.Context, tx pgx.Tx, p *partition, items []
 			byKey[k], pk.keys[k], pk.heads[k] = id, id, id
 		}
 		var attempt *contract.Attempt
-		c := pk.counts[id]
-		if c == nil {
-			c = &parkCount{projection: o.Projection}
-			pk.counts[id] = c
-		}
 		if o.Status == projection.StatusFailed {
 			attempt = firstAttempt(o, startedAt)
+		}
+		pk.rows = append(pk.rows, incident.Parked{IncidentID: id, Topic: p.topic, Partition: p.id, Retry: p.retryInput(items[o.Index], o.Projection, attempt)})
+		failed = append(failed, o.Status == projection.StatusFailed)
+		pk.pairs[pairOf(o)] = true
+	}
+	inserted, err := p.b.opts.IncidentStore.Park(ctx, tx, pk.rows)
+	if err != nil {
+		return err
+	}
+	// Only rows parked now count: a batch read again after a restart finds
+	// its events parked already.
+	for i, row := range pk.rows {
+		if !inserted[i] {
+			continue
+		}
+		c := pk.counts[row.IncidentID]
+		if c == nil {
+			c = &parkCount{projection: row.Retry.Projection}
+			pk.counts[row.IncidentID] = c
+		}
+		if failed[i] {
 			c.failed++
 			if len(c.sampleEventIDs) < contract.MaxIncidentSamples {
-				c.sampleEventIDs = append(c.sampleEventIDs, o.EventID)
+				c.sampleEventIDs = append(c.sampleEventIDs, row.Retry.Event.EventID)
 			}
 		} else {
 			c.held++
 		}
-		pk.rows = append(pk.rows, incident.Parked{IncidentID: id, Topic: p.topic, Partition: p.id, Retry: p.retryInput(items[o.Index], o.Projection, attempt)})
-		pk.pairs[pairOf(o)] = true
 	}
-	return p.b.opts.IncidentStore.Park(ctx, tx, pk.rows)
+	return nil
 }
 
 // committed records the parked keys and reports the batch's parked events

@@ -23,7 +23,7 @@ func awaitFinal(ctx workflow.Context, workflowID string) error {
 }
 
 func awaitRetry(ctx workflow.Context, activity, workflowID string) error {
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+	opts := workflow.ActivityOptions{
 		StartToCloseTimeout: awaitSettledStartToClose,
 		HeartbeatTimeout:    awaitSettledHeartbeat,
 		RetryPolicy: &temporal.RetryPolicy{
@@ -31,9 +31,17 @@ func awaitRetry(ctx workflow.Context, activity, workflowID string) error {
 			BackoffCoefficient: 2,
 			MaximumInterval:    time.Minute,
 		},
-	})
+	}
+	if workflow.GetVersion(ctx, waitQueueChange, workflow.DefaultVersion, 1) == 1 {
+		opts.TaskQueue = contract.WaitTaskQueue(workflow.GetInfo(ctx).TaskQueueName)
+	}
+	actx := workflow.WithActivityOptions(ctx, opts)
 	return workflow.ExecuteActivity(actx, activity, workflowID).Get(ctx, nil)
 }
+
+// waitQueueChange moves the waits to their own task queue
+// (contract.WaitTaskQueue); lanes that waited on the main queue replay so.
+const waitQueueChange = "wait-queue"
 
 const (
 	// A retry schedule may be long (hours of backoff); an attempt that ends
