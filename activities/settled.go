@@ -38,20 +38,27 @@ func (a *Activities) awaitRetry(ctx context.Context, workflowID string, done fun
 	if d == nil {
 		d = activity.GetClient(ctx)
 	}
-	every := settlePollInterval
-	t := time.NewTimer(every)
+	// Heartbeats go every settlePollInterval whatever the describe interval,
+	// so a wait survives a heartbeat timeout shorter than that interval.
+	t := time.NewTicker(settlePollInterval)
 	defer t.Stop()
+	every := settlePollInterval
+	next := time.Now()
 	for {
-		settled, err := done(ctx, d, workflowID)
-		switch {
-		case err != nil:
-			if ctx.Err() != nil {
-				return ctx.Err()
+		if !time.Now().Before(next) {
+			settled, err := done(ctx, d, workflowID)
+			switch {
+			case err != nil:
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				a.logger().LogAttrs(ctx, slog.LevelDebug, "cannot describe the retry workflow a lane waits for; polling on",
+					slog.String("workflowId", workflowID), slog.Any("err", err))
+			case settled:
+				return nil
 			}
-			a.logger().LogAttrs(ctx, slog.LevelDebug, "cannot describe the retry workflow a lane waits for; polling on",
-				slog.String("workflowId", workflowID), slog.Any("err", err))
-		case settled:
-			return nil
+			next = time.Now().Add(every)
+			every = min(2*every, maxSettlePollInterval)
 		}
 		activity.RecordHeartbeat(ctx)
 		select {
@@ -59,7 +66,5 @@ func (a *Activities) awaitRetry(ctx context.Context, workflowID string, done fun
 			return ctx.Err()
 		case <-t.C:
 		}
-		every = min(2*every, maxSettlePollInterval)
-		t.Reset(every)
 	}
 }
