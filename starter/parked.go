@@ -126,7 +126,7 @@ func (r *laneRouter) drainParked(keys []LaneKey) (more bool) {
 	if len(apply) > 0 && !r.applyParked(apply) {
 		return false
 	}
-	if len(rows) == drainLimit || (cut && len(apply)+len(dead) > 0) {
+	if (len(rows) == drainLimit || cut) && len(apply)+len(dead) > 0 {
 		return true
 	}
 	r.unblockDrained(keys)
