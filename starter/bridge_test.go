@@ -57,7 +57,7 @@ func TestBridgeKafkaHappyPath(t *testing.T) {
 	require.EqualValues(t, 1200, value(m.consumed))
 	require.EqualValues(t, s1+s2, value(m.skipped))
 	require.EqualValues(t, f1+f2+p1+p2, value(m.applied.WithLabelValues("applied")))
-	require.Zero(t, value(m.deadLettered))
+	require.Zero(t, total(m.deadLettered))
 	ends := h.endOffsets()
 	for p := range int32(3) {
 		require.EqualValues(t, ends[p], value(m.committed.WithLabelValues(h.topic, fmt.Sprint(p))))
@@ -301,7 +301,7 @@ func TestBridgeKafkaDatabaseOutage(t *testing.T) {
 	h.produce(wave2...)
 	time.Sleep(20 * time.Second)
 	require.Zero(t, starter.calls.Load(), "no workflow started because of an outage")
-	require.Zero(t, value(r.b.m.deadLettered), "no dead letter because of an outage")
+	require.Zero(t, total(r.b.m.deadLettered), "no dead letter because of an outage")
 	require.GreaterOrEqual(t, value(r.b.m.outages.WithLabelValues("database")), 1.0)
 	ends := h.endOffsets()
 	c := h.committed()
@@ -316,7 +316,7 @@ func TestBridgeKafkaDatabaseOutage(t *testing.T) {
 	require.Equal(t, f1+f2, h.count(`SELECT count(*) FROM artist_followers`))
 	require.Equal(t, p1+p2, h.count(`SELECT sum(plays)::int FROM artist_stats`))
 	require.Zero(t, starter.calls.Load())
-	require.Zero(t, value(r.b.m.deadLettered))
+	require.Zero(t, total(r.b.m.deadLettered))
 	require.NotEmpty(t, h.logs.lines("database unreachable"))
 }
 
@@ -351,7 +351,8 @@ func TestBridgeKafkaPoisonRecord(t *testing.T) {
 	require.Contains(t, rec.Error, "invalid event")
 	require.False(t, rec.Source.Timestamp.IsZero(), "the record's timestamp is kept")
 	require.Equal(t, contract.Source{Topic: h.topic, Partition: 0, Offset: 0, Timestamp: rec.Source.Timestamp}, rec.Source)
-	require.EqualValues(t, 1, value(r.b.m.deadLettered))
+	require.EqualValues(t, 1, total(r.b.m.deadLettered))
+	require.EqualValues(t, 1, value(r.b.m.deadLettered.WithLabelValues("", "invalid_event")), "a record that is not an envelope has no projection")
 	require.Zero(t, starter.calls.Load())
 	headers := map[string]string{}
 	for _, hd := range got[0].Headers {

@@ -162,7 +162,8 @@ func TestBridgeKafkaStartErrorsClassified(t *testing.T) {
 	require.Contains(t, recs[0].Error, "temporal refused the retry workflow")
 	require.Equal(t, "artist_followers", recs[0].ProjectionName)
 	require.Len(t, recs[0].Attempts, 2, "the failed inline attempt 1 and the refusal")
-	require.EqualValues(t, 1, value(r.b.m.deadLettered))
+	require.EqualValues(t, 1, total(r.b.m.deadLettered))
+	require.EqualValues(t, 1, value(r.b.m.deadLettered.WithLabelValues("artist_followers", "invalid_event")), "counted by projection and error kind")
 
 	// Unavailable while the probe answers: bounded, then dead-lettered.
 	s.down.Store(true)
@@ -176,7 +177,7 @@ func TestBridgeKafkaStartErrorsClassified(t *testing.T) {
 	h.produce(envRecord(0, followed(p+"f-outage", "user-3", "artist-1")))
 	time.Sleep(2 * time.Second)
 	require.Greater(t, int(s.fails.Load()), maxHealthyStartFailures+5, "retried through the outage")
-	require.EqualValues(t, 2, value(r.b.m.deadLettered), "an outage dead-letters nothing")
+	require.EqualValues(t, 2, total(r.b.m.deadLettered), "an outage dead-letters nothing")
 	s.down.Store(false)
 	probeDown.Store(false)
 	h.waitCommittedToEnd(30 * time.Second)
@@ -218,6 +219,6 @@ func TestBridgeKafkaOversizedKeyIsInvalid(t *testing.T) {
 	require.Equal(t, "invalid_event", recs[0].ErrorKind)
 	require.Contains(t, recs[0].Error, "record key is 1025 bytes")
 	require.Equal(t, 1, h.count(`SELECT count(*) FROM artist_stats`), "only the event after it applied")
-	require.EqualValues(t, 1, value(r.b.m.deadLettered))
+	require.EqualValues(t, 1, total(r.b.m.deadLettered))
 	require.Zero(t, s.calls.Load())
 }

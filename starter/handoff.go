@@ -260,7 +260,7 @@ func (p *partition) publishDeadLetter(log *slog.Logger, what string, key []byte,
 		return err
 	})
 	if ok {
-		p.b.m.deadLettered.Inc()
+		p.b.m.deadLettered.WithLabelValues(r.ProjectionName, r.ErrorKind).Inc()
 		log.Warn(what+" dead-lettered", "event", "projection_dead_lettered", "errorKind", r.ErrorKind,
 			"error", r.Error, "dlqTopic", at.Topic, "dlqPartition", at.Partition, "dlqOffset", at.Offset)
 	}

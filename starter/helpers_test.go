@@ -411,6 +411,17 @@ func (b *syncBuffer) lines(s string) []map[string]any {
 	return out
 }
 
+// total sums every series of a counter or gauge vector.
+func total(c prometheus.Collector) float64 {
+	ch := make(chan prometheus.Metric, 64)
+	go func() { c.Collect(ch); close(ch) }()
+	var sum float64
+	for m := range ch {
+		sum += value(m)
+	}
+	return sum
+}
+
 // value reads a counter or gauge (prometheus/testutil would need a go.sum entry).
 func value(m prometheus.Metric) float64 {
 	var d dto.Metric

@@ -12,7 +12,7 @@ type metrics struct {
 	failed       *prometheus.CounterVec // label error_kind
 	handedOff    *prometheus.CounterVec // label mode
 	handoffRetry prometheus.Counter
-	deadLettered prometheus.Counter
+	deadLettered *prometheus.CounterVec
 	outages      *prometheus.CounterVec // label dependency: database|temporal|kafka
 	inflight     prometheus.Gauge
 	lag          *prometheus.GaugeVec   // label partition
@@ -41,8 +41,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "handed_off_total", Help: "Retry workflows started (or found existing) for (projection, event) pairs."}, []string{"mode"}),
 		handoffRetry: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "handoff_retries_total", Help: "Workflow start calls that failed and are retried with backoff."}),
-		deadLettered: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "dead_lettered_total", Help: "Poison records written to the DLQ directly by the bridge (invalid_event)."}),
+		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "dead_lettered_total", Help: "Dead letters the bridge wrote to the DLQ topic itself (records that are not envelopes, starts Temporal refused, events an incident dead-lettered), by projection (empty for records that are not envelopes) and error kind."}, []string{"projection", "error_kind"}),
 		outages: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "outage_pauses_total", Help: "Times a partition paused because a dependency was unreachable."}, []string{"dependency"}),
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
