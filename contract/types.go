@@ -63,6 +63,11 @@ type RetryInput struct {
 	// Replay is set on a run that a bulk replay started after the dead
 	// letter's earlier run had closed: who asked for it and why.
 	Replay *OperatorSignal `json:"replay,omitempty"`
+	// TraceContext, on an event sent to a lane with tracing on, is the W3C
+	// trace context (traceparent, tracestate, baggage) of the event's
+	// hand-off span: the lane starts the event's retry workflow in that
+	// trace rather than in the trace of the event that opened the lane.
+	TraceContext map[string]string `json:"traceContext,omitempty"`
 }
 
 // WorkflowID is the retry workflow's ID (RetryWorkflowID).

@@ -202,6 +202,7 @@ func (r *laneRouter) sendToLane(j laneJob) bool {
 	log := p.eventLog(j.rec, j.in).With("laneId", j.key.laneID())
 	span := startHandoffSpan(j.rec, j.in) // the lane's update continues the record's trace
 	defer span.End()
+	j.in.TraceContext = traceContextOf(span)
 	rt := p.retrier(log, p.temporal())
 	full := backoff.Backoff{Min: b.opts.MinBackoff, Max: laneFullMaxWait}
 	for {

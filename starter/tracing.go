@@ -6,10 +6,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/causet/projection-retry/contract"
+	"github.com/causet/projection-retry/internal/tracing"
 )
 
 // Tracing. With tracing hooks on the Kafka client (kotel, see
@@ -104,6 +106,17 @@ func endHandoffSpan(span trace.Span, end handoffEnd) {
 		span.SetAttributes(attribute.String("causet.handoff", "stopped"))
 	}
 	span.End()
+}
+
+// traceContextOf is span's W3C trace context, for an event that a lane
+// starts later (contract.RetryInput.TraceContext); nil for a no-op span.
+func traceContextOf(span trace.Span) map[string]string {
+	if !span.SpanContext().IsValid() {
+		return nil
+	}
+	carrier := propagation.MapCarrier{}
+	tracing.Propagator().Inject(trace.ContextWithSpan(context.Background(), span), carrier)
+	return carrier
 }
 
 // withSpan is ctx carrying span, whose trace a workflow started with ctx

@@ -8,11 +8,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/internal/app"
@@ -90,10 +92,24 @@ func TestTracingKafkaEventToDeadLetterAndReplay(t *testing.T) {
 	}
 }
 
-func testTracingEventToDeadLetter(t *testing.T, ordering string) {
+// tracedStack is a bridge and a worker, as the commands assemble them, with
+// tracing on an in-memory recorder.
+type tracedStack struct {
+	sr              *tracetest.SpanRecorder
+	tp              *sdktrace.TracerProvider
+	tr              *tracing.Tracing
+	svc             *app.Service
+	cfg             config.Config
+	brokers         []string
+	topic, dlqTopic string
+	ctx             context.Context
+}
+
+func startTracedStack(t *testing.T, ordering string) *tracedStack {
+	t.Helper()
 	sr := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
-	defer func() { _ = tp.Shutdown(context.Background()) }()
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	tr := tracing.New(tp, nil)
 
 	srv := testenv.Temporal(t)
@@ -114,7 +130,7 @@ func testTracingEventToDeadLetter(t *testing.T, ordering string) {
 		"PROJECTION_WORKER_RETRY_MAX_MS":     "1000",
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 
 	svc, err := app.Open(ctx, cfg, app.WithLogger(quiet()), app.WithTemporalAddress(srv.HostPort), app.WithTracing(tr),
 		app.WithSetup(func(ctx context.Context, pool *pgxpool.Pool) error {
@@ -132,53 +148,70 @@ func testTracingEventToDeadLetter(t *testing.T, ordering string) {
 			return err
 		}))
 	require.NoError(t, err)
-	defer svc.Close()
+	t.Cleanup(svc.Close)
 	w, err := svc.NewWorker()
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
-	defer w.Stop()
+	t.Cleanup(w.Stop)
 	b, err := svc.NewBridge()
 	require.NoError(t, err)
 	bctx, stopBridge := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- b.Run(bctx) }()
-	defer func() {
+	t.Cleanup(func() {
 		stopBridge()
 		select {
 		case <-done:
 		case <-time.After(60 * time.Second):
 			t.Error("bridge did not stop")
 		}
-	}()
+	})
+	return &tracedStack{sr: sr, tp: tp, tr: tr, svc: svc, cfg: cfg, brokers: brokers, topic: topic, dlqTopic: dlqTopic, ctx: ctx}
+}
 
-	// The producer's trace: a root span, then kotel's publish span, whose
-	// context the record's traceparent carries.
-	prod, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic)}, tr.KafkaOpts("")...)...)
+// produce sends an ARTIST_FOLLOWED of entity user-7 inside a new root span
+// (the producer's trace), whose kotel publish span the record's traceparent
+// carries, and returns the event ID and the root.
+func (s *tracedStack) produce(t *testing.T, name string) (string, trace.Span) {
+	t.Helper()
+	prod, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(s.brokers...), kgo.DefaultProduceTopic(s.topic)}, s.tr.KafkaOpts("")...)...)
 	require.NoError(t, err)
 	defer prod.Close()
-	pctx, root := tp.Tracer("test").Start(ctx, "produce event")
+	pctx, root := s.tp.Tracer("test").Start(s.ctx, "produce "+name)
 	// A unique event: workflow IDs are the namespace's, shared by the tests.
-	eventID := testenv.Topic(t, "ev-traced")
+	eventID := testenv.Topic(t, name)
 	ev := `{"eventId":"` + eventID + `","eventType":"ARTIST_FOLLOWED","entityId":"user-7","forkId":"production",` +
 		`"occurredAt":"2026-01-02T03:04:05Z","payload":{"artistId":"artist-9"}}`
 	require.NoError(t, prod.ProduceSync(pctx, &kgo.Record{Key: []byte("user-7"), Value: []byte(ev)}).FirstErr())
 	root.End()
-	traceID := root.SpanContext().TraceID()
+	return eventID, root
+}
 
-	// The dead letter, read by a client without hooks: the headers as written.
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(dlqTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+// deadLetters reads n records from the DLQ topic with a client without
+// hooks: the headers as written.
+func (s *tracedStack) deadLetters(t *testing.T, n int) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(s.brokers...), kgo.ConsumeTopics(s.dlqTopic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	require.NoError(t, err)
 	defer cl.Close()
-	var dead *kgo.Record
-	for dead == nil {
-		fctx, fcancel := context.WithTimeout(ctx, 5*time.Second)
+	var out []*kgo.Record
+	for len(out) < n {
+		fctx, fcancel := context.WithTimeout(s.ctx, 5*time.Second)
 		fs := cl.PollFetches(fctx)
 		fcancel()
-		require.NoError(t, ctx.Err(), "no dead letter on %s", dlqTopic)
-		if recs := fs.Records(); len(recs) > 0 {
-			dead = recs[0]
-		}
+		require.NoError(t, s.ctx.Err(), "%d of %d dead letters on %s", len(out), n, s.dlqTopic)
+		out = append(out, fs.Records()...)
 	}
+	return out
+}
+
+func testTracingEventToDeadLetter(t *testing.T, ordering string) {
+	st := startTracedStack(t, ordering)
+	ctx, sr, tr, svc, cfg, topic, dlqTopic := st.ctx, st.sr, st.tr, st.svc, st.cfg, st.topic, st.dlqTopic
+	eventID, root := st.produce(t, "ev-traced")
+	traceID := root.SpanContext().TraceID()
+
+	dead := st.deadLetters(t, 1)[0]
 	rec, err := dlq.Decode(dead.Value)
 	require.NoError(t, err)
 	env, err := rec.Envelope()
@@ -236,4 +269,56 @@ func testTracingEventToDeadLetter(t *testing.T, ordering string) {
 		}
 		return false
 	}, time.Minute, 100*time.Millisecond, "the workflow handles the replay in the event's trace")
+}
+
+// TestTracingKafkaHeldEventKeepsItsTrace: with entity ordering, later
+// events of a key whose head is failing wait in the key's lane, and the
+// lane, not the bridge, starts their retry workflows. The lane's own run is
+// in the trace of the event that opened it; each held event's run, its
+// attempts and its dead letter are in that event's own trace (under the
+// lane's ReleaseFromLane span).
+func TestTracingKafkaHeldEventKeepsItsTrace(t *testing.T) {
+	st := startTracedStack(t, "entity")
+	roots := map[string]trace.Span{}
+	var ids []string
+	for _, name := range []string{"ev-head", "ev-held-1", "ev-held-2"} {
+		id, root := st.produce(t, name)
+		roots[id] = root
+		ids = append(ids, id)
+	}
+
+	byEvent := map[string]*kgo.Record{}
+	for _, r := range st.deadLetters(t, len(ids)) {
+		rec, err := dlq.Decode(r.Value)
+		require.NoError(t, err)
+		env, err := rec.Envelope()
+		require.NoError(t, err)
+		byEvent[env.EventID] = r
+	}
+	for _, id := range ids {
+		require.Contains(t, byEvent, id)
+		sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(st.ctx, propagation.MapCarrier(headerMap(byEvent[id]))))
+		require.True(t, sc.IsValid(), "the dead letter of %s has a traceparent", id)
+		require.Equal(t, roots[id].SpanContext().TraceID(), sc.TraceID(), "the dead letter of %s carries its own event's trace", id)
+	}
+
+	// Each held event: the bridge's apply (the lane's update) … the lane's
+	// ReleaseFromLane → StartChildWorkflow → its run → its activities, all
+	// in its own trace.
+	for _, id := range ids[1:] {
+		var in spans
+		for _, s := range st.sr.Started() {
+			if s.SpanContext().TraceID() == roots[id].SpanContext().TraceID() {
+				in = append(in, s)
+			}
+		}
+		apply := in.one(t, "apply")
+		require.Contains(t, apply.Attributes(), attribute.String("causet.event_id", id))
+		release := in.one(t, "ReleaseFromLane:"+contract.RetryWorkflowName)
+		require.Contains(t, release.Attributes(), attribute.String("causet.workflow_id", contract.RetryWorkflowID("artist_followers", "production", id)))
+		start := in.childOf(t, "StartChildWorkflow:"+contract.RetryWorkflowName, release.SpanContext())
+		run := in.childOf(t, "RunWorkflow:"+contract.RetryWorkflowName, start.SpanContext())
+		startDLQ := in.childOf(t, "StartActivity:"+contract.PublishDeadLetterActivity, run.SpanContext())
+		in.childOf(t, "RunActivity:"+contract.PublishDeadLetterActivity, startDLQ.SpanContext())
+	}
 }
