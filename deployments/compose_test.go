@@ -458,3 +458,51 @@ func TestDockerfile(t *testing.T) {
 		}
 	}
 }
+
+// TestImageTags: every image the compose file and the Dockerfile pull is
+// pinned to a release tag (not latest, not untagged), and README.md's
+// "Image tags" table lists exactly those, so a bumped tag is re-checked and
+// documented with it.
+func TestImageTags(t *testing.T) {
+	root := repoRoot(t)
+	used := map[string]bool{}
+	for name, svc := range loadCompose(t).Services {
+		if svc.Image == "" {
+			continue
+		}
+		img := svc.Image
+		// ${VAR:-default}: the default is what runs.
+		if m := regexp.MustCompile(`^\$\{\w+:-(.+)\}$`).FindStringSubmatch(img); m != nil {
+			img = m[1]
+		}
+		require.NotContains(t, img, "$", "service %s: image %q", name, svc.Image)
+		used[img] = true
+	}
+	df, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
+	require.NoError(t, err)
+	stages := dockerfileStages(t, filepath.Join(root, "Dockerfile"))
+	for _, m := range regexp.MustCompile(`(?im)^FROM\s+(\S+)`).FindAllStringSubmatch(string(df), -1) {
+		if !slices.Contains(stages, strings.ToLower(m[1])) {
+			used[m[1]] = true
+		}
+	}
+	require.NotEmpty(t, used)
+	for img := range used {
+		i := strings.LastIndex(img, ":")
+		require.Positive(t, i, "image %s has no tag", img)
+		tag := img[i+1:]
+		require.NotEqual(t, "latest", tag, "image %s", img)
+		require.Regexp(t, `^v?\d+(\.\d+)*$`, tag, "image %s is not pinned to a release", img)
+	}
+
+	readme, err := os.ReadFile(filepath.Join(root, "deployments", "README.md"))
+	require.NoError(t, err)
+	_, table, ok := strings.Cut(string(readme), "### Image tags")
+	require.True(t, ok, "deployments/README.md has no \"Image tags\" section")
+	table, _, _ = strings.Cut(table, "\n#")
+	listed := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `([^`]+)` \\|").FindAllStringSubmatch(table, -1) {
+		listed[m[1]] = true
+	}
+	require.Equal(t, used, listed, "deployments/README.md's image table and the images the files pull")
+}
