@@ -24,6 +24,9 @@ type Options struct {
 	TemporalCLI string
 	// Logger receives one line per service started. Optional, defaults to none.
 	Logger *slog.Logger
+	// UICodecEndpoint is the remote codec the started dev server's web UI
+	// decodes payloads with (`--ui-codec-endpoint`). Optional.
+	UICodecEndpoint string
 }
 
 // Stack is the set of services `causet dev` runs against: each either
@@ -94,7 +97,7 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 		opts.Logger.Info("using TEMPORAL_ADDRESS", "address", a)
 	} else {
 		wg.Go(func() {
-			s.Temporal, tErr = StartTemporal(ctx, TemporalOptions{CLI: opts.TemporalCLI, DefaultPorts: opts.DefaultPorts})
+			s.Temporal, tErr = StartTemporal(ctx, TemporalOptions{CLI: opts.TemporalCLI, DefaultPorts: opts.DefaultPorts, UICodecEndpoint: opts.UICodecEndpoint})
 			if tErr == nil {
 				s.TemporalAddress, s.TemporalUI = s.Temporal.HostPort, s.Temporal.UIURL
 				opts.Logger.Info("temporal dev server started", "address", s.Temporal.HostPort, "ui", s.Temporal.UIURL, "pid", s.Temporal.PID)

@@ -53,10 +53,16 @@ func (c devCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	codec, err := listenDevCodec(os.LookupEnv)
+	if err != nil {
+		return err
+	}
+	defer codec.close() // when it never served; after serving, a no-op
 	stack, err := devstack.Start(ctx, devstack.Options{
-		Topics:       []string{cfg.EventsTopic, cfg.DLQTopic},
-		DefaultPorts: true,
-		Logger:       logger.With("component", "devstack"),
+		Topics:          []string{cfg.EventsTopic, cfg.DLQTopic},
+		DefaultPorts:    true,
+		Logger:          logger.With("component", "devstack"),
+		UICodecEndpoint: codec.endpoint(),
 	})
 	if err != nil {
 		return err
@@ -130,12 +136,18 @@ func (c devCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	wg.Go(func() { fail("bridge", bridge.Run(runCtx)) })
 	wg.Go(func() { fail("runtime", rt.Serve(runCtx, ln)) })
 	wg.Go(func() { fail("relay", rl.Run(runCtx)) })
+	if codec != nil {
+		wg.Go(func() {
+			fail("codec server", codec.serve(runCtx, stack.TemporalUI, logger.With("component", "codec-server")))
+		})
+	}
 
 	cli := temporalCLIName(stack)
 	printDevBanner(devOut, devBanner{
 		demo: c.Demo, rate: c.Rate, cfg: cfg, stack: stack, projections: projections, handlers: handlers,
 		namespace: svc.Temporal.Namespace, cli: cli, self: causetName(),
 		runtimeURL: base, runtimeDefault: ln.Addr().String() == runtime.DefaultAddr,
+		codecURL: codec.endpoint(), codecKey: codec.currentKey(),
 	})
 	if c.Demo {
 		cl := client.New(base)
@@ -298,6 +310,9 @@ type devBanner struct {
 	// flags.
 	runtimeURL     string
 	runtimeDefault bool
+	// codecURL is the codec server started beside the dev server (payload
+	// encryption on), codecKey the key ID it encrypts with; empty without.
+	codecURL, codecKey string
 }
 
 // Example intents of the banner: the curl line's, with a fixed intentId so
@@ -354,6 +369,9 @@ func printDevBanner(out io.Writer, v devBanner) {
 	} else {
 		fmt.Fprintf(&b, "  Temporal      %s  namespace %s  [%s]\n", os.Getenv("TEMPORAL_ADDRESS"), v.namespace, origin(false, "TEMPORAL_ADDRESS"))
 	}
+	if v.codecURL != "" {
+		fmt.Fprintf(&b, "  Codec server  %s  payloads are encrypted (key %s); the UI decodes them here  [%s]\n", v.codecURL, v.codecKey, origin(true, ""))
+	}
 	fmt.Fprintf(&b, "  Kafka         %s  topics %s, %s  [%s]\n", strings.Join(stack.KafkaBrokers, ","), cfg.EventsTopic, cfg.DLQTopic,
 		origin(stack.Kafka != nil, "KAFKA_BROKERS"))
 	fmt.Fprintf(&b, "  Runtime       %s  POST /v1/intents, GET /v1/intents/{intentId}, /metrics\n", v.runtimeURL)
@@ -379,6 +397,9 @@ func printDevBanner(out io.Writer, v devBanner) {
 		fmt.Fprintf(&b, "Temporal UI: that of TEMPORAL_ADDRESS's cluster; dead letters: its workflows page with ?query=%s\n", q)
 	}
 	fmt.Fprintf(&b, "Dead letters on the command line:\n  %s workflow list%s --query '%s'\n", cli, addr, deadLetterQuery)
+	if v.codecURL != "" {
+		fmt.Fprintf(&b, "One with its payloads decoded:\n  %s workflow show%s --codec-endpoint %s -w projection-retry:<projection>:<forkId>:<eventId>\n", cli, addr, v.codecURL)
+	}
 	fmt.Fprintf(&b, "Replay one (after fixing the cause):\n  %s\n", signalLine(cli, addr, "projection-retry:<projection>:<forkId>:<eventId>"))
 	fmt.Fprintf(&b, "Incidents (one failure across %d events within %s; CAUSET_INCIDENT_POLICY=%s):\n  %s incidents list\n", cfg.Incidents.Threshold, cfg.Incidents.Window, cfg.Incidents.Policy, self)
 	if stack.TemporalUI != "" {

@@ -98,6 +98,34 @@ func shell(t *testing.T, env []string, line string) (string, error) {
 // FollowArtist's to Temporal. It waits until the temporal CLI lists a
 // dead-lettered workflow, then sends SIGINT as Ctrl-C does and checks that
 // no child process, no temp dir and no listening runtime remain.
+// devTestEnv is the environment of a `causet dev` a test starts: this
+// process's, without the services' variables (dev starts its own: temp dirs
+// under root), with a task queue of the test's and, against a real broker,
+// topics and a group of the test's.
+func devTestEnv(t *testing.T, root string) []string {
+	t.Helper()
+	env := []string{"TMPDIR=" + root, "CAUSET_TASK_QUEUE=" + testenv.TaskQueue(t)}
+	for _, kv := range os.Environ() {
+		switch k, _, _ := strings.Cut(kv, "="); k {
+		case "DATABASE_URL", "TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TMPDIR", "CAUSET_TASK_QUEUE", "CAUSET_RUNTIME_ADDR",
+			"CAUSET_PAYLOAD_KEYS", "CAUSET_PAYLOAD_KEYS_FILE", "CAUSET_CODEC_ADDR", "CAUSET_CODEC_CORS_ORIGIN":
+		case "KAFKA_BROKERS":
+			if testenv.IsRealKafka() {
+				env = append(env, kv)
+			}
+		default:
+			env = append(env, kv)
+		}
+	}
+	if testenv.IsRealKafka() {
+		env = append(env,
+			"CAUSET_EVENTS_TOPIC="+testenv.Topic(t, "causet.events.v1"),
+			"CAUSET_DLQ_TOPIC="+testenv.Topic(t, "causet.projection-dlq.v1"),
+			"CAUSET_CONSUMER_GROUP="+testenv.Topic(t, "causet-projection-worker"))
+	}
+	return env
+}
+
 func TestDevKafkaSmoke(t *testing.T) {
 	cli, err := devstack.FindTemporalCLI()
 	if err != nil {
@@ -114,24 +142,7 @@ func TestDevKafkaSmoke(t *testing.T) {
 	require.NoError(t, os.Chmod(root, 0o755)) // initdb runs as postgres when root
 	t.Cleanup(func() { _ = os.RemoveAll(root) })
 
-	env := []string{"TMPDIR=" + root, "CAUSET_TASK_QUEUE=" + testenv.TaskQueue(t)}
-	for _, kv := range os.Environ() {
-		switch k, _, _ := strings.Cut(kv, "="); k {
-		case "DATABASE_URL", "TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TMPDIR", "CAUSET_TASK_QUEUE", "CAUSET_RUNTIME_ADDR":
-		case "KAFKA_BROKERS":
-			if testenv.IsRealKafka() {
-				env = append(env, kv)
-			}
-		default:
-			env = append(env, kv)
-		}
-	}
-	if testenv.IsRealKafka() {
-		env = append(env,
-			"CAUSET_EVENTS_TOPIC="+testenv.Topic(t, "causet.events.v1"),
-			"CAUSET_DLQ_TOPIC="+testenv.Topic(t, "causet.projection-dlq.v1"),
-			"CAUSET_CONSUMER_GROUP="+testenv.Topic(t, "causet-projection-worker"))
-	}
+	env := devTestEnv(t, root)
 
 	out, logs := &lockedBuffer{}, &lockedBuffer{}
 	cmd := exec.Command(binary, "dev", "--demo", "--rate", "10")
@@ -335,6 +346,15 @@ func TestDevBanner(t *testing.T) {
 		require.Contains(t, banner, want)
 	}
 	require.NotContains(t, banner, "CAUSET_RUNTIME_ADDR", "the default address needs no export")
+	require.NotContains(t, banner, "Codec server", "no codec server without payload keys")
+
+	v.codecURL, v.codecKey = "http://127.0.0.1:8081", "k2"
+	b.Reset()
+	printDevBanner(&b, v)
+	banner = b.String()
+	require.Contains(t, banner, "  Codec server  http://127.0.0.1:8081  payloads are encrypted (key k2); the UI decodes them here  [started here, stopped on Ctrl-C]\n")
+	require.Contains(t, banner, "  ./bin/temporal workflow show --codec-endpoint http://127.0.0.1:8081 -w projection-retry:<projection>:<forkId>:<eventId>\n")
+	v.codecURL, v.codecKey = "", ""
 
 	v.demo, v.runtimeURL, v.runtimeDefault = false, "http://127.0.0.1:41234", false
 	b.Reset()
