@@ -91,10 +91,11 @@ func dedupeBucket(ev *event.Envelope) int32 {
 	if ev.OccurredAt.IsZero() || ev.OccurredAt.Unix() < int64(DedupeBucket/time.Second) {
 		return 0
 	}
-	return hourOf(ev.OccurredAt)
+	return DedupeHour(ev.OccurredAt)
 }
 
-func hourOf(t time.Time) int32 { return int32(t.Unix() / int64(DedupeBucket/time.Second)) }
+// DedupeHour is the hour bucket of t: hours since the Unix epoch.
+func DedupeHour(t time.Time) int32 { return int32(t.Unix() / int64(DedupeBucket/time.Second)) }
 
 // dedupeSchemaSQL is the ledger's part of the schema. It runs under the
 // schema lock, after the catalog tables. An unpartitioned ledger of an
@@ -199,48 +200,98 @@ func (s DedupeStats) Oldest() time.Time {
 	return s.OldestUnbucketed
 }
 
-func hourStart(h int32) time.Time {
+// DedupeHourStart is the start of hour bucket h.
+func DedupeHourStart(h int32) time.Time {
 	return time.Unix(int64(h)*int64(DedupeBucket/time.Second), 0).UTC()
 }
 
-// partitionName is the hour partition of bucket h.
-func partitionName(h int32) string { return "causet_projection_applied_h" + strconv.Itoa(int(h)) }
+// DedupePartition is the table of hour bucket h (bucket 0: the unbucketed
+// partition).
+func DedupePartition(h int32) string {
+	if h == 0 {
+		return "causet_projection_applied_unbucketed"
+	}
+	return "causet_projection_applied_h" + strconv.Itoa(int(h))
+}
+
+// dedupeCreateChunk is how many hour partitions one transaction creates: a
+// fresh ledger needs horizon/1h + DedupeAhead/1h of them (385 at the
+// default horizon), and a transaction holds a lock on every table it
+// creates until it ends, so creating them all at once would need about
+// 1,500 locks of max_locks_per_transaction's shared table. A day's worth is
+// about a hundred.
+const dedupeCreateChunk = 24
 
 // MaintainDedupe keeps the dedupe ledger within horizon at now (the
-// database's clock): it creates the hour partitions up to DedupeAhead,
-// moves the routing window to [now − horizon, now + DedupeAhead], drops hour
-// partitions older than horizon + DedupeGrace, and deletes bucket-0 rows
-// applied more than horizon ago (in chunks of limit rows per statement, so
-// no statement holds many row locks). Concurrent callers run one at a time.
-// It returns the partitions dropped and the rows deleted.
+// database's clock): it creates the hour partitions up to DedupeAhead (a
+// day of them per transaction), then moves the routing window to
+// [now − horizon, now + DedupeAhead], then drops hour partitions older than
+// horizon + DedupeGrace (a day per transaction); last it deletes bucket-0 rows applied
+// more than horizon ago (in chunks of 10,000 rows per statement, so no
+// statement holds many row locks). Each transaction holds the maintenance
+// lock, so concurrent callers take turns, and the window only ever names
+// hours whose partitions exist. It returns the partitions dropped and the
+// rows deleted.
 func MaintainDedupe(ctx context.Context, pool *pgxpool.Pool, horizon time.Duration) (dropped int, deleted int64, err error) {
 	if horizon < DedupeBucket {
 		return 0, 0, fmt.Errorf("dedupe horizon %s is shorter than one bucket (%s)", horizon, DedupeBucket)
+	}
+	var now time.Time
+	if err := pool.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+		return 0, 0, fmt.Errorf("maintain the dedupe ledger: %w", err)
+	}
+	lo, hi := DedupeHour(now.Add(-horizon)), DedupeHour(now.Add(DedupeAhead))
+	existing, err := DedupeHourPartitions(ctx, pool)
+	if err != nil {
+		return 0, 0, fmt.Errorf("maintain the dedupe ledger: %w", err)
+	}
+	have := map[int32]bool{}
+	for _, h := range existing {
+		have[h] = true
+	}
+	var missing, expired []int32
+	for h := lo; h <= hi; h++ {
+		if !have[h] {
+			missing = append(missing, h)
+		}
+	}
+	for len(missing) > 0 {
+		chunk := missing[:min(dedupeCreateChunk, len(missing))]
+		missing = missing[len(chunk):]
+		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", dedupeLockKey); err != nil {
+				return err
+			}
+			for _, h := range chunk {
+				// IF NOT EXISTS: another process may have created it since the listing.
+				if _, err := tx.Exec(ctx, fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s PARTITION OF causet_projection_applied FOR VALUES IN (%d)",
+					pgx.Identifier{DedupePartition(h)}.Sanitize(), h)); err != nil {
+					return fmt.Errorf("create dedupe partition for %s: %w", DedupeHourStart(h).Format(time.RFC3339), err)
+				}
+			}
+			return nil
+		}); err != nil {
+			return 0, 0, fmt.Errorf("maintain the dedupe ledger: %w", err)
+		}
 	}
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", dedupeLockKey); err != nil {
 			return err
 		}
-		var now time.Time
-		if err := tx.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
-			return err
-		}
-		lo, hi := hourOf(now.Add(-horizon)), hourOf(now.Add(DedupeAhead))
-		existing, err := hourPartitions(ctx, tx)
+		// Under the lock: the partitions as they are now, not as listed
+		// before (another maintainer with a shorter horizon may have dropped
+		// some). The window must not name an hour without its partition.
+		current, err := DedupeHourPartitions(ctx, tx)
 		if err != nil {
 			return err
 		}
-		have := map[int32]bool{}
-		for _, h := range existing {
-			have[h] = true
+		exists := map[int32]bool{}
+		for _, h := range current {
+			exists[h] = true
 		}
 		for h := lo; h <= hi; h++ {
-			if have[h] {
-				continue
-			}
-			if _, err := tx.Exec(ctx, fmt.Sprintf("CREATE TABLE %s PARTITION OF causet_projection_applied FOR VALUES IN (%d)",
-				pgx.Identifier{partitionName(h)}.Sanitize(), h)); err != nil {
-				return fmt.Errorf("create dedupe partition for %s: %w", hourStart(h).Format(time.RFC3339), err)
+			if !exists[h] {
+				return fmt.Errorf("dedupe partition for %s is missing (dropped by another maintainer?); the window stays where it was", DedupeHourStart(h).Format(time.RFC3339))
 			}
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO causet_projection_dedupe (id, lo, hi, horizon, maintained_at) VALUES (true, $1, $2, $3, now())
@@ -248,20 +299,36 @@ ON CONFLICT (id) DO UPDATE SET lo = EXCLUDED.lo, hi = EXCLUDED.hi, horizon = EXC
 			lo, hi, horizon); err != nil {
 			return err
 		}
-		dropBelow := hourOf(now.Add(-horizon - DedupeGrace))
-		for _, h := range existing {
-			if h >= dropBelow {
-				continue
+		dropBelow := DedupeHour(now.Add(-horizon - DedupeGrace))
+		for _, h := range current {
+			if h < dropBelow {
+				expired = append(expired, h)
 			}
-			if _, err := tx.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{partitionName(h)}.Sanitize()); err != nil {
-				return fmt.Errorf("drop dedupe partition for %s: %w", hourStart(h).Format(time.RFC3339), err)
-			}
-			dropped++
 		}
 		return nil
 	})
 	if err != nil {
 		return 0, 0, fmt.Errorf("maintain the dedupe ledger: %w", err)
+	}
+	// The window has moved past the expired hours: drop them, a day per
+	// transaction too (a ledger left unmaintained for long has many).
+	for len(expired) > 0 {
+		chunk := expired[:min(dedupeCreateChunk, len(expired))]
+		expired = expired[len(chunk):]
+		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", dedupeLockKey); err != nil {
+				return err
+			}
+			for _, h := range chunk {
+				if _, err := tx.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{DedupePartition(h)}.Sanitize()); err != nil {
+					return fmt.Errorf("drop dedupe partition for %s: %w", DedupeHourStart(h).Format(time.RFC3339), err)
+				}
+			}
+			return nil
+		}); err != nil {
+			return dropped, 0, fmt.Errorf("maintain the dedupe ledger: %w", err)
+		}
+		dropped += len(chunk)
 	}
 	// Bucket 0 is pruned row by row, outside the maintenance transaction,
 	// in chunks.
@@ -278,8 +345,8 @@ ON CONFLICT (id) DO UPDATE SET lo = EXCLUDED.lo, hi = EXCLUDED.hi, horizon = EXC
 	}
 }
 
-// hourPartitions lists the hour buckets that have partitions.
-func hourPartitions(ctx context.Context, q pgstore.Querier) ([]int32, error) {
+// DedupeHourPartitions lists the hour buckets that have partitions, in order.
+func DedupeHourPartitions(ctx context.Context, q pgstore.Querier) ([]int32, error) {
 	rows, err := q.Query(ctx, `SELECT substring(c.relname FROM '^causet_projection_applied_h([0-9]+)$')::int
 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 WHERE i.inhparent = 'causet_projection_applied'::regclass AND c.relname ~ '^causet_projection_applied_h[0-9]+$'
@@ -301,15 +368,15 @@ func ReadDedupeStats(ctx context.Context, pool *pgxpool.Pool) (DedupeStats, erro
 	case err != nil:
 		return s, fmt.Errorf("read the dedupe ledger's window: %w", err)
 	default:
-		s.Horizon, s.From, s.To = horizon, hourStart(lo), hourStart(hi+1)
+		s.Horizon, s.From, s.To = horizon, DedupeHourStart(lo), DedupeHourStart(hi+1)
 	}
-	hours, err := hourPartitions(ctx, pool)
+	hours, err := DedupeHourPartitions(ctx, pool)
 	if err != nil {
 		return s, fmt.Errorf("list the dedupe ledger's partitions: %w", err)
 	}
 	s.Partitions = len(hours)
 	if len(hours) > 0 {
-		s.OldestHour = hourStart(hours[0])
+		s.OldestHour = DedupeHourStart(hours[0])
 	}
 	var oldest *time.Time
 	err = pool.QueryRow(ctx, `SELECT

@@ -61,11 +61,7 @@ FROM causet_projection_applied`)
 // hourPartitions lists the ledger's hour buckets that have partitions.
 func (f *fixture) hourPartitions(t testing.TB) []int32 {
 	t.Helper()
-	rows, err := f.pool.Query(f.ctx, `SELECT substring(c.relname FROM '^causet_projection_applied_h([0-9]+)$')::int
-FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-WHERE i.inhparent = 'causet_projection_applied'::regclass AND c.relname ~ '^causet_projection_applied_h[0-9]+$' ORDER BY 1`)
-	require.NoError(t, err)
-	hs, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	hs, err := projection.DedupeHourPartitions(f.ctx, f.pool)
 	require.NoError(t, err)
 	return hs
 }
@@ -77,11 +73,11 @@ func (f *fixture) maintain(t testing.TB, horizon time.Duration) (int, int64) {
 	return dropped, deleted
 }
 
-func hourOf(at time.Time) int32 { return int32(at.Unix() / int64(projection.DedupeBucket/time.Second)) }
-
-func hourStart(h int32) time.Time {
-	return time.Unix(int64(h)*int64(projection.DedupeBucket/time.Second), 0).UTC()
-}
+var (
+	hourOf      = projection.DedupeHour
+	hourStart   = projection.DedupeHourStart
+	partitionOf = projection.DedupePartition
+)
 
 func hours(from, to int32) []int32 {
 	var out []int32
@@ -89,13 +85,6 @@ func hours(from, to int32) []int32 {
 		out = append(out, h)
 	}
 	return out
-}
-
-func partitionOf(bucket int32) string {
-	if bucket == 0 {
-		return "causet_projection_applied_unbucketed"
-	}
-	return fmt.Sprint("causet_projection_applied_h", bucket)
 }
 
 // playedAt is a TRACK_PLAYED of one play for the artist named like the
@@ -530,4 +519,29 @@ func TestDedupeKeyInALatin1Database(t *testing.T) {
 		require.NoError(t, lp.QueryRow(ctx, "SELECT causet_applied_key($1, $2, $3)::text", in[0], in[1], in[2]).Scan(&k))
 		require.Equal(t, projection.DedupeKey(in[0], in[1], in[2]).String(), k, "%q", in)
 	}
+}
+
+// A fresh ledger's hour partitions (385 at the default horizon) are
+// created a day per transaction, not in one that would hold a lock on each
+// of them: the creating transactions, read from each partition's catalog
+// row (xmin), create at most 24 each.
+func TestMaintainDedupeCreatesHoursADayPerTransaction(t *testing.T) {
+	f := setup(t, "artist_stats")
+	f.maintain(t, projection.DefaultDedupeHorizon)
+	rows, err := f.pool.Query(f.ctx, `SELECT count(*) FROM pg_class
+WHERE relname ~ '^causet_projection_applied_h[0-9]+$' GROUP BY xmin::text`)
+	require.NoError(t, err)
+	perTx, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	require.NoError(t, err)
+	total := 0
+	for _, n := range perTx {
+		require.LessOrEqual(t, n, 24, "partitions created by one transaction")
+		total += n
+	}
+	require.Len(t, f.hourPartitions(t), total)
+	require.GreaterOrEqual(t, total, int((projection.DefaultDedupeHorizon+projection.DedupeAhead)/projection.DedupeBucket))
+	require.GreaterOrEqual(t, len(perTx), (total+23)/24)
+	dropped, _ := f.maintain(t, projection.DefaultDedupeHorizon)
+	require.Zero(t, dropped, "a second run drops nothing")
+	require.Len(t, f.hourPartitions(t), total, "and creates nothing")
 }
