@@ -25,7 +25,7 @@ const ledgerInsert = `INSERT INTO bench_ledger (key, bucket, projection, ir_vers
 func (b *bench) ceiling(ctx context.Context) error {
 	n := b.sizes.Ceiling
 	at := time.Now()
-	bucket := int32(at.Unix() / int64(projection.DedupeBucket/time.Second))
+	bucket := projection.DedupeHour(at)
 	run := func(conns int, prefix string, ledger bool) (float64, error) {
 		start := time.Now()
 		per := n / conns

@@ -142,8 +142,6 @@ func hourShare(from, to, k, hours int) (lo, hi int) {
 	return from + n*k/hours, from + n*(k+1)/hours
 }
 
-func hourOf(t time.Time) int32 { return int32(t.Unix() / int64(projection.DedupeBucket/time.Second)) }
-
 // historyEventID is prior event i of a run.
 func historyEventID(runID string, i int) string { return "h-" + runID + "-" + strconv.Itoa(i) }
 
@@ -191,7 +189,7 @@ func loadHistory(ctx context.Context, pool *pgxpool.Pool, runID string, version 
 				lo, hi := hourShare(from, to, k, historyHours)
 				bucket := base - historyHours + int32(k)
 				src := &historyRows{runID: runID, bucket: bucket, version: version,
-					start: time.Unix(int64(bucket)*int64(projection.DedupeBucket/time.Second), 0).UTC(), from: lo, to: hi, i: lo}
+					start: projection.DedupeHourStart(bucket), from: lo, to: hi, i: lo}
 				if _, err := pool.CopyFrom(ctx, pgx.Identifier{"causet_projection_applied"},
 					[]string{"key", "bucket", "projection", "ir_version", "applied_at"}, src); err != nil {
 					errc <- fmt.Errorf("copy into the dedupe ledger (bucket %d): %w", bucket, err)
@@ -273,7 +271,7 @@ func (b *bench) historyPhase(ctx context.Context) error {
 	if err := db.pool.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
 		return err
 	}
-	base := hourOf(now)
+	base := projection.DedupeHour(now)
 	loaded := 0
 	for _, size := range b.sizes.History {
 		step := HistoryStep{PriorEvents: size}
@@ -320,16 +318,15 @@ func (b *bench) historyPhase(ctx context.Context) error {
 // hold only the measured events, so every size starts from the same
 // current hour and only the history differs.
 func clearRuns(ctx context.Context, pool *pgxpool.Pool, base int32) error {
-	rows, err := pool.Query(ctx, `SELECT c.oid::regclass::text
-FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-WHERE i.inhparent = 'causet_projection_applied'::regclass AND c.relname ~ '^causet_projection_applied_h[0-9]+$'
-  AND substring(c.relname FROM '[0-9]+$')::int >= $1`, base)
+	hours, err := projection.DedupeHourPartitions(ctx, pool)
 	if err != nil {
 		return err
 	}
-	parts, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return err
+	var parts []string
+	for _, h := range hours {
+		if h >= base {
+			parts = append(parts, pgx.Identifier{projection.DedupePartition(h)}.Sanitize())
+		}
 	}
 	_, err = pool.Exec(ctx, "TRUNCATE "+strings.Join(append([]string{"bench_rows"}, parts...), ", "))
 	return err

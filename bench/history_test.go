@@ -49,7 +49,7 @@ func TestHourShare(t *testing.T) {
 
 func TestHistoryRows(t *testing.T) {
 	start := fixedNow.Truncate(time.Hour)
-	bucket := hourOf(start)
+	bucket := projection.DedupeHour(start)
 	src := &historyRows{runID: "r1", bucket: bucket, version: 3, start: start, from: 100, to: 104, i: 100}
 	var rows [][]any
 	for src.Next() {
@@ -67,7 +67,7 @@ func TestHistoryRows(t *testing.T) {
 		require.Equal(t, int32(3), row[3])
 		at := row[4].(time.Time)
 		require.Equal(t, start.Add(time.Duration(j)*15*time.Minute), at, "evenly spaced within the hour")
-		require.Equal(t, bucket, hourOf(at), "applied within its bucket's hour")
+		require.Equal(t, bucket, projection.DedupeHour(at), "applied within its bucket's hour")
 	}
 	require.Equal(t, "h-r1-100", historyEventID("r1", 100))
 }

@@ -1,0 +1,266 @@
+package bench
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// results.md: the measurements of a Result as tables, against the targets.
+
+func pct(p float64) string { return fmt.Sprintf("%g%%", p) }
+
+func num(v float64) string {
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+// bridgePhases are the phases that run the bridge, the Temporal server or
+// a consumer it is compared with on the short schedule.
+var bridgePhases = []string{"schedule", "inline", "history", "peer", "retrytopics", "workflow", "handoff"}
+
+// ranAny reports whether any of phases was run.
+func (r *Result) ranAny(phases ...string) bool {
+	return slices.ContainsFunc(phases, r.ran)
+}
+
+// Markdown is results.md: the measurements, the ratios against the targets.
+func (r *Result) Markdown() string {
+	var b strings.Builder
+	inline, peer, rtopics := r.Inline, r.Peer, r.RetryTopics
+	if !r.ran("inline") {
+		inline = nil
+	}
+	if !r.ran("peer") {
+		peer = nil
+	}
+	if !r.ran("retrytopics") {
+		rtopics = nil
+	}
+	kind := "full"
+	if r.Quick {
+		kind = "quick (small sizes: not comparable with a full run)"
+	}
+	fmt.Fprintf(&b, "# causet bench — %s run\n\n", kind)
+	if len(r.Phases) > 0 {
+		fmt.Fprintf(&b, "Phases run (CAUSET_BENCH_PHASES): %s.\n\n", strings.Join(r.Phases, ", "))
+	}
+	fmt.Fprintf(&b, "Machine: %d cores, %.0f GiB memory, %s, %s. Kafka: %s. PostgreSQL: %s. Temporal: %s.\n\n",
+		r.Machine.Cores, r.Machine.MemoryGiB, r.Machine.OS, r.Machine.GoVersion, r.Machine.Kafka, r.Machine.Postgres, r.Machine.Temporal)
+	if r.ranAny(bridgePhases...) {
+		fmt.Fprintf(&b, "Retry schedule of the inline, workflow-mode, peer and retry-topics runs: **%s** (short, so the run finishes; the schedule-accuracy row uses the default 5 attempts, 1s × 2, ≤ 30s).\n\n", r.ShortSchedule)
+		fmt.Fprintf(&b, "Bridge: %s CAUSET_ORDERING=%s.\n\n", r.BridgeProcess, r.Ordering)
+		if r.Sizes.Reps > 1 {
+			fmt.Fprintf(&b, "The ceiling, the 0%% and 1%% inline drains, the 0%% peer drain and the retry-topics runs ran %d times each (fresh topics, groups and bridge); the table shows the median, results.json every repetition.\n\n", r.Sizes.Reps)
+		}
+	}
+
+	var rows []string
+	row := func(format string, args ...any) { rows = append(rows, fmt.Sprintf(format, args...)) }
+	if r.ran("ceiling") {
+		row("| ceiling: pgx batched upsert (500/tx; best of 1 conn %s/s and %d conns %s/s) | %d | 0 | %s | | | |",
+			num(r.Ceiling.RowsPerSecOneConn), r.Sizes.Partitions, num(r.Ceiling.RowsPerSecParallel), r.Ceiling.Rows, num(r.Ceiling.RowsPerSec))
+		row("| diagnostic: the same plus a dedupe-ledger row per event (%d conns) | %d | 0 | %s | | | |",
+			r.Sizes.Partitions, r.Ceiling.Rows, num(r.Ceiling.WithLedgerPerSec))
+	}
+	for _, x := range inline {
+		row("| inline mode, %s failing | %d | %d | %s | %.1f | %.1f | %.0f |",
+			pct(x.FailPct), x.Events, x.Failing, num(x.EventsPerSec), x.P50Ms, x.P99Ms, x.PeakRSSMB)
+	}
+	if r.ran("workflow") {
+		row("| workflow mode (every event a workflow), 0%% failing | %d | 0 | %s | | | %.0f |",
+			r.Workflow.Events, num(r.Workflow.EventsPerSec), r.Workflow.PeakRSSMB)
+	}
+	for _, x := range peer {
+		row("| peer: in-place retry consumer, %s failing (%d dead-lettered) | %d | %d | %s | | | |",
+			pct(x.FailPct), x.DeadLettered, x.Events, x.Failing, num(x.EventsPerSec))
+	}
+	for _, x := range rtopics {
+		row("| retry topics: a delay topic per retry, %s failing (%d dead-lettered after %d delay-topic attempts) | %d | %d | %s | | | |",
+			pct(x.FailPct), x.DeadLettered, x.Retried, x.Events, x.Failing, num(x.EventsPerSec))
+	}
+	if r.ran("handoff") {
+		row("| hand-off at 100%% failing: bridge workflow starts/s (raw ExecuteWorkflow %s/s, %d concurrent) | %d | %d | %s | | | %.0f |",
+			num(r.Handoff.RawStartsPerSec), r.Handoff.Concurrency, r.Handoff.Events, r.Handoff.Events, num(r.Handoff.BridgeStartsPerSec), r.InFlight.PeakRSSMB)
+	}
+	if len(rows) > 0 {
+		b.WriteString("| measurement | events | failing | events/s | p50 ms | p99 ms | bridge peak RSS MB |\n")
+		b.WriteString("|---|---:|---:|---:|---:|---:|---:|\n")
+		b.WriteString(strings.Join(rows, "\n") + "\n\n")
+	}
+
+	if r.ran("handoff") && r.Handoff.EagerPerSec > 0 {
+		fmt.Fprintf(&b, "Eager workflow start: %d raw starts on a queue the bench's worker polls ran at %s/s without and %s/s with EnableEagerStart (%d concurrent; the Temporal server used %.2f and %.2f cores).\n\n",
+			r.Handoff.Events/2, num(r.Handoff.PolledPerSec), num(r.Handoff.EagerPerSec), r.Handoff.Concurrency, r.Handoff.PolledCPU.Temporal, r.Handoff.EagerCPU.Temporal)
+	}
+	if len(rtopics) > 0 {
+		b.WriteString("Retry topics: events/s runs to the last event applied or dead-lettered, so a run with failures includes the last failure's whole schedule; the events topic alone (every record applied or forwarded to a delay topic, produce acknowledged: the point at which the inline figure stops, at the durable hand-off) drained at")
+		for i, x := range rtopics {
+			sep := ","
+			if i == len(rtopics)-1 {
+				sep = "."
+			}
+			fmt.Fprintf(&b, " %s events/s at %s failing%s", num(x.DrainEventsPerSec), pct(x.FailPct), sep)
+		}
+		for _, x := range rtopics {
+			if x.Retried > 0 {
+				fmt.Fprintf(&b, " At %s failing, the worst delay-topic attempt started %.3f s after its due time.", pct(x.FailPct), x.LatenessMaxS)
+			}
+		}
+		b.WriteString("\n\n")
+	}
+
+	if len(inline) > 0 {
+		b.WriteString("Latency (produce → row visible) is measured in a paced phase after each drain, at the rate shown, over the successful events:\n\n")
+		b.WriteString("| inline failing | paced events/s | samples | p50 ms | p99 ms |\n|---:|---:|---:|---:|---:|\n")
+		for _, x := range inline {
+			fmt.Fprintf(&b, "| %s | %.0f | %d | %.1f | %.1f |\n", pct(x.FailPct), x.LatencyRate, x.LatencySamples, x.P50Ms, x.P99Ms)
+		}
+		b.WriteString("\n")
+	}
+
+	if r.ranAny(bridgePhases...) {
+		b.WriteString("Where the CPU went during each measurement, in cores of the machine's " + strconv.Itoa(r.Machine.Cores) + " (median repetition; \"other\" is load outside this run, e.g. other jobs on a shared machine):\n\n")
+		b.WriteString("| measurement | machine busy | bridge | PostgreSQL | Temporal server | bench process (kfake, peers, worker) | other |\n|---|---:|---:|---:|---:|---:|---:|\n")
+		cpuRow := func(name string, c CPUUse) {
+			other := max(0, c.MachineBusy-c.Bridge-c.Postgres-c.Temporal-c.Bench)
+			fmt.Fprintf(&b, "| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", name, c.MachineBusy, c.Bridge, c.Postgres, c.Temporal, c.Bench, other)
+		}
+		for _, x := range inline {
+			cpuRow("inline, "+pct(x.FailPct)+" failing", medianCPU(x.EventsPerSecReps, x.CPUReps))
+		}
+		if r.ran("history") {
+			for _, s := range r.History.Steps {
+				cpuRow("inline, 0% failing, "+countLabel(s.PriorEvents)+" prior events in the ledger", medianCPU(s.Inline.EventsPerSecReps, s.Inline.CPUReps))
+			}
+		}
+		if r.ran("workflow") {
+			cpuRow("workflow mode", r.Workflow.CPU)
+		}
+		for _, x := range peer {
+			cpuRow("peer, "+pct(x.FailPct)+" failing", medianCPU(x.EventsPerSecReps, x.CPUReps))
+		}
+		for _, x := range rtopics {
+			cpuRow("retry topics, "+pct(x.FailPct)+" failing", medianCPU(x.EventsPerSecReps, x.CPUReps))
+		}
+		if r.ran("handoff") {
+			cpuRow("hand-off, bridge", r.Handoff.BridgeCPU)
+			cpuRow("hand-off, raw ExecuteWorkflow (first half)", r.Handoff.RawCPU)
+			if r.Handoff.EagerPerSec > 0 {
+				cpuRow("raw ExecuteWorkflow on a polled queue", r.Handoff.PolledCPU)
+				cpuRow("raw ExecuteWorkflow on a polled queue, eager start", r.Handoff.EagerCPU)
+			}
+		}
+		b.WriteString("\n")
+	}
+
+	if r.ran("schedule") {
+		fmt.Fprintf(&b, "Schedule accuracy (default schedule, %d failing events, inline mode, real dev server): expected offsets %s s;", r.Schedule.Events, floats(r.Schedule.ExpectedS, 0))
+		for i, o := range r.Schedule.ObservedS {
+			fmt.Fprintf(&b, " event %d at %s s;", i+1, floats(o, 3))
+		}
+		fmt.Fprintf(&b, " worst lateness %.3f s.\n\n", r.Schedule.LatenessMaxS)
+	}
+	if r.ran("handoff") {
+		fmt.Fprintf(&b, "In flight: bridge RSS %.0f MB (peak %.0f MB) with %d failures handed off and still retrying.\n\n", r.InFlight.RSSMB, r.InFlight.PeakRSSMB, r.InFlight.Failures)
+	}
+	if r.ran("intents") {
+		r.intentsMarkdown(&b)
+	}
+	if r.ran("history") && len(r.History.Steps) > 0 {
+		r.historyMarkdown(&b)
+	}
+
+	b.WriteString("| ratio | result | target | met |\n|---|---:|---|---|\n")
+	for _, t := range r.Targets() {
+		met := "yes"
+		if !t.Met {
+			met = "**no**"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", t.Name, num(t.Value), t.Goal, met)
+	}
+	if len(r.Notes) > 0 {
+		b.WriteString("\n")
+		for _, n := range r.Notes {
+			fmt.Fprintf(&b, "- %s\n", n)
+		}
+	}
+	fmt.Fprintf(&b, "\n`%s`\n", r.SummaryLine())
+	return b.String()
+}
+
+// intentsMarkdown is the write path's section of results.md.
+func (r *Result) intentsMarkdown(b *strings.Builder) {
+	x := r.Intents
+	b.WriteString("## Intents (write path)\n\n")
+	fmt.Fprintf(b, "%d intents per measurement from %d concurrent clients over %d entities (each client owns %d, so no two clients wait for one entity's sequence row), on a pool of %d PostgreSQL connections; %s.",
+		x.Intents, x.Clients, x.Entities, x.Entities/max(x.Clients, 1), x.PoolConns, x.Mix)
+	if len(x.IntentsPerSecReps) > 1 {
+		fmt.Fprintf(b, " Each measurement ran %d times (in rotating order); the table shows the median, results.json every repetition; intents/ledger is the median of the repetitions' ratios.", len(x.IntentsPerSecReps))
+	}
+	b.WriteString("\n\n")
+	b.WriteString("| measurement | intents or events | per second | p50 ms | p99 ms |\n|---|---:|---:|---:|---:|\n")
+	fmt.Fprintf(b, "| runtime: client.Submit → POST /v1/intents (in-process server, loopback) → ledger, one transaction per intent | %d | %s | %.1f | %.1f |\n",
+		x.Intents, num(x.IntentsPerSec), x.P50Ms, x.P99Ms)
+	fmt.Fprintf(b, "| ceiling: the same rows (the ledger's record statement: sequence upsert, event row, intent row) written directly with pgx, one transaction (pgx.BeginFunc) per intent, same clients and pool | %d | %s | %.1f | %.1f |\n",
+		x.Intents, num(x.LedgerPerSec), x.LedgerP50Ms, x.LedgerP99Ms)
+	if len(x.PipelinedPerSecReps) > 0 {
+		fmt.Fprintf(b, "| diagnostic: the ceiling pipelined, BEGIN, the statement and COMMIT in one round trip | %d | %s | %.1f | %.1f |\n",
+			x.Intents, num(x.PipelinedPerSec), x.PipelinedP50Ms, x.PipelinedP99Ms)
+	}
+	fmt.Fprintf(b, "| diagnostic: the ledger's statements directly with pgx, one round trip each (BEGIN, intent lock, lookup, FollowArtist's read, the record statement, COMMIT), same clients and pool | %d | %s | %.1f | %.1f |\n",
+		x.Intents, num(x.StepwisePerSec), x.StepwiseP50Ms, x.StepwiseP99Ms)
+	fmt.Fprintf(b, "| relay: events published (Kafka-acknowledged and marked) draining the backlog, batch %d | %d | %s | | |\n\n",
+		x.RelayBatch, x.RelayEvents, num(x.RelayEventsPerSec))
+	b.WriteString("Where the CPU went, in cores (median repetition; the bench process holds the runtime server, the clients, the relay and kfake):\n\n")
+	b.WriteString("| measurement | machine busy | PostgreSQL | bench process | other |\n|---|---:|---:|---:|---:|\n")
+	for _, c := range []struct {
+		name  string
+		rates []float64
+		cpus  []CPUUse
+	}{{"runtime", x.IntentsPerSecReps, x.CPUReps}, {"ceiling (direct pgx)", x.LedgerPerSecReps, x.LedgerCPUReps},
+		{"diagnostic: ceiling pipelined", x.PipelinedPerSecReps, x.PipelinedCPUReps},
+		{"diagnostic: ledger statements one by one", x.StepwisePerSecReps, x.StepwiseCPUReps}, {"relay", x.RelayEventsPerSecReps, x.RelayCPUReps}} {
+		u := medianCPU(c.rates, c.cpus)
+		fmt.Fprintf(b, "| %s | %.2f | %.2f | %.2f | %.2f |\n", c.name, u.MachineBusy, u.Postgres, u.Bench, max(0, u.MachineBusy-u.Postgres-u.Bench-u.Temporal-u.Bridge))
+	}
+	b.WriteString("\n")
+	if len(x.NotSuccess) > 0 {
+		keys := slices.Sorted(maps.Keys(x.NotSuccess))
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = fmt.Sprintf("%s %.0f", k, x.NotSuccess[k])
+		}
+		fmt.Fprintf(b, "The runtime also answered: %s (the client re-submits after a 503).\n\n", strings.Join(parts, ", "))
+	}
+}
+
+// medianCPU is the CPU use of the repetition whose rate is the median.
+func medianCPU(rates []float64, cpus []CPUUse) CPUUse {
+	if len(rates) == 0 || len(rates) != len(cpus) {
+		return CPUUse{}
+	}
+	idx := make([]int, len(rates))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.Slice(idx, func(a, b int) bool { return rates[idx[a]] < rates[idx[b]] })
+	return cpus[idx[len(idx)/2]]
+}
+
+func floats(v []float64, prec int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = fmt.Sprintf("%.*f", prec, x)
+	}
+	return strings.Join(s, ", ")
+}
