@@ -130,7 +130,8 @@ func DialTemporal(ctx context.Context, logger *slog.Logger, o TemporalOptions) (
 }
 
 // payloadConverter is the data converter of keys (nil: the environment's):
-// the SDK's default, encrypting with codec when keys are enabled.
+// the SDK's default, encrypting with codec when keys are enabled, or
+// Keyless, which names the missing keys when it meets an encrypted payload.
 func payloadConverter(keys *config.PayloadKeys) (config.PayloadKeys, *payloadcodec.Codec, converter.DataConverter, error) {
 	var k config.PayloadKeys
 	if keys != nil {
@@ -142,7 +143,7 @@ func payloadConverter(keys *config.PayloadKeys) (config.PayloadKeys, *payloadcod
 		}
 	}
 	if !k.Enabled() {
-		return k, nil, converter.GetDefaultDataConverter(), nil
+		return k, nil, payloadcodec.Keyless(), nil
 	}
 	codec, err := payloadcodec.New(k)
 	if err != nil {

@@ -178,3 +178,38 @@ func (e *UnknownKeyError) Error() string {
 	return fmt.Sprintf("payload codec: payload encrypted with key ID %q, which is not among the configured keys (%s): add it to %s or %s to decode it",
 		id, strings.Join(e.Known, ", "), config.EnvPayloadKeys, config.EnvPayloadKeysFile)
 }
+
+// Keyless is the data converter of a process without payload keys: it
+// writes payloads as they are, and a payload that a process with keys
+// encrypted fails to decode with an error that names the variables to set,
+// instead of the SDK's "payload encoding is not supported".
+func Keyless() converter.DataConverter {
+	return converter.NewCodecDataConverter(converter.GetDefaultDataConverter(), keylessCodec{})
+}
+
+type keylessCodec struct{}
+
+func (keylessCodec) Encode(payloads []*commonpb.Payload) ([]*commonpb.Payload, error) {
+	return payloads, nil
+}
+
+func (keylessCodec) Decode(payloads []*commonpb.Payload) ([]*commonpb.Payload, error) {
+	for _, p := range payloads {
+		if string(p.GetMetadata()[converter.MetadataEncoding]) == EncodingEncrypted {
+			return nil, &NoKeysError{ID: string(p.GetMetadata()[MetadataKeyID])}
+		}
+	}
+	return payloads, nil
+}
+
+// NoKeysError is an encrypted payload met by a process without keys.
+type NoKeysError struct{ ID string }
+
+func (e *NoKeysError) Error() string {
+	id := e.ID
+	if len(id) > 64 {
+		id = id[:64] + "…"
+	}
+	return fmt.Sprintf("payload codec: payload encrypted with key ID %q, and no keys are configured: set %s or %s to the keys the workers use to decode it",
+		id, config.EnvPayloadKeys, config.EnvPayloadKeysFile)
+}

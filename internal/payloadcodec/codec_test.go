@@ -223,6 +223,28 @@ func TestDataConverter(t *testing.T) {
 	require.ErrorContains(t, err, "binary/encrypted")
 }
 
+// Without keys, values convert as with the SDK's default converter, and an
+// encrypted payload fails with an error naming the variables to set.
+func TestKeylessNamesTheMissingKeys(t *testing.T) {
+	keyless := payloadcodec.Keyless()
+	ps, err := keyless.ToPayloads(event{EventID: "e1", Payload: map[string]any{"artistId": secret}})
+	require.NoError(t, err)
+	plain, err := converter.GetDefaultDataConverter().ToPayloads(event{EventID: "e1", Payload: map[string]any{"artistId": secret}})
+	require.NoError(t, err)
+	require.True(t, proto.Equal(plain, ps), "written as the default converter writes it")
+	var e event
+	require.NoError(t, keyless.FromPayloads(ps, &e))
+	require.Equal(t, secret, e.Payload["artistId"])
+
+	enc, err := payloadcodec.DataConverter(newCodec(t, keys(t, "k1", "k1"))).ToPayloads(event{EventID: "e2"})
+	require.NoError(t, err)
+	err = keyless.FromPayloads(enc, &e)
+	var noKeys *payloadcodec.NoKeysError
+	require.True(t, errors.As(err, &noKeys), "%v", err)
+	require.Equal(t, "k1", noKeys.ID)
+	require.ErrorContains(t, err, `payload codec: payload encrypted with key ID "k1", and no keys are configured: set CAUSET_PAYLOAD_KEYS or CAUSET_PAYLOAD_KEYS_FILE to the keys the workers use to decode it`)
+}
+
 func TestNewRefusesBadKeys(t *testing.T) {
 	_, err := payloadcodec.New(config.PayloadKeys{})
 	require.EqualError(t, err, "payload codec: no keys configured")
