@@ -257,6 +257,11 @@ func (b *browser) open(t *testing.T, url string, done func(string) bool, within 
 			time.Sleep(500 * time.Millisecond)
 			return text
 		}
+		if strings.Contains(text, "Internal Error") {
+			t.Logf("the UI showed its error page: navigating again (%.200q)", text)
+			time.Sleep(time.Second)
+			b.must(t, b.session, "Page.navigate", map[string]any{"url": url}, nil)
+		}
 	}
 	return text
 }
