@@ -214,13 +214,14 @@ func DedupePartition(h int32) string {
 	return "causet_projection_applied_h" + strconv.Itoa(int(h))
 }
 
-// dedupeCreateChunk is how many hour partitions one transaction creates: a
+// dedupeHoursPerTx is how many hour partitions one transaction creates or
+// drops: a
 // fresh ledger needs horizon/1h + DedupeAhead/1h of them (385 at the
 // default horizon), and a transaction holds a lock on every table it
 // creates until it ends, so creating them all at once would need about
 // 1,500 locks of max_locks_per_transaction's shared table. A day's worth is
 // about a hundred.
-const dedupeCreateChunk = 24
+const dedupeHoursPerTx = 24
 
 // MaintainDedupe keeps the dedupe ledger within horizon at now (the
 // database's clock): it creates the hour partitions up to DedupeAhead (a
@@ -245,39 +246,16 @@ func MaintainDedupe(ctx context.Context, pool *pgxpool.Pool, horizon time.Durati
 	if err != nil {
 		return 0, 0, fmt.Errorf("maintain the dedupe ledger: %w", err)
 	}
-	have := map[int32]bool{}
-	for _, h := range existing {
-		have[h] = true
+	missing := missingHours(existing, lo, hi)
+	// IF NOT EXISTS: another process may have created one since the listing.
+	if _, err := eachHourLocked(ctx, pool, missing, "create", func(h int32) string {
+		return fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s PARTITION OF causet_projection_applied FOR VALUES IN (%d)",
+			pgx.Identifier{DedupePartition(h)}.Sanitize(), h)
+	}); err != nil {
+		return 0, 0, fmt.Errorf("maintain the dedupe ledger: %w", err)
 	}
-	var missing, expired []int32
-	for h := lo; h <= hi; h++ {
-		if !have[h] {
-			missing = append(missing, h)
-		}
-	}
-	for len(missing) > 0 {
-		chunk := missing[:min(dedupeCreateChunk, len(missing))]
-		missing = missing[len(chunk):]
-		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", dedupeLockKey); err != nil {
-				return err
-			}
-			for _, h := range chunk {
-				// IF NOT EXISTS: another process may have created it since the listing.
-				if _, err := tx.Exec(ctx, fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s PARTITION OF causet_projection_applied FOR VALUES IN (%d)",
-					pgx.Identifier{DedupePartition(h)}.Sanitize(), h)); err != nil {
-					return fmt.Errorf("create dedupe partition for %s: %w", DedupeHourStart(h).Format(time.RFC3339), err)
-				}
-			}
-			return nil
-		}); err != nil {
-			return 0, 0, fmt.Errorf("maintain the dedupe ledger: %w", err)
-		}
-	}
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", dedupeLockKey); err != nil {
-			return err
-		}
+	var expired []int32
+	err = underMaintenanceLock(ctx, pool, func(tx pgx.Tx) error {
 		// Under the lock: the partitions as they are now, not as listed
 		// before (another maintainer with a shorter horizon may have dropped
 		// some). The window must not name an hour without its partition.
@@ -285,14 +263,8 @@ func MaintainDedupe(ctx context.Context, pool *pgxpool.Pool, horizon time.Durati
 		if err != nil {
 			return err
 		}
-		exists := map[int32]bool{}
-		for _, h := range current {
-			exists[h] = true
-		}
-		for h := lo; h <= hi; h++ {
-			if !exists[h] {
-				return fmt.Errorf("dedupe partition for %s is missing (dropped by another maintainer?); the window stays where it was", DedupeHourStart(h).Format(time.RFC3339))
-			}
+		if gone := missingHours(current, lo, hi); len(gone) > 0 {
+			return fmt.Errorf("dedupe partition for %s is missing (dropped by another maintainer?); the window stays where it was", DedupeHourStart(gone[0]).Format(time.RFC3339))
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO causet_projection_dedupe (id, lo, hi, horizon, maintained_at) VALUES (true, $1, $2, $3, now())
 ON CONFLICT (id) DO UPDATE SET lo = EXCLUDED.lo, hi = EXCLUDED.hi, horizon = EXCLUDED.horizon, maintained_at = EXCLUDED.maintained_at`,
@@ -312,23 +284,11 @@ ON CONFLICT (id) DO UPDATE SET lo = EXCLUDED.lo, hi = EXCLUDED.hi, horizon = EXC
 	}
 	// The window has moved past the expired hours: drop them, a day per
 	// transaction too (a ledger left unmaintained for long has many).
-	for len(expired) > 0 {
-		chunk := expired[:min(dedupeCreateChunk, len(expired))]
-		expired = expired[len(chunk):]
-		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", dedupeLockKey); err != nil {
-				return err
-			}
-			for _, h := range chunk {
-				if _, err := tx.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{DedupePartition(h)}.Sanitize()); err != nil {
-					return fmt.Errorf("drop dedupe partition for %s: %w", DedupeHourStart(h).Format(time.RFC3339), err)
-				}
-			}
-			return nil
-		}); err != nil {
-			return dropped, 0, fmt.Errorf("maintain the dedupe ledger: %w", err)
-		}
-		dropped += len(chunk)
+	dropped, err = eachHourLocked(ctx, pool, expired, "drop", func(h int32) string {
+		return "DROP TABLE IF EXISTS " + pgx.Identifier{DedupePartition(h)}.Sanitize()
+	})
+	if err != nil {
+		return dropped, 0, fmt.Errorf("maintain the dedupe ledger: %w", err)
 	}
 	// Bucket 0 is pruned row by row, outside the maintenance transaction,
 	// in chunks.
@@ -343,6 +303,55 @@ ON CONFLICT (id) DO UPDATE SET lo = EXCLUDED.lo, hi = EXCLUDED.hi, horizon = EXC
 			return dropped, deleted, nil
 		}
 	}
+}
+
+// missingHours are the hours of [lo, hi] that have is missing.
+func missingHours(have []int32, lo, hi int32) []int32 {
+	set := make(map[int32]bool, len(have))
+	for _, h := range have {
+		set[h] = true
+	}
+	var out []int32
+	for h := lo; h <= hi; h++ {
+		if !set[h] {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// underMaintenanceLock runs fn in a transaction that holds the dedupe
+// maintenance lock, so concurrent maintainers take turns.
+func underMaintenanceLock(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", dedupeLockKey); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+}
+
+// eachHourLocked runs stmt(h) for each of hours, dedupeHoursPerTx of them
+// per transaction under the maintenance lock (what: "create" or "drop", for
+// the error). It returns how many hours' transactions committed.
+func eachHourLocked(ctx context.Context, pool *pgxpool.Pool, hours []int32, what string, stmt func(h int32) string) (int, error) {
+	done := 0
+	for len(hours) > 0 {
+		chunk := hours[:min(dedupeHoursPerTx, len(hours))]
+		hours = hours[len(chunk):]
+		if err := underMaintenanceLock(ctx, pool, func(tx pgx.Tx) error {
+			for _, h := range chunk {
+				if _, err := tx.Exec(ctx, stmt(h)); err != nil {
+					return fmt.Errorf("%s dedupe partition for %s: %w", what, DedupeHourStart(h).Format(time.RFC3339), err)
+				}
+			}
+			return nil
+		}); err != nil {
+			return done, err
+		}
+		done += len(chunk)
+	}
+	return done, nil
 }
 
 // DedupeHourPartitions lists the hour buckets that have partitions, in order.
