@@ -115,6 +115,23 @@ func startCodecServer(t *testing.T, addr string, env ...string) (url string, std
 	return url, stderr, stop
 }
 
+// codecRequest sends body to url with the header pairs given and returns
+// the response and its body.
+func codecRequest(t *testing.T, method, url, body string, header ...string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	require.NoError(t, err)
+	for i := 0; i < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp, string(b)
+}
+
 // codecLog is a bytes.Buffer that a child process's output copier may
 // write while the test reads it.
 type codecLog struct {
@@ -145,17 +162,7 @@ func TestCodecServerCommand(t *testing.T) {
 	body := `{"payloads":[{"metadata":{"encoding":"` + base64.StdEncoding.EncodeToString([]byte("json/plain")) +
 		`"},"data":"` + base64.StdEncoding.EncodeToString([]byte(`"codec-command-secret"`)) + `"}]}`
 	do := func(method, path, body string, header ...string) (*http.Response, string) {
-		req, err := http.NewRequest(method, url+path, strings.NewReader(body))
-		require.NoError(t, err)
-		for i := 0; i < len(header); i += 2 {
-			req.Header.Set(header[i], header[i+1])
-		}
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return resp, string(b)
+		return codecRequest(t, method, url+path, body, header...)
 	}
 	resp, enc := do(http.MethodPost, "/encode", body, "Content-Type", "application/json", "X-Namespace", "default")
 	require.Equal(t, http.StatusOK, resp.StatusCode, enc)

@@ -98,6 +98,17 @@ func shell(t *testing.T, env []string, line string) (string, error) {
 // FollowArtist's to Temporal. It waits until the temporal CLI lists a
 // dead-lettered workflow, then sends SIGINT as Ctrl-C does and checks that
 // no child process, no temp dir and no listening runtime remain.
+// devRoot is a temp dir for a `causet dev`'s own temp dirs, removed at
+// cleanup; readable by all, since initdb runs as postgres when root.
+func devRoot(t *testing.T, prefix string) string {
+	t.Helper()
+	root, err := os.MkdirTemp("", prefix)
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(root, 0o755))
+	t.Cleanup(func() { _ = os.RemoveAll(root) })
+	return root
+}
+
 // devTestEnv is the environment of a `causet dev` a test starts: this
 // process's, without the services' variables (dev starts its own: temp dirs
 // under root), with a task queue of the test's and, against a real broker,
@@ -126,6 +137,62 @@ func devTestEnv(t *testing.T, root string) []string {
 	return env
 }
 
+// devProcess is a `causet` command a test runs in the background, its
+// stdout and stderr kept.
+type devProcess struct {
+	cmd       *exec.Cmd
+	out, logs *lockedBuffer
+	done      chan error
+}
+
+// startDev runs the binary with args and env; it is killed at cleanup if
+// still running. It runs in the package directory and finds ./bin/temporal
+// upwards.
+func startDev(t *testing.T, env []string, args ...string) *devProcess {
+	t.Helper()
+	d := &devProcess{cmd: exec.Command(binary, args...), out: &lockedBuffer{}, logs: &lockedBuffer{}, done: make(chan error, 1)}
+	d.cmd.Env, d.cmd.Stdout, d.cmd.Stderr = env, d.out, d.logs
+	require.NoError(t, d.cmd.Start())
+	go func() { d.done <- d.cmd.Wait() }()
+	t.Cleanup(func() {
+		if d.cmd.ProcessState == nil {
+			_ = d.cmd.Process.Kill()
+		}
+	})
+	return d
+}
+
+// waitBanner waits for `causet dev`'s banner, printed once everything runs,
+// and returns it; the command must not have exited.
+func (d *devProcess) waitBanner(t *testing.T) string {
+	t.Helper()
+	var exited bool
+	var exitErr error
+	require.Eventually(t, func() bool {
+		select {
+		case exitErr = <-d.done:
+			exited = true
+			return true
+		default:
+		}
+		return strings.Contains(d.out.String(), "Other shells reach this stack with:")
+	}, 3*time.Minute, 200*time.Millisecond, "no banner:\n%s", d.out)
+	require.False(t, exited, "causet dev returned early: %v\n%s\n%s", exitErr, d.out, d.logs)
+	return d.out.String()
+}
+
+// interrupt sends Ctrl-C and requires a clean exit within 90 s.
+func (d *devProcess) interrupt(t *testing.T) {
+	t.Helper()
+	require.NoError(t, d.cmd.Process.Signal(os.Interrupt))
+	select {
+	case err := <-d.done:
+		require.NoError(t, err, "causet dev exits 0 on Ctrl-C\n%s", d.logs)
+	case <-time.After(90 * time.Second):
+		t.Fatal("causet dev did not stop within 90s of Ctrl-C")
+	}
+}
+
 func TestDevKafkaSmoke(t *testing.T) {
 	cli, err := devstack.FindTemporalCLI()
 	if err != nil {
@@ -137,48 +204,16 @@ func TestDevKafkaSmoke(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Skip("curl is not installed: the banner's curl line cannot be pasted")
 	}
-	root, err := os.MkdirTemp("", "causet-dev-smoke-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(root, 0o755)) // initdb runs as postgres when root
-	t.Cleanup(func() { _ = os.RemoveAll(root) })
+	root := devRoot(t, "causet-dev-smoke-")
 
 	env := devTestEnv(t, root)
-
-	out, logs := &lockedBuffer{}, &lockedBuffer{}
-	cmd := exec.Command(binary, "dev", "--demo", "--rate", "10")
-	cmd.Env, cmd.Stdout, cmd.Stderr = env, out, logs
-	// It runs in the package directory and finds ./bin/temporal upwards.
-	require.NoError(t, cmd.Start())
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-		}
-	})
-
-	// The banner names the Temporal address, the runtime and the dead-letter
-	// UI link; it is printed once everything runs.
-	addrRE := regexp.MustCompile(`Temporal +(127\.0\.0\.1:\d+)`)
-	var addr string
-	var exited bool
-	var exitErr error
-	require.Eventually(t, func() bool {
-		select {
-		case exitErr = <-done:
-			exited = true
-			return true
-		default:
-		}
-		m := addrRE.FindStringSubmatch(out.String())
-		if m == nil || !strings.Contains(out.String(), "Other shells reach this stack with:") {
-			return false
-		}
-		addr = m[1]
-		return true
-	}, 3*time.Minute, 200*time.Millisecond, "no banner:\n%s", out)
-	require.False(t, exited, "causet dev returned early: %v\n%s\n%s", exitErr, out, logs)
-	banner := out.String()
+	dev := startDev(t, env, "dev", "--demo", "--rate", "10")
+	out, logs := dev.out, dev.logs
+	banner := dev.waitBanner(t)
+	// The banner names the Temporal address, the runtime and the dead-letter UI link.
+	tm := regexp.MustCompile(`Temporal +(127\.0\.0\.1:\d+)`).FindStringSubmatch(banner)
+	require.NotNil(t, tm, "no Temporal line:\n%s", banner)
+	addr := tm[1]
 	require.Contains(t, banner, "/namespaces/default/workflows?query=CausetRetryState%3D%22dead_lettered%22")
 	require.Contains(t, banner, `workflow signal`)
 	require.Contains(t, banner, `--name replay --input '{"reason":"fixed"}'`)
@@ -272,13 +307,7 @@ func TestDevKafkaSmoke(t *testing.T) {
 	require.NotContains(t, logs.String(), `"msg":"demo intent not submitted"`)
 
 	// Ctrl-C.
-	require.NoError(t, cmd.Process.Signal(os.Interrupt))
-	select {
-	case err := <-done:
-		require.NoError(t, err, "causet dev exits 0 on Ctrl-C\n%s", logs)
-	case <-time.After(90 * time.Second):
-		t.Fatal("causet dev did not stop within 90s of Ctrl-C")
-	}
+	dev.interrupt(t)
 	require.Contains(t, out.String(), "stopped everything it started")
 	require.Contains(t, logs.String(), `"msg":"runtime stopped"`)
 	require.Contains(t, logs.String(), `"msg":"relay stopped"`)

@@ -6,8 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -33,36 +31,9 @@ func TestDevKafkaCodecServer(t *testing.T) {
 		}
 		t.Skip(err)
 	}
-	root, err := os.MkdirTemp("", "causet-dev-codec-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(root, 0o755)) // initdb runs as postgres when root
-	t.Cleanup(func() { _ = os.RemoveAll(root) })
-
-	out, logs := &lockedBuffer{}, &lockedBuffer{}
-	cmd := exec.Command(binary, "dev")
-	cmd.Env = append(devTestEnv(t, root), "CAUSET_PAYLOAD_KEYS=k7:"+codecTestKey(t))
-	cmd.Stdout, cmd.Stderr = out, logs
-	require.NoError(t, cmd.Start())
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-		}
-	})
-	var exited bool
-	var exitErr error
-	require.Eventually(t, func() bool {
-		select {
-		case exitErr = <-done:
-			exited = true
-			return true
-		default:
-		}
-		return strings.Contains(out.String(), "Other shells reach this stack with:")
-	}, 3*time.Minute, 200*time.Millisecond, "no banner:\n%s", out)
-	require.False(t, exited, "causet dev returned early: %v\n%s\n%s", exitErr, out, logs)
-	banner := out.String()
+	root := devRoot(t, "causet-dev-codec-")
+	dev := startDev(t, append(devTestEnv(t, root), "CAUSET_PAYLOAD_KEYS=k7:"+codecTestKey(t)), "dev")
+	banner := dev.waitBanner(t)
 	codec := regexp.MustCompile(`Codec server +(http://127\.0\.0\.1:\d+) +payloads are encrypted \(key k7\)`).FindStringSubmatch(banner)
 	require.NotNil(t, codec, "no codec server line:\n%s", banner)
 	ui := regexp.MustCompile(`Temporal UI:\n +(http://\S+)/namespaces/`).FindStringSubmatch(banner)
@@ -82,16 +53,7 @@ func TestDevKafkaCodecServer(t *testing.T) {
 
 	// It encodes with the key, and decodes for the UI's origin.
 	post := func(path, body string) (*http.Response, string) {
-		req, err := http.NewRequest(http.MethodPost, codec[1]+path, strings.NewReader(body))
-		require.NoError(t, err)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Origin", ui[1])
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return resp, string(b)
+		return codecRequest(t, http.MethodPost, codec[1]+path, body, "Content-Type", "application/json", "Origin", ui[1])
 	}
 	plain := `{"payloads":[{"metadata":{"encoding":"` + base64.StdEncoding.EncodeToString([]byte("json/plain")) +
 		`"},"data":"` + base64.StdEncoding.EncodeToString([]byte(`"dev-codec-secret"`)) + `"}]}`
@@ -108,13 +70,7 @@ func TestDevKafkaCodecServer(t *testing.T) {
 	require.Equal(t, `"dev-codec-secret"`, string(ps.GetPayloads()[0].GetData()))
 
 	// Ctrl-C stops it with the rest.
-	require.NoError(t, cmd.Process.Signal(os.Interrupt))
-	select {
-	case err := <-done:
-		require.NoError(t, err, "causet dev exits 0 on Ctrl-C\n%s", logs)
-	case <-time.After(90 * time.Second):
-		t.Fatal("causet dev did not stop within 90s of Ctrl-C")
-	}
+	dev.interrupt(t)
 	c, err := net.DialTimeout("tcp", strings.TrimPrefix(codec[1], "http://"), time.Second)
 	if err == nil {
 		c.Close()
