@@ -141,6 +141,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	b.dbURL, b.brokers = stack.DatabaseURL, stack.KafkaBrokers
 	if stack.Temporal != nil {
 		b.procs.temporalPID = stack.Temporal.PID
+		b.procs.temporalMetrics = stack.Temporal.MetricsURL
 	}
 	if stack.Postgres != nil {
 		b.procs.pgDir = stack.Postgres.Dir

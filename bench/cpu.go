@@ -31,8 +31,10 @@ type cpuSample struct {
 
 // procs identifies the processes whose CPU a run accounts for.
 type procs struct {
-	temporalPID int    // 0 when Temporal is not ours
-	pgDir       string // devstack's PostgreSQL dir, "" when not ours
+	temporalPID int // 0 when Temporal is not ours
+	// temporalMetrics is its Prometheus endpoint, "" when not ours.
+	temporalMetrics string
+	pgDir           string // devstack's PostgreSQL dir, "" when not ours
 }
 
 func (b *bench) sample(bridgePID int) cpuSample {

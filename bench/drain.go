@@ -138,6 +138,10 @@ func (b *bench) inlineRep(ctx context.Context, phase, label string, db benchDB, 
 		return err
 	}
 	run.Failing = nf
+	var span serverSpan
+	if nf > 0 && last {
+		span = b.beginServerSpan(ctx)
+	}
 	p, err := b.startBridge(ctx, phase, phaseEnv(topic, b.handoffQueue(), db.env))
 	if err != nil {
 		return err
@@ -149,6 +153,9 @@ func (b *bench) inlineRep(ctx context.Context, phase, label string, db benchDB, 
 	})
 	if err != nil {
 		return err
+	}
+	if run.Server = span.end(ctx, cpu.Temporal, elapsed); run.Server != nil {
+		b.progress("  %s: temporal server's own figures: %s", label, run.Server)
 	}
 	eps := float64(n) / elapsed.Seconds()
 	run.EventsPerSecReps = append(run.EventsPerSecReps, eps)

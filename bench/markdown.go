@@ -102,6 +102,7 @@ func (r *Result) Markdown() string {
 		fmt.Fprintf(&b, "Eager workflow start: %d raw starts on a queue the bench's worker polls ran at %s/s without and %s/s with EnableEagerStart (%d concurrent; the Temporal server used %.2f and %.2f cores).\n\n",
 			r.Handoff.Events/2, num(r.Handoff.PolledPerSec), num(r.Handoff.EagerPerSec), r.Handoff.Concurrency, r.Handoff.PolledCPU.Temporal, r.Handoff.EagerCPU.Temporal)
 	}
+	r.serverMarkdown(&b)
 	if len(rtopics) > 0 {
 		b.WriteString("Retry topics: events/s runs to the last event applied or dead-lettered, so a run with failures includes the last failure's whole schedule; the events topic alone (every record applied or forwarded to a delay topic, produce acknowledged: the point at which the inline figure stops, at the durable hand-off) drained at")
 		for i, x := range rtopics {
@@ -263,4 +264,44 @@ func floats(v []float64, prec int) string {
 		s[i] = fmt.Sprintf("%.*f", prec, x)
 	}
 	return strings.Join(s, ", ")
+}
+
+// serverMarkdown is the Temporal server's own figures for the runs that
+// started workflows, from its Prometheus endpoint.
+func (r *Result) serverMarkdown(b *strings.Builder) {
+	type row struct {
+		what    string
+		perSec  float64
+		figures *ServerFigures
+	}
+	var rows []row
+	for _, x := range r.Inline {
+		if x.Server != nil {
+			rows = append(rows, row{"inline, " + pct(x.FailPct) + " failing (drain)", x.StartsPerSec, x.Server})
+		}
+	}
+	if r.ran("handoff") {
+		h := r.Handoff
+		for _, x := range []row{{"hand-off, bridge at 100 % failing", h.BridgeStartsPerSec, h.BridgeServer},
+			{"hand-off, raw ExecuteWorkflow (first half)", h.RawBeforePerSec, h.RawServer},
+			{"raw ExecuteWorkflow on a polled queue", h.PolledPerSec, h.PolledServer},
+			{"raw ExecuteWorkflow on a polled queue, eager start", h.EagerPerSec, h.EagerServer}} {
+			if x.figures != nil {
+				rows = append(rows, x)
+			}
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	b.WriteString("The Temporal server's own figures (its Prometheus endpoint, read before and after each run; latency at the frontend, p50 and p99 as latency-bucket bounds; persistence is every call the server made in the run, per start):\n\n")
+	b.WriteString("| run | starts | starts/s | start mean ms | p50 ≤ ms | p99 ≤ ms | history ms | create-execution write ms | persistence calls / start | persistence ms / start | server CPU ms / start | starts/s per server core |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, x := range rows {
+		f := x.figures
+		fmt.Fprintf(b, "| %s | %.0f | %s | %.1f | %s | %s | %.1f | %.2f | %.1f | %.1f | %.2f | %s |\n", x.what, f.Starts, num(x.perSec),
+			f.StartMeanMs, boundMs(f.StartP50Ms), boundMs(f.StartP99Ms), f.HistoryStartMeanMs, f.CreateMeanMs,
+			f.PersistenceCallsPerStart, f.PersistenceMsPerStart, f.CPUMsPerStart, num(f.StartsPerCore))
+	}
+	b.WriteString("\n")
 }

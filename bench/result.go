@@ -138,6 +138,9 @@ type InlineRun struct {
 	P50Ms          float64 `json:"p50Ms"`
 	P99Ms          float64 `json:"p99Ms"`
 	PeakRSSMB      float64 `json:"peakRSSMB"`
+	// Server is the Temporal server's own figures for the last
+	// repetition's drain, when events failed (nil otherwise).
+	Server *ServerFigures `json:"server,omitempty"`
 }
 
 // WorkflowRun is the workflow-mode run.
@@ -211,6 +214,14 @@ type HandoffRun struct {
 	EagerPerSec  float64 `json:"eagerPerSec"`
 	PolledCPU    CPUUse  `json:"polledCPU"`
 	EagerCPU     CPUUse  `json:"eagerCPU"`
+	// BridgeServer, RawServer, PolledServer and EagerServer are the
+	// Temporal server's own figures for the bridge's run, the first half of
+	// the raw calls and the polled-queue runs (nil when the server is not
+	// the bench's own).
+	BridgeServer *ServerFigures `json:"bridgeServer,omitempty"`
+	RawServer    *ServerFigures `json:"rawServer,omitempty"`
+	PolledServer *ServerFigures `json:"polledServer,omitempty"`
+	EagerServer  *ServerFigures `json:"eagerServer,omitempty"`
 }
 
 // InFlightRun is the bridge's memory with Failures handed off and retrying.

@@ -81,15 +81,18 @@ func (b *bench) handoff(ctx context.Context) error {
 	n := b.sizes.Handoff
 	conc := b.sizes.MaxInflight
 	half := n / 2
+	span := b.beginServerSpan(ctx)
 	raw1, err := b.rawStarts(ctx, b.runID+"-raw1", half, conc, b.handoffQueue(), false)
 	if err != nil {
 		return err
 	}
+	rawServer := span.end(ctx, raw1.cpu.Temporal, raw1.d)
 
 	topic, _, err := b.phaseEvents(ctx, "handoff", b.runID+"-handoff", n, 100)
 	if err != nil {
 		return err
 	}
+	span = b.beginServerSpan(ctx)
 	p, err := b.startBridge(ctx, "handoff", phaseEnv(topic, b.handoffQueue(), retryEnv(longRetry)))
 	if err != nil {
 		return err
@@ -99,6 +102,7 @@ func (b *bench) handoff(ctx context.Context) error {
 		p.stop()
 		return err
 	}
+	bridgeServer := span.end(ctx, cpu.Temporal, elapsed)
 	// Let the bridge commit and settle, then read its memory.
 	time.Sleep(2 * time.Second)
 	cur, peak, err := rss(p.cmd.Process.Pid)
@@ -117,24 +121,37 @@ func (b *bench) handoff(ctx context.Context) error {
 	// the first workflow task back in the start's response). A polled queue
 	// runs each workflow's first task, so both are compared on it. The
 	// retries they schedule are 10 minutes out, after the bench.
+	span = b.beginServerSpan(ctx)
 	polled, err := b.rawStarts(ctx, b.runID+"-polled", half, conc, b.workQueue, false)
 	if err != nil {
 		return err
 	}
+	polledServer := span.end(ctx, polled.cpu.Temporal, polled.d)
+	span = b.beginServerSpan(ctx)
 	eager, err := b.rawStarts(ctx, b.runID+"-eager", half, conc, b.workQueue, true)
 	if err != nil {
 		return err
 	}
+	eagerServer := span.end(ctx, eager.cpu.Temporal, eager.d)
 	rawRate := float64(n) / (raw1.d + raw2.d).Seconds()
 	b.res.Handoff = HandoffRun{Events: n, Concurrency: conc, BridgeStartsPerSec: float64(n) / elapsed.Seconds(), RawStartsPerSec: rawRate,
 		RawBeforePerSec: float64(half) / raw1.d.Seconds(), RawAfterPerSec: float64(n-half) / raw2.d.Seconds(),
 		BridgeCPU: cpu, RawCPU: raw1.cpu,
-		PolledPerSec: float64(half) / polled.d.Seconds(), EagerPerSec: float64(half) / eager.d.Seconds(), PolledCPU: polled.cpu, EagerCPU: eager.cpu}
+		PolledPerSec: float64(half) / polled.d.Seconds(), EagerPerSec: float64(half) / eager.d.Seconds(), PolledCPU: polled.cpu, EagerCPU: eager.cpu,
+		BridgeServer: bridgeServer, RawServer: rawServer, PolledServer: polledServer, EagerServer: eagerServer}
 	b.progress("  hand-off cores used: bridge run: machine %.2f, bridge %.2f, postgres %.2f, temporal %.2f; raw run: machine %.2f, bench %.2f, temporal %.2f; raw before %.0f/s, after %.0f/s",
 		cpu.MachineBusy, cpu.Bridge, cpu.Postgres, cpu.Temporal, raw1.cpu.MachineBusy, raw1.cpu.Bench, raw1.cpu.Temporal, b.res.Handoff.RawBeforePerSec, b.res.Handoff.RawAfterPerSec)
 	b.progress("hand-off: bridge %.0f workflow starts/s at 100%% failing, raw ExecuteWorkflow %.0f/s (%d concurrent)", b.res.Handoff.BridgeStartsPerSec, rawRate, conc)
 	b.progress("  eager start: on a polled queue %.0f starts/s without, %.0f/s with EnableEagerStart (temporal %.2f and %.2f cores)",
 		b.res.Handoff.PolledPerSec, b.res.Handoff.EagerPerSec, polled.cpu.Temporal, eager.cpu.Temporal)
+	for _, x := range []struct {
+		what string
+		f    *ServerFigures
+	}{{"bridge", bridgeServer}, {"raw", rawServer}, {"polled queue", polledServer}, {"polled queue, eager", eagerServer}} {
+		if x.f != nil {
+			b.progress("  temporal server's own figures, %s: %s", x.what, x.f)
+		}
+	}
 	b.progress("in flight: bridge RSS %.0f MB (peak %.0f MB) with %d failures handed off and retrying", cur, peak, n)
 	return nil
 }

@@ -112,6 +112,8 @@ type Temporal struct {
 	Namespace string
 	// UIURL is the web UI's base URL (empty when headless).
 	UIURL string
+	// MetricsURL is the server's own Prometheus endpoint (its /metrics).
+	MetricsURL string
 	// CLI is the temporal CLI binary the server runs from.
 	CLI string
 	// Dir is the temp dir holding the server log; Stop removes it.
@@ -177,12 +179,13 @@ func startTemporal(ctx context.Context, opts TemporalOptions, ports []int) (*Tem
 		return nil, err
 	}
 	t := &Temporal{
-		HostPort:  "127.0.0.1:" + strconv.Itoa(ports[0]),
-		Namespace: "default",
-		CLI:       opts.CLI,
-		Dir:       dir,
-		logFile:   filepath.Join(dir, "temporal.log"),
-		pgidFile:  filepath.Join(dir, "pgid"),
+		HostPort:   "127.0.0.1:" + strconv.Itoa(ports[0]),
+		Namespace:  "default",
+		MetricsURL: "http://127.0.0.1:" + strconv.Itoa(ports[3]) + "/metrics",
+		CLI:        opts.CLI,
+		Dir:        dir,
+		logFile:    filepath.Join(dir, "temporal.log"),
+		pgidFile:   filepath.Join(dir, "pgid"),
 	}
 	t.argv = []string{"server", "start-dev", "--ip", "127.0.0.1",
 		"--port", strconv.Itoa(ports[0]), "--ui-port", strconv.Itoa(ports[1]),

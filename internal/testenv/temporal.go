@@ -38,6 +38,9 @@ type TemporalServer struct {
 	Namespace string
 	// Client is connected to HostPort/Namespace; it is closed when the test ends.
 	Client client.Client
+	// MetricsURL is a dev server's own Prometheus endpoint ("" for a
+	// TEMPORAL_ADDRESS server).
+	MetricsURL string
 
 	cli string // temporal CLI path, may be empty
 }
@@ -50,7 +53,7 @@ type TemporalServer struct {
 // workflow IDs and task queues (see [TaskQueue]).
 func Temporal(t testing.TB) TemporalServer {
 	t.Helper()
-	var hostPort, ns string
+	var hostPort, ns, metricsURL string
 	if addr := os.Getenv("TEMPORAL_ADDRESS"); addr != "" {
 		hostPort = addr
 		ns = os.Getenv("TEMPORAL_NAMESPACE")
@@ -59,7 +62,7 @@ func Temporal(t testing.TB) TemporalServer {
 		}
 	} else {
 		s := devServer(t)
-		hostPort, ns = s.HostPort, s.Namespace
+		hostPort, ns, metricsURL = s.HostPort, s.Namespace, s.MetricsURL
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -76,7 +79,7 @@ func Temporal(t testing.TB) TemporalServer {
 		ensureSearchAttributes(t, c, ns)
 	}
 	cli, _ := proc.FindTemporalCLI()
-	return TemporalServer{HostPort: hostPort, Namespace: ns, Client: c, cli: cli}
+	return TemporalServer{HostPort: hostPort, Namespace: ns, Client: c, MetricsURL: metricsURL, cli: cli}
 }
 
 // TemporalWithLimits starts a dev server of the test's own with the given
@@ -100,7 +103,7 @@ func TemporalWithLimits(t testing.TB, dynamicConfig map[string]string) TemporalS
 		t.Fatalf("connect to the dev server at %s: %v", s.HostPort, err)
 	}
 	t.Cleanup(c.Close)
-	return TemporalServer{HostPort: s.HostPort, Namespace: s.Namespace, Client: c, cli: s.CLI}
+	return TemporalServer{HostPort: s.HostPort, Namespace: s.Namespace, Client: c, MetricsURL: s.MetricsURL, cli: s.CLI}
 }
 
 // CLI runs the temporal CLI (./bin/temporal of this repository, else
