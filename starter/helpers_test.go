@@ -78,6 +78,7 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	t.Cleanup(cancel)
 	h := &harness{t: t, ctx: ctx, logs: &syncBuffer{}, prefix: fmt.Sprintf("t%x-", time.Now().UnixNano())}
 	h.logger = slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: testLogLevel()}))
+	t.Cleanup(func() { h.logTailOnFailure(200) })
 	h.brokers = testenv.Kafka(t)
 	h.topic = testenv.Topic(t, "causet.events.v1")
 	h.dlqTopic = testenv.Topic(t, "causet.dlq")
@@ -385,6 +386,21 @@ func (b *syncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
+}
+
+// logTailOnFailure writes the last n lines of the bridge's and worker's
+// log to the test's output when the test failed, so a failure in CI comes
+// with what the bridge was doing.
+func (h *harness) logTailOnFailure(n int) {
+	if !h.t.Failed() {
+		return
+	}
+	lines := strings.Split(strings.TrimRight(string(h.logs.bytes()), "\n"), "\n")
+	if len(lines) > n {
+		h.t.Logf("bridge log: %d earlier lines left out", len(lines)-n)
+		lines = lines[len(lines)-n:]
+	}
+	h.t.Logf("bridge log, last %d lines:\n%s", len(lines), strings.Join(lines, "\n"))
 }
 
 func (b *syncBuffer) bytes() []byte {
