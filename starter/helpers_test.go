@@ -111,6 +111,7 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	if !o.noTemporal {
 		h.temporal = testenv.Temporal(t)
 		h.taskQueue = testenv.TaskQueue(t)
+		t.Cleanup(h.terminateOpenWorkflows)
 	}
 	h.producer, err = kgo.NewClient(kgo.SeedBrokers(h.brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.DefaultProduceTopic(h.topic))
@@ -386,6 +387,28 @@ func (b *syncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
+}
+
+// terminateOpenWorkflows ends the workflows still open on this test's task
+// queue once its bridge and worker have stopped. Every test of the binary
+// shares one dev server, and lane and incident IDs name the key or the
+// failure, not the test: a lane left open on a queue nobody polls any more
+// would take a later test's events of a key with the same name (start
+// policy USE_EXISTING) and never run them.
+func (h *harness) terminateOpenWorkflows() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, run := range h.temporal.WorkflowsOnQueue(h.t, h.taskQueue, "") {
+		if !run.Running() {
+			continue
+		}
+		if err := h.temporal.Client.TerminateWorkflow(ctx, run.ID, run.RunID, "test ended"); err != nil {
+			var nf *serviceerror.NotFound
+			if !errors.As(err, &nf) { // it closed since it was listed
+				h.t.Errorf("terminate %s (%s) left open by the test: %v", run.ID, run.Type, err)
+			}
+		}
+	}
 }
 
 // logTailOnFailure writes the last n lines of the bridge's and worker's
