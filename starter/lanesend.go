@@ -3,6 +3,7 @@ package starter
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -178,6 +179,30 @@ func (r *laneRouter) enqueueLane(ctx context.Context, k LaneKey, in contract.Ret
 	return runID, false, err
 }
 
+// diagnoseLaneTimeout says why a lane took no event in time when the
+// reason is the lane's own: an open run on a task queue other than this
+// bridge's (a lane left by a deployment with another CAUSET_TASK_QUEUE) is
+// the run every enqueue joins, and no worker of this deployment will run
+// it. The events wait, as in any outage, until a worker polls that queue:
+// the lane then runs what it holds, and takes or refuses the event.
+func (r *laneRouter) diagnoseLaneTimeout(log *slog.Logger, k LaneKey) {
+	p := r.p
+	ctx, cancel := context.WithTimeout(p.ctx, p.b.opts.StartTimeout)
+	defer cancel()
+	d, err := p.b.opts.Lanes.DescribeWorkflowExecution(ctx, k.laneID(), "")
+	if err != nil {
+		return // the outage line says what failed
+	}
+	info := d.GetWorkflowExecutionInfo()
+	queue := d.GetExecutionConfig().GetTaskQueue().GetName()
+	if info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING || queue == "" || queue == p.b.opts.TaskQueue {
+		return
+	}
+	log.Warn("the key's lane runs on another task queue, which this deployment's workers do not poll: its events wait until a worker polls that queue",
+		"event", "bridge_lane_on_other_queue", "laneRunId", info.GetExecution().GetRunId(),
+		"laneTaskQueue", queue, "taskQueue", p.b.opts.TaskQueue)
+}
+
 // isLaneFull reports the enqueue validator's refusal of a lane at its bound.
 func isLaneFull(err error) bool {
 	var ae *temporal.ApplicationError
@@ -205,6 +230,7 @@ func (r *laneRouter) sendToLane(j laneJob) bool {
 	j.in.TraceContext = traceContextOf(span)
 	rt := p.retrier(log, p.temporal())
 	full := backoff.Backoff{Min: b.opts.MinBackoff, Max: laneFullMaxWait}
+	diagnosed := false
 	for {
 		ctx, cancel := context.WithTimeout(p.ctx, b.opts.StartTimeout)
 		runID, refused, err := r.enqueueLane(withSpan(ctx, span), j.key, j.in)
@@ -212,6 +238,10 @@ func (r *laneRouter) sendToLane(j laneJob) bool {
 		if err != nil {
 			if p.ctx.Err() != nil {
 				return false
+			}
+			if isTimeout(err) && !diagnosed {
+				diagnosed = true
+				r.diagnoseLaneTimeout(log, j.key)
 			}
 			if isLaneFull(err) {
 				// Backpressure from a live lane: it drains once its head settles.

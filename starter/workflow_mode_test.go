@@ -20,9 +20,15 @@ import (
 // startWorker runs the Temporal worker on the harness's task queue.
 func (h *harness) startWorker() {
 	h.t.Helper()
+	h.startWorkerOn(h.taskQueue)
+}
+
+// startWorkerOn runs the Temporal worker on queue.
+func (h *harness) startWorkerOn(queue string) {
+	h.t.Helper()
 	w, err := worker.New(worker.Options{
 		Client:    h.temporal.Client,
-		TaskQueue: h.taskQueue,
+		TaskQueue: queue,
 		Activities: &activities.Activities{
 			Applier:   h.engine,
 			Publisher: &dlq.Publisher{Client: h.producer, Topic: h.dlqTopic},
