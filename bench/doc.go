@@ -16,6 +16,13 @@
 // first that shows every event applied or handed off (20 ms polls), so
 // process start, Temporal dial and the consumer group join are not counted.
 //
+// Runs that start workflows (inline with failures, hand-off, raw and eager
+// starts) also report the Temporal server's own figures for their starts,
+// read from its Prometheus endpoint before and after (servermetrics.go):
+// start latency, persistence calls and server CPU per start. Only the dev
+// server the bench starts has its endpoint known; with TEMPORAL_ADDRESS they
+// are left out.
+//
 // The intents phase needs PostgreSQL and Kafka only: the runtime server
 // (package runtime on package ledger, the example intent handlers deployed)
 // runs in the bench process on a loopback listener and is driven by
