@@ -215,9 +215,8 @@ func DedupePartition(h int32) string {
 }
 
 // dedupeHoursPerTx is how many hour partitions one transaction creates or
-// drops: a
-// fresh ledger needs horizon/1h + DedupeAhead/1h of them (385 at the
-// default horizon), and a transaction holds a lock on every table it
+// drops: a fresh ledger needs horizon/1h + DedupeAhead/1h of them (385 at
+// the default horizon), and a transaction holds a lock on every table it
 // creates until it ends, so creating them all at once would need about
 // 1,500 locks of max_locks_per_transaction's shared table. A day's worth is
 // about a hundred.
@@ -305,7 +304,7 @@ ON CONFLICT (id) DO UPDATE SET lo = EXCLUDED.lo, hi = EXCLUDED.hi, horizon = EXC
 	}
 }
 
-// missingHours are the hours of [lo, hi] that have is missing.
+// missingHours are the hours of [lo, hi] not in have.
 func missingHours(have []int32, lo, hi int32) []int32 {
 	set := make(map[int32]bool, len(have))
 	for _, h := range have {
