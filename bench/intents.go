@@ -33,6 +33,7 @@ import (
 	exampleintents "github.com/causet/projection-retry/examples/intents"
 	exampleprojections "github.com/causet/projection-retry/examples/projections"
 	"github.com/causet/projection-retry/intents"
+	"github.com/causet/projection-retry/internal/schema"
 	"github.com/causet/projection-retry/ledger"
 	"github.com/causet/projection-retry/relay"
 	"github.com/causet/projection-retry/runtime"
@@ -112,10 +113,7 @@ func (b *bench) startWritePath(ctx context.Context) (*writePath, error) {
 			_ = w.stop()
 		}
 	}()
-	if err := ledger.EnsureSchema(ctx, pool); err != nil {
-		return nil, err
-	}
-	if err := intents.EnsureSchema(ctx, pool); err != nil {
+	if _, err := schema.Up(ctx, pool, nil); err != nil {
 		return nil, err
 	}
 	ddl, err := exampleprojections.DDL("artist_followers")

@@ -16,6 +16,7 @@ import (
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/devstack"
 	"github.com/causet/projection-retry/internal/app"
+	"github.com/causet/projection-retry/internal/schema"
 	"github.com/causet/projection-retry/projection"
 )
 
@@ -78,6 +79,7 @@ func (b *bench) setup(ctx context.Context, stack *devstack.Stack) error {
 	}
 	cfg.DatabaseURL, cfg.KafkaBrokers = b.dbURL, b.brokers
 	cfg.DLQTopic, cfg.TaskQueue = b.dlqTopic, b.workQueue
+	cfg.AutoMigrate = true // the bench's own database, or one it may prepare
 	opts := []app.Option{app.WithLogger(b.log), app.WithSetup(b.setupTables)}
 	if stack.Temporal != nil {
 		opts = append(opts, app.WithTemporalAddress(stack.Temporal.HostPort))
@@ -108,10 +110,10 @@ func (b *bench) setupTables(ctx context.Context, pool *pgxpool.Pool) error {
 	return err
 }
 
-// deployBench creates the schema, the bench tables (empty) and the bench
+// deployBench migrates the schema, creates the bench tables (empty) and the bench
 // projection in pool's database; it returns the projection's IR version.
 func deployBench(ctx context.Context, pool *pgxpool.Pool) (int, error) {
-	if err := projection.EnsureSchema(ctx, pool); err != nil {
+	if _, err := schema.Up(ctx, pool, nil); err != nil {
 		return 0, err
 	}
 	if _, err := pool.Exec(ctx, benchDDL); err != nil {

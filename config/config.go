@@ -98,6 +98,10 @@ type Config struct {
 	// DLQHoldEntity keeps a dead letter's entity waiting behind it
 	// (CAUSET_DLQ_HOLD_ENTITY, entity ordering only).
 	DLQHoldEntity bool
+	// AutoMigrate lets a process apply the pending schema migrations at
+	// start (CAUSET_AUTO_MIGRATE); without it a process refuses an older
+	// schema and names `causet migrate up`.
+	AutoMigrate bool
 }
 
 // Lookup returns an environment value and whether it is set; os.LookupEnv in
@@ -137,7 +141,8 @@ func Load(lookup Lookup) (Config, error) {
 			"a number of bytes from 1048576 (1 MiB) to 1099511627776 (1 TiB)"),
 		BridgeInstanceID: p.instanceID("CAUSET_BRIDGE_INSTANCE_ID"),
 		DedupeHorizon:    p.duration("CAUSET_DEDUPE_HORIZON", DefaultDedupeHorizon),
-		DLQHoldEntity:    p.kafkaBool("CAUSET_DLQ_HOLD_ENTITY", false),
+		DLQHoldEntity:    p.boolean("CAUSET_DLQ_HOLD_ENTITY", false),
+		AutoMigrate:      p.boolean("CAUSET_AUTO_MIGRATE", false),
 	}
 	if p.err != nil {
 		return Config{}, p.err

@@ -84,12 +84,12 @@ func KafkaSecurityFromEnv() (KafkaSecurity, error) { return LoadKafkaSecurity(os
 func LoadKafkaSecurity(lookup Lookup) (KafkaSecurity, error) {
 	p := parser{lookup: lookup}
 	k := KafkaSecurity{
-		TLS:                   p.kafkaBool("KAFKA_TLS", false),
+		TLS:                   p.boolean("KAFKA_TLS", false),
 		TLSCAFile:             p.str("KAFKA_TLS_CA_FILE", ""),
 		TLSCertFile:           p.str("KAFKA_TLS_CERT_FILE", ""),
 		TLSKeyFile:            p.str("KAFKA_TLS_KEY_FILE", ""),
 		TLSServerName:         p.str("KAFKA_TLS_SERVER_NAME", ""),
-		TLSInsecureSkipVerify: p.kafkaBool("KAFKA_TLS_INSECURE_SKIP_VERIFY", false),
+		TLSInsecureSkipVerify: p.boolean("KAFKA_TLS_INSECURE_SKIP_VERIFY", false),
 		SASLMechanism:         p.kafkaSASLMechanism("KAFKA_SASL_MECHANISM"),
 		SASLUsername:          p.str("KAFKA_SASL_USERNAME", ""),
 	}
@@ -239,9 +239,9 @@ func (k KafkaSecurity) redactedPassword() string {
 	return redacted
 }
 
-// kafkaBool reads true/false (also 1/0, t/f); unset or empty is def. Every
+// boolean reads true/false (also 1/0, t/f); unset or empty is def. Every
 // boolean setting uses it.
-func (p *parser) kafkaBool(key string, def bool) bool {
+func (p *parser) boolean(key string, def bool) bool {
 	v, ok := p.raw(key)
 	if !ok || v == "" {
 		return def

@@ -447,6 +447,8 @@ func TestDockerfile(t *testing.T) {
 	script, err := os.ReadFile(filepath.Join(root, "deployments", "init.sh"))
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(string(script), "#!/bin/sh\n"), "init.sh runs under alpine's /bin/sh")
+	first := regexp.MustCompile(`(?m)^[^#\n]*\bcauset [a-z]+( [a-z]+)?`).FindString(string(script))
+	require.Equal(t, "causet migrate up", strings.TrimSpace(first), "init.sh migrates the schema before anything else uses the database")
 
 	// .dockerignore must not hide what the build needs.
 	ign, err := os.ReadFile(filepath.Join(root, ".dockerignore"))

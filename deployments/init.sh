@@ -1,5 +1,8 @@
 #!/bin/sh
-# One-shot init for docker-compose.yml (the `init` service):
+# One-shot init for docker-compose.yml (the `init` service), which every causet
+# service waits for:
+#   0. applies the pending schema migrations (causet migrate up): the processes
+#      refuse to start against an older schema;
 #   1. applies every table DDL file (*.sql) in CAUSET_PROJECTIONS_DIR with psql
 #      (the example DDL uses CREATE TABLE IF NOT EXISTS, so re-running is safe);
 #   2. deploys every IR document (*.yaml, *.yml) whose projection is not deployed yet,
@@ -13,6 +16,8 @@ set -eu
 dir=${CAUSET_PROJECTIONS_DIR:-/etc/causet/projections}
 intents_dir=${CAUSET_INTENTS_DIR:-/etc/causet/intents}
 : "${DATABASE_URL:?DATABASE_URL must be set}"
+
+causet migrate up
 
 for f in "$dir"/*.sql; do
 	[ -e "$f" ] || continue

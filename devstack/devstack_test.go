@@ -23,6 +23,7 @@ import (
 	"github.com/causet/projection-retry/devstack/proc"
 	"github.com/causet/projection-retry/event"
 	"github.com/causet/projection-retry/intents"
+	"github.com/causet/projection-retry/internal/schema"
 	"github.com/causet/projection-retry/projection"
 )
 
@@ -65,6 +66,8 @@ func TestStackStartStop(t *testing.T) {
 
 	// PostgreSQL answers, and the examples set up (demo schema).
 	pool, err := pgxpool.New(ctx, s.DatabaseURL)
+	require.NoError(t, err)
+	_, err = schema.Up(ctx, pool, nil)
 	require.NoError(t, err)
 	deployed, err := SetupExamples(ctx, pool, true)
 	require.NoError(t, err)

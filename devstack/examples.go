@@ -48,9 +48,6 @@ type Deployed struct {
 // every example IR document unless the same document is already the newest
 // deployed version of its projection.
 func SetupExamples(ctx context.Context, pool *pgxpool.Pool, demo bool) ([]Deployed, error) {
-	if err := projection.EnsureSchema(ctx, pool); err != nil {
-		return nil, err
-	}
 	current, err := projection.List(ctx, pool)
 	if err != nil {
 		return nil, err
@@ -109,15 +106,11 @@ func sameAsDeployed(current []projection.Deployment, doc *projection.Document) (
 // Deploying examples/intents/PlayTrack.yaml puts the rule back.
 const DemoDroppedRule = "days_positive"
 
-// SetupExampleIntents creates the intent handlers' table if missing and
-// deploys every example intent handler (examples/intents) unless the same
+// SetupExampleIntents deploys every example intent handler (examples/intents) unless the same
 // document is already the newest deployed version of its intent type. In
 // demo mode PlayTrack is deployed without [DemoDroppedRule] (Deployed.Note
 // says so).
 func SetupExampleIntents(ctx context.Context, pool *pgxpool.Pool, demo bool, opts ...intents.Option) ([]Deployed, error) {
-	if err := intents.EnsureSchema(ctx, pool); err != nil {
-		return nil, err
-	}
 	current, err := intents.List(ctx, pool)
 	if err != nil {
 		return nil, err

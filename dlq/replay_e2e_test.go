@@ -51,8 +51,6 @@ func TestKafkaReplayEndToEnd(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	dlqTopic := testenv.Topic(t, "dlq")
 	testenv.CreateTopic(t, brokers, dlqTopic, 2)
-
-	require.NoError(t, projection.EnsureSchema(ctx, pool))
 	_, err := pool.Exec(ctx, `CREATE TABLE artist_followers (user_id text NOT NULL, artist_id text NOT NULL, PRIMARY KEY (user_id, artist_id))`)
 	require.NoError(t, err)
 	logger := slog.New(slog.DiscardHandler)

@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/causet/projection-retry/contract"
-	"github.com/causet/projection-retry/internal/pgstore"
 )
 
 // Store keeps incidents and their parked events in PostgreSQL: the bridge
@@ -20,42 +19,6 @@ type Store struct{ pool *pgxpool.Pool }
 
 // NewStore returns the store on pool.
 func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
-
-const schemaSQL = `
-CREATE TABLE IF NOT EXISTS causet_incidents (
-    id          text        PRIMARY KEY,
-    projection  text        NOT NULL,
-    fingerprint text        NOT NULL,
-    state       text        NOT NULL,
-    input       jsonb       NOT NULL,
-    opened_at   timestamptz NOT NULL DEFAULT now(),
-    updated_at  timestamptz NOT NULL DEFAULT now()
-);
-CREATE TABLE IF NOT EXISTS causet_parked_events (
-    seq         bigserial   PRIMARY KEY,
-    incident_id text        NOT NULL,
-    topic       text        NOT NULL,
-    partition   int         NOT NULL,
-    projection  text        NOT NULL,
-    fork_id     text        NOT NULL,
-    entity_id   text        NOT NULL,
-    event_id    text        NOT NULL,
-    retry       jsonb       NOT NULL,
-    parked_at   timestamptz NOT NULL DEFAULT now(),
-    UNIQUE (projection, fork_id, event_id)
-);
-CREATE INDEX IF NOT EXISTS causet_parked_events_key ON causet_parked_events (topic, partition, projection, fork_id, entity_id, seq);
-CREATE INDEX IF NOT EXISTS causet_parked_events_incident ON causet_parked_events (incident_id);
-`
-
-// schemaLockKey is the advisory lock taken while creating the tables:
-// workers and bridges starting together would otherwise race on them.
-const schemaLockKey int64 = 0x63617573_65740004 // "caus" "et" 4
-
-// Ensure creates the tables if needed; safe to run concurrently.
-func (s *Store) Ensure(ctx context.Context) error {
-	return pgstore.EnsureSchema(ctx, s.pool, "incident", schemaSQL, schemaLockKey)
-}
 
 // Row is an incident as the bridges see it.
 type Row struct {

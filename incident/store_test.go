@@ -3,7 +3,6 @@ package incident_test
 import (
 	"context"
 	"encoding/json"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,27 +16,10 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// Workers and bridges create the tables as they start, at the same time.
-func TestStoreEnsureConcurrently(t *testing.T) {
-	pool := testenv.Postgres(t)
-	s := incident.NewStore(pool)
-	var wg sync.WaitGroup
-	errs := make([]error, 4)
-	for i := range errs {
-		wg.Add(1)
-		go func() { defer wg.Done(); errs[i] = s.Ensure(context.Background()) }()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		require.NoError(t, err)
-	}
-}
-
 func TestStoreParksInOrderOnceAndOpensOnce(t *testing.T) {
 	ctx := context.Background()
 	pool := testenv.Postgres(t)
 	s := incident.NewStore(pool)
-	require.NoError(t, s.Ensure(ctx))
 	in := contract.IncidentInput{Projection: "p", Fingerprint: "00000000000000aa", Policy: "hold"}
 	id := contract.IncidentWorkflowID("p", in.Fingerprint)
 

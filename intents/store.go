@@ -20,35 +20,16 @@ import (
 // is "<intentType>:<version>".
 const NotifyChannel = "causet_intent_handlers"
 
-// The advisory locks of the schema and of deploys (pgstore.LockClass and a
-// second key).
-const (
-	schemaLockKey  int32 = 0x696e7473 // "ints"
-	deployLockBase       = "intent-handler-deploy:"
-)
-
-const schemaSQL = `
-CREATE TABLE IF NOT EXISTS causet_intent_handlers (
-	intent_type text        NOT NULL,
-	version     int         NOT NULL CHECK (version > 0),
-	document    jsonb       NOT NULL,
-	deployed_at timestamptz NOT NULL DEFAULT now(),
-	PRIMARY KEY (intent_type, version)
-);`
-
-// EnsureSchema creates causet_intent_handlers if it does not exist. It is
-// idempotent and safe to run concurrently.
-func EnsureSchema(ctx context.Context, pool *pgxpool.Pool) error {
-	return pgstore.EnsureSchema(ctx, pool, "intent handler", schemaSQL, pgstore.LockClass, schemaLockKey)
-}
+// deployLockBase names a deploy's advisory lock (pgstore.LockClass and a
+// hash of it with the intent type).
+const deployLockBase = "intent-handler-deploy:"
 
 // versions is the store of deployed handler versions.
 var versions = pgstore.Versions{
-	Kind:         "intent handler",
-	Table:        "causet_intent_handlers",
-	Key:          "intent_type",
-	Channel:      NotifyChannel,
-	EnsureSchema: EnsureSchema,
+	Kind:    "intent handler",
+	Table:   "causet_intent_handlers",
+	Key:     "intent_type",
+	Channel: NotifyChannel,
 	Serialize: func(ctx context.Context, tx pgx.Tx, intentType string) error {
 		_, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, hashtext($2))", pgstore.LockClass, deployLockBase+intentType)
 		return err
@@ -56,7 +37,7 @@ var versions = pgstore.Versions{
 }
 
 // Deploy validates doc and stores it as version N+1 of its intent type (N
-// the newest deployed version, 0 if none), creating the schema if needed.
+// the newest deployed version, 0 if none).
 // Concurrent deploys of one type are serialized. Catalogs use the new
 // version from their next Refresh. opts are Validate's.
 func Deploy(ctx context.Context, pool *pgxpool.Pool, doc *Document, opts ...Option) (int, error) {

@@ -3,7 +3,6 @@ package intents_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -180,22 +179,4 @@ func TestReaderReadsRowsInTheTransaction(t *testing.T) {
 	var pe *pgconn.PgError
 	require.ErrorAs(t, err, &pe)
 	require.Equal(t, "42P01", pe.Code)
-}
-
-func TestEnsureSchemaConcurrently(t *testing.T) {
-	ctx, pool := dbSetup(t)
-	var wg sync.WaitGroup
-	errs := make(chan error, 6)
-	for range 6 {
-		wg.Add(1)
-		go func() { defer wg.Done(); errs <- intents.EnsureSchema(ctx, pool) }()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
-	var n int
-	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM causet_intent_handlers").Scan(&n))
-	require.Zero(t, n, fmt.Sprint("empty after ", 6, " concurrent creations"))
 }

@@ -72,7 +72,7 @@ func WithRetry(tries int, waits []time.Duration, tryTimeout time.Duration) Optio
 func WithLogger(logger *slog.Logger) Option { return func(l *Ledger) { l.logger = logger } }
 
 // New returns a ledger on pool that decides intents with decider. The
-// schema must exist (EnsureSchema).
+// schema must be migrated (package schema).
 func New(pool *pgxpool.Pool, decider Decider, opts ...Option) *Ledger {
 	l := &Ledger{pool: pool, decider: decider, logger: slog.New(slog.DiscardHandler),
 		tries: DefaultTries, waits: DefaultWaits, tryTimeout: DefaultTryTimeout}

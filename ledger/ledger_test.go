@@ -33,8 +33,6 @@ func setup(t *testing.T, extra ...string) *fixture {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	pool := testenv.Postgres(t)
-	require.NoError(t, ledger.EnsureSchema(ctx, pool))
-	require.NoError(t, ledger.EnsureSchema(ctx, pool), "idempotent")
 	ddl, err := exampleprojections.DDL("artist_followers")
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, ddl)

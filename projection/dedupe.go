@@ -97,59 +97,6 @@ func dedupeBucket(ev *event.Envelope) int32 {
 // DedupeHour is the hour bucket of t: hours since the Unix epoch.
 func DedupeHour(t time.Time) int32 { return int32(t.Unix() / int64(DedupeBucket/time.Second)) }
 
-// dedupeSchemaSQL is the ledger's part of the schema. It runs under the
-// schema lock, after the catalog tables. An unpartitioned ledger of an
-// earlier release is renamed here and migrated by migrateLegacySQL.
-const dedupeSchemaSQL = `
-CREATE OR REPLACE FUNCTION causet_applied_key(projection text, fork_id text, event_id text) RETURNS uuid
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $f$
-	SELECT encode(substring(sha256(convert_to(
-		octet_length(convert_to(projection, 'UTF8')) || ':' || projection ||
-		octet_length(convert_to(fork_id, 'UTF8')) || ':' || fork_id || event_id, 'UTF8'))
-		FROM 1 FOR 16), 'hex')::uuid
-$f$;
-DO $m$ BEGIN
-	IF EXISTS (SELECT 1 FROM pg_class WHERE oid = to_regclass('causet_projection_applied') AND relkind = 'r') THEN
-		ALTER TABLE causet_projection_applied RENAME TO causet_projection_applied_legacy;
-		ALTER INDEX IF EXISTS causet_projection_applied_pkey RENAME TO causet_projection_applied_legacy_pkey;
-	END IF;
-END $m$;
-CREATE TABLE IF NOT EXISTS causet_projection_applied (
-	key        uuid        NOT NULL,
-	bucket     int         NOT NULL,
-	projection text        NOT NULL,
-	ir_version int         NOT NULL,
-	applied_at timestamptz NOT NULL DEFAULT now(),
-	PRIMARY KEY (key, bucket)
-) PARTITION BY LIST (bucket);
-CREATE TABLE IF NOT EXISTS causet_projection_applied_unbucketed PARTITION OF causet_projection_applied FOR VALUES IN (0);
--- Bucket 0 is pruned by applied_at, which only grows: the index is
--- appended to, not written at random.
-CREATE INDEX IF NOT EXISTS causet_projection_applied_unbucketed_at ON causet_projection_applied_unbucketed (applied_at);
--- One row: the hour buckets [lo, hi] that have partitions and are inside
--- the horizon, and the horizon the last maintenance used.
-CREATE TABLE IF NOT EXISTS causet_projection_dedupe (
-	id            boolean     PRIMARY KEY DEFAULT true CHECK (id),
-	lo            int         NOT NULL,
-	hi            int         NOT NULL,
-	horizon       interval    NOT NULL,
-	maintained_at timestamptz NOT NULL
-);
--- Until the first maintenance the window is empty: every event is recorded
--- in bucket 0.
-INSERT INTO causet_projection_dedupe (id, lo, hi, horizon, maintained_at) VALUES (true, 0, -1, interval '14 days', now())
-ON CONFLICT (id) DO NOTHING;
-DO $m$ BEGIN
-	IF to_regclass('causet_projection_applied_legacy') IS NOT NULL THEN
-		INSERT INTO causet_projection_applied (key, bucket, projection, ir_version, applied_at)
-		SELECT causet_applied_key(projection, fork_id, event_id), 0, projection, ir_version, applied_at
-		FROM causet_projection_applied_legacy
-		ON CONFLICT DO NOTHING;
-		DROP TABLE causet_projection_applied_legacy;
-	END IF;
-END $m$;
-`
-
 // ledgerInsertSQL records a round's pairs in the dedupe ledger: keys ($1),
 // hour buckets ($2, routed to 0 outside the window), projections ($3) and
 // IR versions ($4). The keys it returns are new, to be written; the others

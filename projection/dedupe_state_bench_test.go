@@ -24,9 +24,6 @@ func BenchmarkDedupeState(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	pool := testenv.Postgres(b)
-	if err := EnsureSchema(ctx, pool); err != nil {
-		b.Fatal(err)
-	}
 	if _, _, err := MaintainDedupe(ctx, pool, 24*time.Hour); err != nil {
 		b.Fatal(err)
 	}

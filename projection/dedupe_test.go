@@ -13,6 +13,7 @@ import (
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
 	exampleprojections "github.com/causet/projection-retry/examples/projections"
+	"github.com/causet/projection-retry/internal/schema"
 	"github.com/causet/projection-retry/internal/testenv"
 	"github.com/causet/projection-retry/projection"
 )
@@ -346,12 +347,13 @@ func (f *fixture) ledgerSchema(t testing.TB) string {
 	return s
 }
 
-// The unpartitioned ledger of the earlier release moves into bucket 0, and
-// its events stay duplicates wherever they are routed now.
+// The unpartitioned ledger of the first release moves into bucket 0 when
+// schema migration 1 adopts its database, and its events stay duplicates
+// wherever they are routed now.
 func TestDedupeMigratesTheUnpartitionedLedger(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	pool := testenv.Postgres(t) // a database of its own
+	pool := testenv.EmptyPostgres(t) // as the first release left it
 	statsDDL, err := exampleprojections.DDL("artist_stats")
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, legacyLedgerDDL+statsDDL)
@@ -381,8 +383,8 @@ func TestDedupeMigratesTheUnpartitionedLedger(t *testing.T) {
 	}
 	_, err = pool.Exec(ctx, `INSERT INTO artist_stats (artist_id, plays) VALUES ('artist-m-1', 1), ('artist-m-2', 1), ('artist-m-ü-事件', 1)`)
 	require.NoError(t, err)
-
-	require.NoError(t, projection.EnsureSchema(ctx, pool))
+	_, err = schema.Up(ctx, pool, nil)
+	require.NoError(t, err)
 	f := &fixture{ctx: ctx, pool: pool}
 	var relkind string
 	require.NoError(t, pool.QueryRow(ctx, "SELECT relkind::text FROM pg_class WHERE oid = 'causet_projection_applied'::regclass").Scan(&relkind))
@@ -390,10 +392,12 @@ func TestDedupeMigratesTheUnpartitionedLedger(t *testing.T) {
 	require.Zero(t, f.count(t, "SELECT count(*) FROM pg_class WHERE relname LIKE '%legacy%'"), "the legacy table and its index are gone")
 	require.Equal(t, want, f.ledger(t), "the legacy rows are in bucket 0 under their keys")
 
-	// Again: nothing changes.
-	schema := f.ledgerSchema(t)
-	require.NoError(t, projection.EnsureSchema(ctx, pool))
-	require.Equal(t, schema, f.ledgerSchema(t))
+	// Again: nothing is pending, nothing changes.
+	ledgerSchema := f.ledgerSchema(t)
+	applied, err := schema.Up(ctx, pool, nil)
+	require.NoError(t, err)
+	require.Empty(t, applied)
+	require.Equal(t, ledgerSchema, f.ledgerSchema(t))
 	require.Equal(t, want, f.ledger(t))
 
 	f.engine, err = projection.NewEngine(ctx, pool, nil)
@@ -401,10 +405,6 @@ func TestDedupeMigratesTheUnpartitionedLedger(t *testing.T) {
 	t.Cleanup(f.engine.Close)
 	f.deploy(t, "artist_stats")
 	f.maintain(t, horizon14d)
-	// Nor after maintenance: the window it moved stays.
-	schema = f.ledgerSchema(t)
-	require.NoError(t, projection.EnsureSchema(ctx, pool))
-	require.Equal(t, schema, f.ledgerSchema(t))
 
 	// The migrated events, redelivered with an occurredAt routed to an hour
 	// partition, are duplicates.
@@ -513,7 +513,8 @@ func TestDedupeKeyInALatin1Database(t *testing.T) {
 	lp, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	defer lp.Close()
-	require.NoError(t, projection.EnsureSchema(ctx, lp))
+	_, err = schema.Up(ctx, lp, nil)
+	require.NoError(t, err)
 	for _, in := range [][3]string{{"artist_stats", "prodüction", "e-1"}, {"ä", "b", "c"}, {"a", "äb", "c"}} {
 		var k string
 		require.NoError(t, lp.QueryRow(ctx, "SELECT causet_applied_key($1, $2, $3)::text", in[0], in[1], in[2]).Scan(&k))

@@ -72,7 +72,7 @@ type Engine struct {
 	done     chan struct{}
 }
 
-// NewEngine creates the schema if needed, loads the deployed projections and
+// NewEngine loads the deployed projections and
 // starts a LISTEN connection that refreshes the cache on every deploy. Every
 // apply also reads the one-row catalog counter, so a deploy that returned
 // before an apply started is always used by it, even if a notification was
@@ -88,9 +88,6 @@ func NewEngine(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, opt
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
-	}
-	if err := EnsureSchema(ctx, pool); err != nil {
-		return nil, err
 	}
 	e := &Engine{pool: pool, logger: logger, costLimit: celexpr.NewOptions(opts).CostLimit, state: &catalogState{version: -1}}
 	if err := e.Refresh(ctx); err != nil {

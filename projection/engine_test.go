@@ -531,7 +531,7 @@ func mustExample(t testing.TB, name string) string {
 	return string(b)
 }
 
-func TestConcurrentSchemaAndDeploys(t *testing.T) {
+func TestConcurrentDeploys(t *testing.T) {
 	ctx := context.Background()
 	pool := testenv.Postgres(t)
 	doc, err := projection.Parse([]byte(mustExample(t, "artist_followers")))
@@ -541,9 +541,6 @@ func TestConcurrentSchemaAndDeploys(t *testing.T) {
 	errs := make(chan error, 16)
 	for range 8 {
 		wg.Go(func() {
-			if err := projection.EnsureSchema(ctx, pool); err != nil {
-				errs <- err
-			}
 			v, err := projection.Deploy(ctx, pool, doc)
 			if err != nil {
 				errs <- err

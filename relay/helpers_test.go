@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	writeledger "github.com/causet/projection-retry/ledger"
-
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -48,7 +46,6 @@ type ledger struct {
 
 func newLedger(t testing.TB) *ledger {
 	pool := testenv.Postgres(t)
-	require.NoError(t, writeledger.EnsureSchema(ctxFor(t, 30*time.Second), pool))
 	return &ledger{pool: pool}
 }
 

@@ -130,7 +130,6 @@ func newStack(t *testing.T, o stackOptions) *stack {
 
 	pool := testenv.Postgres(t)
 	s.pool, s.dbURL = pool, pool.Config().ConnString()
-	require.NoError(t, projection.EnsureSchema(ctx, pool))
 	_, err := pool.Exec(ctx, relDDL)
 	require.NoError(t, err)
 	doc, err := projection.Parse([]byte(relIR))

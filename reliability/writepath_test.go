@@ -111,8 +111,6 @@ type writePath struct {
 func newWritePath(t *testing.T, o stackOptions) *writePath {
 	t.Helper()
 	s := newStack(t, o)
-	require.NoError(t, ledger.EnsureSchema(s.ctx, s.pool))
-	require.NoError(t, intents.EnsureSchema(s.ctx, s.pool))
 	for _, name := range exampleintents.Names() {
 		raw, err := exampleintents.Document(name)
 		require.NoError(t, err)

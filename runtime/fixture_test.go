@@ -82,8 +82,6 @@ func setup(t *testing.T, costLimit uint64, extra ...string) *fixture {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	pool := testenv.Postgres(t)
-	require.NoError(t, ledger.EnsureSchema(ctx, pool))
-	require.NoError(t, intents.EnsureSchema(ctx, pool))
 	for _, name := range exampleprojections.Names() {
 		ddl, err := exampleprojections.DDL(name)
 		require.NoError(t, err)

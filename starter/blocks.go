@@ -31,8 +31,6 @@ type BlockedKey struct {
 // the batch that blocks or unblocks the key (nil: use the store's own
 // connection).
 type BlockStore interface {
-	// Ensure creates the store's table if needed.
-	Ensure(ctx context.Context) error
 	// Load returns the blocked keys of a partition.
 	Load(ctx context.Context, topic string, partition int32) ([]BlockedKey, error)
 	// Add records keys as blocked (idempotent); a key already recorded
@@ -49,18 +47,7 @@ func NewPostgresBlockStore(pool *pgxpool.Pool) BlockStore { return pgBlockStore{
 type pgBlockStore struct{ pool *pgxpool.Pool }
 
 const (
-	blockedSchemaSQL = `CREATE TABLE IF NOT EXISTS causet_blocked_keys (
-    topic      text        NOT NULL,
-    partition  int         NOT NULL,
-    projection text        NOT NULL,
-    fork_id    text        NOT NULL,
-    entity_id  text        NOT NULL,
-    blocked_at timestamptz NOT NULL DEFAULT now(),
-    head_workflow_id text  NOT NULL DEFAULT '',
-    PRIMARY KEY (topic, partition, projection, fork_id, entity_id)
-)`
-	blockedHeadColumnSQL = `ALTER TABLE causet_blocked_keys ADD COLUMN IF NOT EXISTS head_workflow_id text NOT NULL DEFAULT ''`
-	blockedLoadSQL       = `SELECT projection, fork_id, entity_id, head_workflow_id FROM causet_blocked_keys
+	blockedLoadSQL = `SELECT projection, fork_id, entity_id, head_workflow_id FROM causet_blocked_keys
 WHERE topic = $1 AND partition = $2`
 	blockedInsertSQL = `INSERT INTO causet_blocked_keys (topic, partition, projection, fork_id, entity_id, head_workflow_id)
 SELECT $1, $2, k.p, k.f, k.e, k.h FROM unnest($3::text[], $4::text[], $5::text[], $6::text[]) AS k(p, f, e, h)
@@ -78,16 +65,6 @@ func (s pgBlockStore) q(tx pgx.Tx) execer {
 		return tx
 	}
 	return s.pool
-}
-
-func (s pgBlockStore) Ensure(ctx context.Context) error {
-	if _, err := s.pool.Exec(ctx, blockedSchemaSQL); err != nil {
-		return fmt.Errorf("starter: create causet_blocked_keys: %w", err)
-	}
-	if _, err := s.pool.Exec(ctx, blockedHeadColumnSQL); err != nil {
-		return fmt.Errorf("starter: add causet_blocked_keys.head_workflow_id: %w", err)
-	}
-	return nil
 }
 
 func (s pgBlockStore) Load(ctx context.Context, topic string, partition int32) ([]BlockedKey, error) {

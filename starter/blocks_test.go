@@ -9,23 +9,16 @@ import (
 	"github.com/causet/projection-retry/internal/testenv"
 )
 
-// TestPostgresBlockStoreHeads: a table from before heads were recorded is
-// upgraded in place, heads round-trip, a re-blocked key takes its new head,
+// TestPostgresBlockStoreHeads: a key blocked before heads were recorded
+// has none, heads round-trip, a re-blocked key takes its new head,
 // and Remove clears the key.
 func TestPostgresBlockStoreHeads(t *testing.T) {
 	ctx := context.Background()
 	pool := testenv.Postgres(t)
-	_, err := pool.Exec(ctx, `CREATE TABLE causet_blocked_keys (
-    topic text NOT NULL, partition int NOT NULL, projection text NOT NULL, fork_id text NOT NULL, entity_id text NOT NULL,
-    blocked_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (topic, partition, projection, fork_id, entity_id))`)
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `INSERT INTO causet_blocked_keys (topic, partition, projection, fork_id, entity_id) VALUES ('t', 0, 'p', 'f', 'old')`)
+	_, err := pool.Exec(ctx, `INSERT INTO causet_blocked_keys (topic, partition, projection, fork_id, entity_id) VALUES ('t', 0, 'p', 'f', 'old')`)
 	require.NoError(t, err)
 
 	s := NewPostgresBlockStore(pool)
-	require.NoError(t, s.Ensure(ctx))
-	require.NoError(t, s.Ensure(ctx), "Ensure is idempotent")
 	keys, err := s.Load(ctx, "t", 0)
 	require.NoError(t, err)
 	require.Equal(t, []BlockedKey{{LaneKey: LaneKey{"p", "f", "old"}}}, keys, "a key blocked before heads has none")

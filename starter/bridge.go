@@ -61,24 +61,6 @@ func New(opts Options) (*Bridge, error) {
 		sem:   make(chan struct{}, opts.MaxInflight),
 		parts: map[topicPartition]*partition{},
 	}
-	if opts.ordered() {
-		// Before joining the group: a partition loads its blocked keys as
-		// soon as it is assigned.
-		ctx, cancel := context.WithTimeout(context.Background(), opts.StartTimeout)
-		err := opts.Blocks.Ensure(ctx)
-		cancel()
-		if err != nil {
-			return nil, err
-		}
-	}
-	if opts.IncidentStore != nil && opts.Incidents.Threshold > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), opts.StartTimeout)
-		err := opts.IncidentStore.Ensure(ctx)
-		cancel()
-		if err != nil {
-			return nil, err
-		}
-	}
 	b.inc = newIncidents(b)
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	kopts := []kgo.Opt{

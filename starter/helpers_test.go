@@ -87,7 +87,6 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	testenv.CreateTopic(t, h.brokers, h.dlqTopic, 1)
 
 	h.pool = testenv.Postgres(t)
-	require.NoError(t, projection.EnsureSchema(ctx, h.pool))
 	for _, name := range exampleprojections.Names() {
 		ddl, err := exampleprojections.DDL(name)
 		require.NoError(t, err)

@@ -118,9 +118,6 @@ func newWorkerEnv(t *testing.T, doc string) *workerEnv {
 	e := &workerEnv{ctx: ctx, pool: testenv.Postgres(t), srv: testenv.Temporal(t), brokers: testenv.Kafka(t),
 		dlqTopic: testenv.Topic(t, "dlq"), tq: testenv.TaskQueue(t), logs: &syncBuffer{}}
 	testenv.CreateTopic(t, e.brokers, e.dlqTopic, 1)
-
-	require.NoError(t, projection.EnsureSchema(ctx, e.pool))
-	require.NoError(t, incident.NewStore(e.pool).Ensure(ctx))
 	_, err := e.pool.Exec(ctx, `CREATE TABLE artist_followers (user_id text NOT NULL, artist_id text NOT NULL, PRIMARY KEY (user_id, artist_id))`)
 	require.NoError(t, err)
 	logger := slog.New(slog.NewJSONHandler(e.logs, nil))

@@ -11,7 +11,6 @@ import (
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
-	"github.com/causet/projection-retry/ledger"
 	"github.com/causet/projection-retry/workflows"
 )
 
@@ -79,7 +78,6 @@ func TestKafkaReplayRefusedWhenEntityMovedOn(t *testing.T) {
 	w := newWorkerEnv(t, brokenIR)
 	entity := "user-" + w.tq
 	e := &laneEnv{workerEnv: w, t: t, entity: entity, lane: contract.LaneWorkflowID("artist_followers", "production", entity)}
-	require.NoError(t, ledger.EnsureSchema(e.ctx, e.pool))
 
 	follow := e.event("follow", `{"artistId":"artist-1"}`)
 	follow.Sequence = 1

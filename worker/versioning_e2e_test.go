@@ -60,7 +60,6 @@ func TestWorkerVersioningRetryMovesToNewBuild(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	pool, srv, tq := testenv.Postgres(t), testenv.Temporal(t), testenv.TaskQueue(t)
-	require.NoError(t, projection.EnsureSchema(ctx, pool))
 	_, err := pool.Exec(ctx, `CREATE TABLE artist_followers (user_id text NOT NULL, artist_id text NOT NULL, PRIMARY KEY (user_id, artist_id))`)
 	require.NoError(t, err)
 	logger := slog.New(slog.DiscardHandler)

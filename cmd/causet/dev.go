@@ -74,6 +74,10 @@ func (c devCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		fmt.Fprintln(devOut, "causet dev: stopped everything it started and removed its temp dirs")
 	}()
 	cfg.DatabaseURL, cfg.KafkaBrokers = stack.DatabaseURL, stack.KafkaBrokers
+	// A development stack migrates its database unless told not to.
+	if _, set := os.LookupEnv("CAUSET_AUTO_MIGRATE"); !set {
+		cfg.AutoMigrate = true
+	}
 
 	// The service of `causet worker`, `causet bridge`, `causet runtime` and
 	// `causet relay`, on this stack: the example projections and intent

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/causet/projection-retry/config"
-	"github.com/causet/projection-retry/internal/pgstore"
+	"github.com/causet/projection-retry/internal/schema"
 	"github.com/causet/projection-retry/projection"
 )
 
@@ -77,9 +77,6 @@ func (c projectionsListCmd) Run(ctx context.Context, logger *slog.Logger) error 
 	}
 	defer pool.Close()
 	st, err := projection.ReadDedupeStats(ctx, pool)
-	if pgstore.IsUndefinedTable(err) {
-		return nil // nothing applied yet: no ledger
-	}
 	if err != nil {
 		return err
 	}
@@ -117,8 +114,27 @@ func bytesIEC(n int64) string {
 }
 
 // documentsPool connects to DATABASE_URL for the projections and intents
-// commands. Errors never echo the URL, which may hold a password.
+// commands and checks the database's schema version as every process does
+// (schema.Check, migrating only with CAUSET_AUTO_MIGRATE).
 func documentsPool(ctx context.Context) (*pgxpool.Pool, error) {
+	cfg, err := config.FromEnv()
+	if err != nil {
+		return nil, err
+	}
+	pool, err := connectPostgres(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := schema.Check(ctx, pool, cfg.AutoMigrate, nil); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
+}
+
+// connectPostgres connects to DATABASE_URL with a small pool and pings it.
+// Errors never echo the URL, which may hold a password.
+func connectPostgres(ctx context.Context) (*pgxpool.Pool, error) {
 	url := strings.TrimSpace(os.Getenv("DATABASE_URL"))
 	if err := (config.Config{DatabaseURL: url}).RequireDatabaseURL(); err != nil {
 		return nil, err

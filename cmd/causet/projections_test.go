@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,18 +19,14 @@ func TestProjectionsListShowsTheDedupeLedger(t *testing.T) {
 	url := testenv.PostgresURL(t)
 	env := []string{"DATABASE_URL=" + url}
 
-	stdout, stderr, code := runBinary(t, env, "projections", "list")
-	require.Equal(t, 0, code, stderr)
-	require.Equal(t, "no projections deployed\n", stdout, "no schema yet: no ledger line")
-
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	pool, err := pgxpool.New(ctx, url)
 	require.NoError(t, err)
 	defer pool.Close()
-	require.NoError(t, projection.EnsureSchema(ctx, pool))
-	stdout, stderr, code = runBinary(t, env, "projections", "list")
+	stdout, stderr, code := runBinary(t, env, "projections", "list")
 	require.Equal(t, 0, code, stderr)
+	require.True(t, strings.HasPrefix(stdout, "no projections deployed\n"), stdout)
 	require.Contains(t, stdout, "dedupe ledger: ")
 	require.Contains(t, stdout, "0 hour partitions and bucket 0 (about 0 rows); oldest entry none; horizon 336h0m0s")
 	require.Contains(t, stdout, "hour partitions: none yet")

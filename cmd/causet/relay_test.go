@@ -37,12 +37,6 @@ func TestRelayRefusesBadEnv(t *testing.T) {
 
 // relayTable holds the columns of causet_events the relay reads and writes;
 // package ledger owns the whole schema.
-const relayTable = `
-CREATE TABLE causet_events (
-  position bigserial PRIMARY KEY, event_id text NOT NULL UNIQUE, fork_id text NOT NULL, entity_id text NOT NULL,
-  envelope jsonb NOT NULL, recorded_at timestamptz NOT NULL DEFAULT now(), published_at timestamptz);
-CREATE INDEX causet_events_unpublished ON causet_events (position) WHERE published_at IS NULL;`
-
 // TestRelayKafkaCommand runs `causet relay` on a ledger table with three
 // events: they reach the topic, /metrics shows them published, SIGTERM
 // stops it cleanly.
@@ -53,12 +47,13 @@ func TestRelayKafkaCommand(t *testing.T) {
 	conn, err := pgx.Connect(ctx, dbURL)
 	require.NoError(t, err)
 	defer conn.Close(context.Background())
-	_, err = conn.Exec(ctx, relayTable)
-	require.NoError(t, err)
 	for i := 1; i <= 3; i++ {
 		env := fmt.Sprintf(`{"eventId":"in-%d:1","eventType":"ITEM_ADDED","entityId":"cart-%d","forkId":"main","intentId":"in-%d","sequence":1,"payload":{"n":%d}}`, i, i, i, i)
-		_, err := conn.Exec(ctx, `INSERT INTO causet_events (event_id, fork_id, entity_id, envelope) VALUES ($1, 'main', $2, $3)`,
-			fmt.Sprintf("in-%d:1", i), fmt.Sprintf("cart-%d", i), env)
+		_, err := conn.Exec(ctx, `INSERT INTO causet_intents (intent_id, intent_type, entity_id, fork_id, status, handler_version, response)
+VALUES ($1, 'AddItem', $2, 'main', 'succeeded', 1, '{}')`, fmt.Sprintf("in-%d", i), fmt.Sprintf("cart-%d", i))
+		require.NoError(t, err)
+		_, err = conn.Exec(ctx, `INSERT INTO causet_events (event_id, fork_id, entity_id, sequence, event_type, intent_id, envelope)
+VALUES ($1, 'main', $2, 1, 'ITEM_ADDED', $3, $4)`, fmt.Sprintf("in-%d:1", i), fmt.Sprintf("cart-%d", i), fmt.Sprintf("in-%d", i), env)
 		require.NoError(t, err)
 	}
 	brokers := testenv.Kafka(t)

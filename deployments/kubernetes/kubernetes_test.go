@@ -148,7 +148,9 @@ func process(t *testing.T, d *appsv1.Deployment) (string, corev1.Container) {
 	t.Helper()
 	cs := d.Spec.Template.Spec.Containers
 	require.Len(t, cs, 1, "Deployment %s: one container", d.Name)
-	require.Empty(t, d.Spec.Template.Spec.InitContainers, "Deployment %s", d.Name)
+	for _, ic := range d.Spec.Template.Spec.InitContainers {
+		require.Equal(t, "migrate", ic.Name, "Deployment %s: the one init container is causet migrate up", d.Name)
+	}
 	c := cs[0]
 	require.Empty(t, c.Command, "Deployment %s: the image's entrypoint is the causet binary", d.Name)
 	require.NotEmpty(t, c.Args, "Deployment %s: args name the command", d.Name)
@@ -380,6 +382,37 @@ func selects(sel map[string]string, labels map[string]string) bool {
 		}
 	}
 	return len(sel) > 0
+}
+
+// TestKubernetesMigrateFirst: every process starts behind `causet migrate up`,
+// run by its own image with the database secret, as locked down as the
+// process itself.
+func TestKubernetesMigrateFirst(t *testing.T) {
+	for _, r := range renderAll(t) {
+		for _, d := range r.deployments {
+			_, c := process(t, d)
+			where := fmt.Sprintf("%s: Deployment %s", r.dir, d.Name)
+			ics := d.Spec.Template.Spec.InitContainers
+			require.Len(t, ics, 1, where)
+			ic := ics[0]
+			require.Equal(t, []string{"migrate", "up"}, ic.Args, where)
+			require.Empty(t, ic.Command, where)
+			require.Equal(t, c.Image, ic.Image, "%s: the migrations are the process's own", where)
+			require.Len(t, ic.Env, 1, where)
+			require.Equal(t, "DATABASE_URL", ic.Env[0].Name, where)
+			require.NotNil(t, ic.Env[0].ValueFrom, where)
+			var secret string
+			for _, e := range c.Env {
+				if e.Name == "DATABASE_URL" {
+					secret = e.ValueFrom.SecretKeyRef.Name
+				}
+			}
+			require.Equal(t, secret, ic.Env[0].ValueFrom.SecretKeyRef.Name, "%s: the process's database secret", where)
+			require.True(t, strings.HasPrefix(secret, "causet-database"), where)
+			require.Equal(t, c.SecurityContext, ic.SecurityContext, "%s: the init container is locked down as the process", where)
+			require.False(t, ic.Resources.Limits.Memory().IsZero(), where)
+		}
+	}
 }
 
 // TestKubernetesWorkloads: bridges no more than the documented partitions,

@@ -26,7 +26,6 @@ import (
 	exampleprojections "github.com/causet/projection-retry/examples/projections"
 	"github.com/causet/projection-retry/internal/app"
 	"github.com/causet/projection-retry/internal/testenv"
-	"github.com/causet/projection-retry/ledger"
 	"github.com/causet/projection-retry/projection"
 	"github.com/causet/projection-retry/relay"
 )
@@ -157,9 +156,6 @@ func TestMetricsExportedKafka(t *testing.T) {
 	defer cancel()
 
 	setup := app.WithSetup(func(ctx context.Context, pool *pgxpool.Pool) error {
-		if err := projection.EnsureSchema(ctx, pool); err != nil {
-			return err
-		}
 		ddl, err := exampleprojections.DDL("artist_stats")
 		if err != nil {
 			return err
@@ -180,9 +176,7 @@ func TestMetricsExportedKafka(t *testing.T) {
 				return err
 			}
 		}
-		// The relay's lag is read from the ledger's table, which `causet
-		// runtime` creates.
-		return ledger.EnsureSchema(ctx, pool)
+		return nil
 	})
 
 	// The worker.

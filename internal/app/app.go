@@ -13,7 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/causet/projection-retry/config"
-	"github.com/causet/projection-retry/incident"
+	"github.com/causet/projection-retry/internal/schema"
 	"github.com/causet/projection-retry/internal/tracing"
 	"github.com/causet/projection-retry/projection"
 	"github.com/causet/projection-retry/worker"
@@ -81,8 +81,10 @@ func WithSetup(setup func(context.Context, *pgxpool.Pool) error) Option {
 	return func(o *options) { o.setup = setup }
 }
 
-// Open builds the service from cfg: it requires DATABASE_URL, opens the pool
-// and the projection engine, maintains the dedupe ledger (in the background, now and every
+// Open builds the service from cfg: it requires DATABASE_URL, opens the pool,
+// checks the database's schema version (schema.Check: an older one is
+// migrated only with CAUSET_AUTO_MIGRATE, a newer one refused), opens the
+// projection engine, maintains the dedupe ledger (in the background, now and every
 // DedupeMaintainEvery until Close), dials Temporal and adds the search attributes
 // the workflows use where the server allows it (WithWritePathOnly: the pool
 // only). On error what was opened is closed again.
@@ -110,6 +112,12 @@ func Open(ctx context.Context, cfg config.Config, opts ...Option) (_ *Service, e
 	}
 	s.closers = append(s.closers, s.Pool.Close)
 	s.health.Add(s.postgresCheck())
+	if err := s.pingPool(ctx); err != nil {
+		return nil, err
+	}
+	if err := schema.Check(ctx, s.Pool, cfg.AutoMigrate, s.Logger); err != nil {
+		return nil, err
+	}
 	if o.setup != nil {
 		if err := o.setup(ctx, s.Pool); err != nil {
 			return nil, err
@@ -122,9 +130,6 @@ func Open(ctx context.Context, cfg config.Config, opts ...Option) (_ *Service, e
 		return nil, err
 	}
 	s.closers = append(s.closers, s.Engine.Close)
-	if err := incident.NewStore(s.Pool).Ensure(ctx); err != nil {
-		return nil, err
-	}
 	s.startDedupeMaintenance()
 	if s.Temporal, err = DialTemporal(ctx, s.Logger, TemporalOptions{HostPort: o.hostPort, Metrics: s.Registry, Tracing: s.tracing}); err != nil {
 		return nil, err
@@ -144,6 +149,17 @@ func (s *Service) Close() {
 		s.closers[i]()
 	}
 	s.closers = nil
+}
+
+// pingPool checks within 10 s that PostgreSQL answers; the error names the
+// host and port, never the URL or the password.
+func (s *Service) pingPool(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := s.Pool.Ping(pctx); err != nil {
+		return fmt.Errorf("DATABASE_URL: cannot reach %s", s.poolError(err))
+	}
+	return nil
 }
 
 // OpenPool builds a pgx pool on url, whose idle connections are checked

@@ -92,9 +92,6 @@ func TestEncryptedHistoryKafka(t *testing.T) {
 		ReplayWindow: time.Hour,
 	}
 	setup := app.WithSetup(func(ctx context.Context, pool *pgxpool.Pool) error {
-		if err := projection.EnsureSchema(ctx, pool); err != nil {
-			return err
-		}
 		if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS artist_followers (user_id text NOT NULL, artist_id text NOT NULL, PRIMARY KEY (user_id, artist_id))`); err != nil {
 			return err
 		}

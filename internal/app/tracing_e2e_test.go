@@ -134,9 +134,6 @@ func startTracedStack(t *testing.T, ordering string) *tracedStack {
 
 	svc, err := app.Open(ctx, cfg, app.WithLogger(quiet()), app.WithTemporalAddress(srv.HostPort), app.WithTracing(tr),
 		app.WithSetup(func(ctx context.Context, pool *pgxpool.Pool) error {
-			if err := projection.EnsureSchema(ctx, pool); err != nil {
-				return err
-			}
 			if _, err := pool.Exec(ctx, `CREATE TABLE artist_followers (user_id text NOT NULL, artist_id text NOT NULL, PRIMARY KEY (user_id, artist_id))`); err != nil {
 				return err
 			}

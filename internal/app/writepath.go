@@ -59,9 +59,7 @@ type Runtime struct {
 	logger *slog.Logger
 }
 
-// NewRuntime checks that PostgreSQL answers (an error names its host, never
-// the URL), creates the ledger's and the intent handlers' tables if missing,
-// loads the deployed intent handlers (their CEL bounded by
+// NewRuntime loads the deployed intent handlers (their CEL bounded by
 // CAUSET_IR_COST_LIMIT) and builds the server. Listen and Serve run it.
 func (s *Service) NewRuntime(ctx context.Context, o RuntimeOptions) (*Runtime, error) {
 	if o.Addr == "" {
@@ -69,15 +67,6 @@ func (s *Service) NewRuntime(ctx context.Context, o RuntimeOptions) (*Runtime, e
 	}
 	if o.Logger == nil {
 		o.Logger = s.Logger
-	}
-	if err := s.pingPool(ctx); err != nil {
-		return nil, err
-	}
-	if err := ledger.EnsureSchema(ctx, s.Pool); err != nil {
-		return nil, err
-	}
-	if err := intents.EnsureSchema(ctx, s.Pool); err != nil {
-		return nil, err
 	}
 	catalog, err := intents.NewCatalog(ctx, s.Pool, o.Logger, intents.WithCostLimit(s.Config.IRCostLimit))
 	if err != nil {
@@ -181,17 +170,6 @@ func serveMetrics(addr string, reg prometheus.Gatherer, logger *slog.Logger, hea
 		}
 	}()
 	return func() { _ = srv.Close() }, nil
-}
-
-// pingPool checks within 10 s that PostgreSQL answers; the error names the
-// host and port, never the URL or the password.
-func (s *Service) pingPool(ctx context.Context) error {
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := s.Pool.Ping(pctx); err != nil {
-		return fmt.Errorf("DATABASE_URL: cannot reach %s", s.poolError(err))
-	}
-	return nil
 }
 
 // poolError is "PostgreSQL at host:port: err" with the password, should err

@@ -1,7 +1,7 @@
-// Package pgstore holds what the PostgreSQL stores share: creating a schema
-// under an advisory lock, and tables of versioned documents (projection IR
-// documents, intent handler documents) deployed as version N+1 and listed
-// newest first.
+// Package pgstore holds what the PostgreSQL stores share: the advisory lock
+// class, and tables of versioned documents (projection IR documents, intent
+// handler documents) deployed as version N+1 and listed newest first. The
+// tables themselves are created by the migrations of package schema.
 package pgstore
 
 import (
@@ -9,8 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -22,29 +20,6 @@ import (
 // ("caus"), a space of their own that no single-bigint lock (the projection
 // schema's, the relay's) can collide with.
 const LockClass int32 = 0x63617573
-
-// EnsureSchema runs ddl in a transaction that first takes the
-// transaction-scoped advisory lock of lockKeys (one bigint, or two int4), so
-// that concurrent callers run it one at a time. what names the schema in
-// the error: "ensure <what> schema: ...".
-func EnsureSchema(ctx context.Context, pool *pgxpool.Pool, what, ddl string, lockKeys ...any) error {
-	params := make([]string, len(lockKeys))
-	for i := range lockKeys {
-		params[i] = "$" + strconv.Itoa(i+1)
-	}
-	lockSQL := "SELECT pg_advisory_xact_lock(" + strings.Join(params, ", ") + ")"
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, lockSQL, lockKeys...); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, ddl)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("ensure %s schema: %w", what, err)
-	}
-	return nil
-}
 
 // IsUndefinedTable reports whether err is PostgreSQL's undefined_table
 // (42P01).
@@ -64,23 +39,18 @@ type Versions struct {
 	// Channel is the LISTEN/NOTIFY channel a deploy notifies with
 	// "<key>:<version>".
 	Channel string
-	// EnsureSchema creates the table if it does not exist.
-	EnsureSchema func(ctx context.Context, pool *pgxpool.Pool) error
 	// Serialize runs first in a deploy's transaction and serializes
 	// concurrent deploys of key.
 	Serialize func(ctx context.Context, tx pgx.Tx, key string) error
 }
 
 // Deploy stores doc, JSON-encoded, as version N+1 of key (N the newest
-// deployed version, 0 if none) and notifies Channel, creating the schema if
-// needed. It returns the new version.
+// deployed version, 0 if none) and notifies Channel. It returns the new
+// version.
 func (v Versions) Deploy(ctx context.Context, pool *pgxpool.Pool, key string, doc any) (int, error) {
 	body, err := json.Marshal(doc)
 	if err != nil {
 		return 0, fmt.Errorf("encode %s document: %w", v.Kind, err)
-	}
-	if err := v.EnsureSchema(ctx, pool); err != nil {
-		return 0, err
 	}
 	var version int
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {

@@ -2,32 +2,49 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/causet/projection-retry/devstack/proc"
+	"github.com/causet/projection-retry/internal/schema"
 )
 
 const pgHowTo = "set TEST_DATABASE_URL=postgres://user:pass@host:port/db?sslmode=disable, " +
 	"install the PostgreSQL server binaries (initdb, pg_ctl, postgres), or allow the one-time fetch of " +
 	"PostgreSQL 15 from Maven Central (CAUSET_POSTGRES_BINARIES, README)"
 
-// Postgres returns a pool connected to a fresh, empty database that only this
-// test uses. The database lives on TEST_DATABASE_URL's server when that is
+// Postgres returns a pool connected to a fresh database that only this test
+// uses, at the schema this build needs (every migration of package schema
+// applied). The database lives on TEST_DATABASE_URL's server when that is
 // set, otherwise on a throwaway cluster started once per test binary. The pool
 // is closed and the database dropped when the test ends. The pool's
 // Config().ConnString() is the database's URL.
 func Postgres(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	dbURL := PostgresURL(t)
+	return connect(t, PostgresURL(t))
+}
+
+// EmptyPostgres is Postgres on an empty database: no schema at all, for
+// tests of the migrations themselves.
+func EmptyPostgres(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	return connect(t, EmptyPostgresURL(t))
+}
+
+func connect(t testing.TB, dbURL string) *pgxpool.Pool {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	pool, err := pgxpool.New(ctx, dbURL)
@@ -41,16 +58,39 @@ func Postgres(t testing.TB) *pgxpool.Pool {
 	return pool
 }
 
-// PostgresURL creates a fresh, empty database that only this test uses and
-// returns its connection URL. The database is dropped when the test ends.
+// PostgresURL creates a fresh database at the schema this build needs that
+// only this test uses and returns its connection URL. The database is a copy
+// of a template migrated once per test binary (CREATE DATABASE … TEMPLATE),
+// and is dropped when the test ends.
 func PostgresURL(t testing.TB) string {
+	t.Helper()
+	return createDatabase(t, migratedTemplate(t))
+}
+
+// EmptyPostgresURL is PostgresURL for an empty database.
+func EmptyPostgresURL(t testing.TB) string {
+	t.Helper()
+	return createDatabase(t, "")
+}
+
+func createDatabase(t testing.TB, template string) string {
 	t.Helper()
 	admin := postgresAdminURL(t)
 	name := uniqueName(t, "t", "_", 63)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := adminExec(ctx, admin, `CREATE DATABASE "`+name+`"`); err != nil {
+	stmt := `CREATE DATABASE "` + name + `"`
+	if template != "" {
+		stmt += ` TEMPLATE "` + template + `"`
+	}
+	err := adminExec(ctx, admin, stmt)
+	// A session of the template that has just closed may still be ending.
+	for try := 0; err != nil && isObjectInUse(err) && try < 50; try++ {
+		time.Sleep(100 * time.Millisecond)
+		err = adminExec(ctx, admin, stmt)
+	}
+	if err != nil {
 		if os.Getenv("TEST_DATABASE_URL") != "" {
 			unavailable(t, "cannot create a test database on TEST_DATABASE_URL (is it reachable, and may its user CREATE DATABASE?): %v", err)
 		}
@@ -68,6 +108,55 @@ func PostgresURL(t testing.TB) string {
 		t.Fatalf("testenv: %v", err)
 	}
 	return dbURL
+}
+
+var templateState struct {
+	once sync.Once
+	name string
+	err  error
+}
+
+// migratedTemplate returns the database every PostgresURL copies: created
+// and migrated on first use, dropped at Teardown. Copying it costs a file
+// copy, where migrating each test's database would run every migration.
+func migratedTemplate(t testing.TB) string {
+	t.Helper()
+	admin := postgresAdminURL(t)
+	templateState.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		name := fmt.Sprintf("causet_template_%d_%x", os.Getpid(), uint32(time.Now().UnixNano()))
+		templateState.err = func() error {
+			if err := adminExec(ctx, admin, `CREATE DATABASE "`+name+`"`); err != nil {
+				return fmt.Errorf("create template database: %w", err)
+			}
+			onTeardown(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				_ = adminExec(ctx, admin, `DROP DATABASE IF EXISTS "`+name+`" WITH (FORCE)`)
+			})
+			dbURL, err := withDatabase(admin, name)
+			if err != nil {
+				return err
+			}
+			pool, err := pgxpool.New(ctx, dbURL)
+			if err != nil {
+				return err
+			}
+			// Closed before anyone copies it: CREATE DATABASE … TEMPLATE
+			// refuses a template with sessions.
+			defer pool.Close()
+			if _, err := schema.Up(ctx, pool, nil); err != nil {
+				return fmt.Errorf("migrate the template database: %w", err)
+			}
+			return nil
+		}()
+		templateState.name = name
+	})
+	if templateState.err != nil {
+		t.Fatalf("testenv: %v", templateState.err)
+	}
+	return templateState.name
 }
 
 // StopPostgres stops the throwaway cluster (pg_ctl stop -m immediate: open
@@ -103,6 +192,13 @@ func StartPostgres(t testing.TB) {
 	if err := pgState.c.Resume(context.Background()); err != nil {
 		t.Fatalf("testenv: start postgres: %v", err)
 	}
+}
+
+// isObjectInUse reports PostgreSQL's object_in_use (55006): CREATE DATABASE
+// … TEMPLATE while the template has a session.
+func isObjectInUse(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "55006"
 }
 
 func adminExec(ctx context.Context, admin, sql string) error {
@@ -160,4 +256,28 @@ func postgresAdminURL(t testing.TB) string {
 		unavailable(t, "no PostgreSQL: %v\n%s", pgState.err, pgHowTo)
 	}
 	return pgState.c.URL
+}
+
+// PSQL returns the path of psql: beside the PostgreSQL server binaries the
+// tests use, or on PATH. Without one the test is skipped (failed under
+// CI=true).
+func PSQL(t testing.TB) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if dir, err := proc.PostgresBinDir(ctx); err == nil {
+		if p := filepath.Join(dir, "psql"); isFile(p) {
+			return p
+		}
+	}
+	if p, err := exec.LookPath("psql"); err == nil {
+		return p
+	}
+	unavailable(t, "no psql beside the PostgreSQL server binaries or on PATH (apt-get install postgresql-client)")
+	return ""
+}
+
+func isFile(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
 }
