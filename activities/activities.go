@@ -8,20 +8,23 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/parking"
 	"github.com/causet/projection-retry/projection"
 	"github.com/causet/projection-retry/workflows"
 )
 
-// Applier applies one event to one projection with the dedupe ledger;
-// *projection.Engine is the production implementation.
+// Applier applies one event to one projection with the dedupe ledger, in a
+// transaction whose BeforeCommit the activity uses; *projection.Engine is
+// the production implementation.
 type Applier interface {
-	Apply(ctx context.Context, projectionName string, ev event.Envelope) (projection.Result, error)
+	ApplyWith(ctx context.Context, projectionName string, ev event.Envelope, opts projection.ApplyOptions) (projection.Result, error)
 }
 
 // DeadLetterPublisher writes a DLQ record durably; *dlq.Publisher is the
@@ -42,9 +45,12 @@ type Activities struct {
 	// Metrics counts retries, dead letters (as decided and as published)
 	// and replays. Optional.
 	Metrics *Metrics
-	// Workflows describes the retry workflows lanes wait for. Optional,
-	// defaults to the worker's client.
-	Workflows contract.Describer
+	// Heads records where a retry workflow stands, as the head its key's
+	// later events are parked behind (entity ordering, package parking):
+	// settled in the apply transaction of its successful attempt, dead
+	// lettered before its dead letter is published, settled when discarded
+	// or its window ends. Optional: without it nothing is recorded.
+	Heads *parking.Store
 }
 
 func (a *Activities) logger() *slog.Logger {
@@ -81,13 +87,16 @@ func (a *Activities) ApplyProjection(ctx context.Context, in workflows.ApplyInpu
 
 	var res projection.Result
 	err := in.Event.Validate()
-	if err == nil && in.Run > 0 && !in.Force {
-		err = a.refuseOvertaken(ctx, in, number)
-	}
 	if err == nil {
-		res, err = a.Applier.Apply(ctx, in.Projection, in.Event)
+		res, err = a.Applier.ApplyWith(ctx, in.Projection, in.Event, projection.ApplyOptions{
+			BeforeCommit: a.beforeCommit(info.WorkflowExecution.ID, in, number),
+		})
 		if err == nil && res.Err != nil {
 			err = res.Err
+		}
+		var refused *replayRefused
+		if errors.As(err, &refused) {
+			err = refused.InvalidError
 		}
 	}
 	if err == nil {
@@ -108,6 +117,7 @@ func (a *Activities) ApplyProjection(ctx context.Context, in workflows.ApplyInpu
 	attempts := append(earlier, contract.Attempt{
 		Number: number, Run: in.Run, StartedAt: started,
 		ErrorKind: string(kind), Error: err.Error(), IRVersion: res.IRVersion,
+		WaitingBehind: a.behind(ctx, info.WorkflowExecution.ID),
 	})
 	nonRetryable := kind == contract.KindInvalidEvent
 	if delay, ok := nextDelay(in, number); ok && !nonRetryable {
@@ -177,6 +187,14 @@ func (a *Activities) PublishDeadLetter(ctx context.Context, in contract.DeadLett
 	if len(key) == 0 {
 		key = []byte(in.Event.EntityID)
 	}
+	if a.Heads != nil {
+		// Before the record: a run that dead-letters has let its key go
+		// (unless dead letters hold their entity), even while the topic
+		// refuses the record and this activity retries.
+		if _, err := parking.SetHeadState(ctx, a.Heads.Pool(), info.WorkflowExecution.ID, parking.HeadDeadLettered); err != nil {
+			return contract.DLQCoordinates{}, err
+		}
+	}
 	at, err := a.Publisher.Publish(ctx, key, rec)
 	if err != nil {
 		a.logger().LogAttrs(ctx, slog.LevelWarn, "dead letter publish failed; will retry",
@@ -187,30 +205,66 @@ func (a *Activities) PublishDeadLetter(ctx context.Context, in contract.DeadLett
 	return at, nil
 }
 
-// overtakeChecker finds a later event of the entity that the projection
-// applied already; *projection.Engine is one.
-type overtakeChecker interface {
-	LaterApplied(ctx context.Context, projection string, ev event.Envelope) (*projection.Later, error)
-}
-
-// refuseOvertaken refuses a replay of an event whose entity has since
-// applied a later one (CAUSET_DLQ_HOLD_ENTITY off lets it move on): applying
-// it now would take the read model back. The refusal is an invalid event,
-// so the run is dead-lettered again with the reason; a replay with
-// "force": true applies it anyway.
-func (a *Activities) refuseOvertaken(ctx context.Context, in workflows.ApplyInput, number int) error {
-	c, ok := a.Applier.(overtakeChecker)
-	if !ok {
-		return nil
-	}
-	later, err := c.LaterApplied(ctx, in.Projection, in.Event)
-	if err != nil || later == nil {
+// beforeCommit is what the attempt's apply transaction does besides the
+// write, once it knows the pair's status: a replay (unless forced) of an
+// event whose entity has since applied a later sequence is refused, and a
+// pair that applied (or was applied before) settles the run as its key's
+// head, so the bridge releases the events parked behind it.
+func (a *Activities) beforeCommit(workflowID string, in workflows.ApplyInput, number int) func(context.Context, pgx.Tx, []projection.Result) error {
+	return func(ctx context.Context, tx pgx.Tx, rs []projection.Result) error {
+		if tx == nil || len(rs) == 0 {
+			return nil
+		}
+		r := rs[0]
+		if r.Status != projection.StatusApplied && r.Status != projection.StatusDuplicate {
+			return nil
+		}
+		if in.Run > 0 && !in.Force && r.Status == projection.StatusApplied {
+			later, err := projection.LaterApplied(ctx, tx, in.Projection, in.Event)
+			if err != nil {
+				return err
+			}
+			if later != nil {
+				a.logLine(ctx, "projection_replay_refused", in, number, slog.Int64("sequence", in.Event.Sequence),
+					slog.String("laterEventId", later.EventID), slog.Int64("laterSequence", later.Sequence))
+				return &replayRefused{&event.InvalidError{Reason: fmt.Sprintf(
+					"replay refused: %s already applied a later event of entity %s (sequence %d, eventId %s) than this one (sequence %d); "+
+						"replay with {\"force\":true} to apply it anyway, or discard it",
+					in.Projection, in.Event.EntityID, later.Sequence, later.EventID, in.Event.Sequence)}}
+			}
+		}
+		if a.Heads == nil {
+			return nil
+		}
+		_, err := parking.SetHeadState(ctx, tx, workflowID, parking.HeadSettled)
 		return err
 	}
-	a.logLine(ctx, "projection_replay_refused", in, number, slog.Int64("sequence", in.Event.Sequence),
-		slog.String("laterEventId", later.EventID), slog.Int64("laterSequence", later.Sequence))
-	return &event.InvalidError{Reason: fmt.Sprintf(
-		"replay refused: %s already applied a later event of entity %s (sequence %d, eventId %s) than this one (sequence %d); "+
-			"replay with {\"force\":true} to apply it anyway, or discard it",
-		in.Projection, in.Event.EntityID, later.Sequence, later.EventID, in.Event.Sequence)}
+}
+
+// replayRefused rolls a refused replay's transaction back; the attempt
+// fails with its InvalidError, never retried.
+type replayRefused struct{ *event.InvalidError }
+
+// behind counts the events parked behind workflowID, for the attempt's
+// record; 0 when unknown.
+func (a *Activities) behind(ctx context.Context, workflowID string) int64 {
+	if a.Heads == nil {
+		return 0
+	}
+	n, err := a.Heads.Behind(ctx, workflowID)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// SettleHead records that the retry workflow workflowID no longer holds its
+// key (discarded, or its replay window ended): under CAUSET_DLQ_HOLD_ENTITY
+// a dead letter holds its key until then.
+func (a *Activities) SettleHead(ctx context.Context, workflowID string) error {
+	if a.Heads == nil {
+		return nil
+	}
+	_, err := parking.SetHeadState(ctx, a.Heads.Pool(), workflowID, parking.HeadSettled)
+	return err
 }

@@ -68,7 +68,7 @@ type applyCall struct {
 	heartbeatsAtRun int
 }
 
-func (f *fakeApplier) Apply(ctx context.Context, name string, ev event.Envelope) (projection.Result, error) {
+func (f *fakeApplier) ApplyWith(ctx context.Context, name string, ev event.Envelope, _ projection.ApplyOptions) (projection.Result, error) {
 	f.mu.Lock()
 	n := len(f.calls)
 	hb := 0
@@ -251,7 +251,6 @@ func newHarness(t *testing.T, applier activities.Applier, pub activities.DeadLet
 	h.env.SetWorkerOptions(sdkworker.Options{Interceptors: []interceptor.WorkerInterceptor{&heartbeatInterceptor{log: h.hb}}})
 	h.env.RegisterActivityWithOptions(h.acts.ApplyProjection, activity.RegisterOptions{Name: contract.ApplyProjectionActivity})
 	h.env.RegisterActivityWithOptions(h.acts.PublishDeadLetter, activity.RegisterOptions{Name: contract.PublishDeadLetterActivity})
-	h.env.RegisterActivityWithOptions(h.acts.AwaitRetrySettled, activity.RegisterOptions{Name: contract.AwaitRetrySettledActivity})
 	return h
 }
 

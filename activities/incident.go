@@ -13,6 +13,7 @@ import (
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
 	"github.com/causet/projection-retry/incident"
+	"github.com/causet/projection-retry/parking"
 	"github.com/causet/projection-retry/projection"
 	"github.com/causet/projection-retry/workflows"
 )
@@ -91,7 +92,7 @@ func (a *Incidents) AwaitIncidentReleased(ctx context.Context, id string) error 
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
-		n, err := a.Store.CountParked(ctx, id)
+		n, err := parking.Behind(ctx, a.Store.Pool(), id)
 		if err != nil {
 			return err
 		}

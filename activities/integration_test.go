@@ -175,7 +175,7 @@ type scriptedApplier struct {
 	calls int
 }
 
-func (s *scriptedApplier) Apply(ctx context.Context, name string, ev event.Envelope) (projection.Result, error) {
+func (s *scriptedApplier) ApplyWith(ctx context.Context, name string, ev event.Envelope, _ projection.ApplyOptions) (projection.Result, error) {
 	s.mu.Lock()
 	s.calls++
 	n := s.calls

@@ -42,10 +42,13 @@ const (
 	DefaultMaxInflight   = 256
 	DefaultMetricsAddr   = "127.0.0.1:9464"
 
-	// DefaultLaneMaxQueued keeps a lane's continue-as-new input (its queue)
-	// well under Temporal's 2 MiB blob limit for events of ~1 KiB; the lane
-	// also refuses past a byte budget, so large events cannot breach it.
-	DefaultLaneMaxQueued = 1000
+	// DefaultParkedMaxPerKey bounds the events parked behind one key's head:
+	// ten times a hot key's burst in the reliability suite, about 10 MB of
+	// rows at 1 KiB an event.
+	DefaultParkedMaxPerKey = 100_000
+	// DefaultParkedMaxPerPartition bounds the events parked in one
+	// partition: about 1 GB of rows at 1 KiB an event.
+	DefaultParkedMaxPerPartition = 1_000_000
 	// DefaultIRCostLimit is the CEL cost one evaluation may spend.
 	DefaultIRCostLimit = 1_000_000
 	// DefaultBridgeMaxBufferedBytes is the queued record bytes per
@@ -72,9 +75,10 @@ type Config struct {
 	DLQReplayWindow   time.Duration
 	BridgeMaxInflight int
 	MetricsAddr       string
-	// LaneMaxQueued bounds the events waiting in one ordering lane
-	// (CAUSET_LANE_MAX_QUEUED); past it the bridge holds the partition.
-	LaneMaxQueued int
+	// ParkedMaxPerKey and ParkedMaxPerPartition bound the events parked
+	// behind blocked keys (CAUSET_PARKED_MAX_PER_KEY,
+	// CAUSET_PARKED_MAX_PER_PARTITION); at a bound the partition waits.
+	ParkedMaxPerKey, ParkedMaxPerPartition int64
 	// IRCostLimit bounds the CEL cost of one expression evaluation
 	// (CAUSET_IR_COST_LIMIT); an evaluation past it fails as ir_eval.
 	IRCostLimit uint64
@@ -133,8 +137,10 @@ func Load(lookup Lookup) (Config, error) {
 		DLQReplayWindow:   p.duration("CAUSET_DLQ_REPLAY_WINDOW", DefaultReplayWindow),
 		BridgeMaxInflight: p.intRange("CAUSET_BRIDGE_MAX_INFLIGHT", DefaultMaxInflight, 1, 1_000_000, "an integer from 1 to 1000000"),
 		MetricsAddr:       p.hostPort("CAUSET_METRICS_ADDR", DefaultMetricsAddr),
-		LaneMaxQueued: p.intRange("CAUSET_LANE_MAX_QUEUED", DefaultLaneMaxQueued, 1, 100_000,
-			"an integer from 1 to 100000 (events waiting in one lane)"),
+		ParkedMaxPerKey: p.int64Range("CAUSET_PARKED_MAX_PER_KEY", DefaultParkedMaxPerKey, 1, 1_000_000_000,
+			"an integer from 1 to 1000000000 (events parked behind one key)"),
+		ParkedMaxPerPartition: p.int64Range("CAUSET_PARKED_MAX_PER_PARTITION", DefaultParkedMaxPerPartition, 1, 1_000_000_000,
+			"an integer from 1 to 1000000000 (events parked in one partition)"),
 		IRCostLimit: uint64(p.int64Range("CAUSET_IR_COST_LIMIT", DefaultIRCostLimit, 1_000, 1_000_000_000,
 			"an integer from 1000 to 1000000000 (CEL cost units per evaluation)")),
 		BridgeMaxBufferedBytes: p.int64Range("CAUSET_BRIDGE_MAX_BUFFERED_BYTES", DefaultBridgeMaxBufferedBytes, 1<<20, 1<<40,
@@ -143,6 +149,11 @@ func Load(lookup Lookup) (Config, error) {
 		DedupeHorizon:    p.duration("CAUSET_DEDUPE_HORIZON", DefaultDedupeHorizon),
 		DLQHoldEntity:    p.boolean("CAUSET_DLQ_HOLD_ENTITY", false),
 		AutoMigrate:      p.boolean("CAUSET_AUTO_MIGRATE", false),
+	}
+	for _, r := range removedVariables {
+		if v, ok := lookup(r.name); ok && strings.TrimSpace(v) != "" {
+			return Config{}, fmt.Errorf("%s=%q is no longer read: %s", r.name, v, r.instead)
+		}
 	}
 	if p.err != nil {
 		return Config{}, p.err

@@ -47,7 +47,8 @@ func TestDefaults(t *testing.T) {
 	require.Equal(t, OrderingEntity, c.Ordering)
 	require.Equal(t, 168*time.Hour, c.DLQReplayWindow)
 	require.Equal(t, "127.0.0.1:9464", c.MetricsAddr)
-	require.Equal(t, DefaultLaneMaxQueued, c.LaneMaxQueued)
+	require.EqualValues(t, DefaultParkedMaxPerKey, c.ParkedMaxPerKey)
+	require.EqualValues(t, DefaultParkedMaxPerPartition, c.ParkedMaxPerPartition)
 	require.EqualValues(t, DefaultIRCostLimit, c.IRCostLimit)
 	require.EqualValues(t, 256<<20, c.BridgeMaxBufferedBytes)
 	require.Empty(t, c.BridgeInstanceID, "dynamic group membership unless set")
@@ -168,7 +169,10 @@ func TestBadValues(t *testing.T) {
 		{"CAUSET_EVENTS_TOPIC", "", `CAUSET_EVENTS_TOPIC="" is invalid: want a non-empty name`},
 		{"CAUSET_BRIDGE_MAX_INFLIGHT", "0", `CAUSET_BRIDGE_MAX_INFLIGHT="0" is invalid`},
 		{"CAUSET_METRICS_ADDR", "9464", `CAUSET_METRICS_ADDR="9464" is invalid: want host:port`},
-		{"CAUSET_LANE_MAX_QUEUED", "0", `CAUSET_LANE_MAX_QUEUED="0" is invalid: want an integer from 1 to 100000`},
+		{"CAUSET_PARKED_MAX_PER_KEY", "0", `CAUSET_PARKED_MAX_PER_KEY="0" is invalid: want an integer from 1 to 1000000000`},
+		{"CAUSET_PARKED_MAX_PER_PARTITION", "x", `CAUSET_PARKED_MAX_PER_PARTITION="x" is invalid: want an integer from 1 to 1000000000`},
+		{"CAUSET_LANE_MAX_QUEUED", "1000", `CAUSET_LANE_MAX_QUEUED="1000" is no longer read: ordering lanes are gone`},
+		{"CAUSET_AUTO_MIGRATE", "yes", `CAUSET_AUTO_MIGRATE="yes" is invalid: want true or false`},
 		{"CAUSET_IR_COST_LIMIT", "10", `CAUSET_IR_COST_LIMIT="10" is invalid: want an integer from 1000`},
 		{"CAUSET_BRIDGE_MAX_BUFFERED_BYTES", "256MiB", `CAUSET_BRIDGE_MAX_BUFFERED_BYTES="256MiB" is invalid: want a number of bytes`},
 		{"CAUSET_BRIDGE_INSTANCE_ID", "bridge 1", `CAUSET_BRIDGE_INSTANCE_ID="bridge 1" is invalid: want at most 249`},

@@ -35,7 +35,8 @@ var variables = []string{
 	"CAUSET_BRIDGE_MAX_INFLIGHT",
 	"CAUSET_BRIDGE_MAX_BUFFERED_BYTES",
 	"CAUSET_BRIDGE_INSTANCE_ID",
-	"CAUSET_LANE_MAX_QUEUED",
+	"CAUSET_PARKED_MAX_PER_KEY",
+	"CAUSET_PARKED_MAX_PER_PARTITION",
 	"CAUSET_IR_COST_LIMIT",
 	"CAUSET_DEDUPE_HORIZON",
 	"CAUSET_METRICS_ADDR",
@@ -50,6 +51,13 @@ var variables = []string{
 	"CAUSET_PAYLOAD_KEYS",
 	"CAUSET_PAYLOAD_KEYS_FILE",
 	"CAUSET_PAYLOAD_KEY_CURRENT",
+}
+
+// removedVariables are variables of earlier releases that Load refuses
+// when set, saying what replaced them: a setting that is silently ignored
+// would leave an operator believing it holds.
+var removedVariables = []struct{ name, instead string }{
+	{"CAUSET_LANE_MAX_QUEUED", "ordering lanes are gone, a blocked key's later events are parked in PostgreSQL; bound them with CAUSET_PARKED_MAX_PER_KEY and CAUSET_PARKED_MAX_PER_PARTITION"},
 }
 
 // Variables returns the name of every environment variable the package

@@ -22,6 +22,9 @@ func TestVariablesCoverWhatLoadReads(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, read)
 	for _, k := range read {
+		if slices.ContainsFunc(removedVariables, func(r struct{ name, instead string }) bool { return r.name == k }) {
+			continue // read only to be refused
+		}
 		require.Contains(t, Variables(), k, "Load reads %s: add it to config/variables.go", k)
 	}
 	v := Variables()

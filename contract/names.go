@@ -9,17 +9,17 @@ import (
 // Workflow, signal, query and update names (CONTRACT §6).
 const (
 	RetryWorkflowName = "ProjectionRetryWorkflow"
-	LaneWorkflowName  = "ProjectionLaneWorkflow"
 	SignalReplay      = "replay"
 	SignalDiscard     = "discard"
 	QueryStatus       = "status"
 
-	// UpdateEnqueue adds an event to a lane; its validator refuses once the lane closes.
-	UpdateEnqueue = "enqueue"
-	// SignalChildSettled tells a lane that its current child reached dead_lettered.
+	// LaneWorkflowName is the ordering lane of the release before parked
+	// events: this release runs none, and refuses to start while one is
+	// open (its events would wait for a worker that no longer has it).
+	LaneWorkflowName = "ProjectionLaneWorkflow"
+	// SignalChildSettled is what a retry run started by such a lane tells
+	// it when dead-lettered; runs of that release still send it.
 	SignalChildSettled = "child_settled"
-	// QueryLaneStatus answers the lane's status.
-	QueryLaneStatus = "status"
 )
 
 // Activity names as the worker registers them. Workflows refer to them by
@@ -27,31 +27,9 @@ const (
 const (
 	ApplyProjectionActivity   = "ApplyProjection"
 	PublishDeadLetterActivity = "PublishDeadLetter"
-	// AwaitRetrySettledActivity waits until a retry workflow has settled
-	// (Settled); a lane runs it before an event whose WaitFor is set.
-	AwaitRetrySettledActivity = "AwaitRetrySettled"
-	// AwaitRetryFinalActivity waits until a retry workflow is final (Final):
-	// with CAUSET_DLQ_HOLD_ENTITY a lane waits with it.
-	AwaitRetryFinalActivity = "AwaitRetryFinal"
-)
-
-// WaitTaskQueue is the task queue of the activities with which lanes wait
-// for retry workflows (AwaitRetrySettled, AwaitRetryFinal): a wait lasts as
-// long as the retry it waits for, so on the main queue thousands of waits
-// would take every activity slot and starve the very ApplyProjection
-// attempts they wait for.
-func WaitTaskQueue(taskQueue string) string { return taskQueue + "-waits" }
-
-// ApplicationError types of the lane's enqueue validator.
-const (
-	// LaneFullErrorType: the lane holds its bound (LaneInput.MaxQueued or
-	// MaxQueuedBytes); the bridge keeps the event and tries again later.
-	LaneFullErrorType = "LaneFull"
-	// LaneClosingErrorType: the lane has run every event it accepted (or is
-	// finishing the last ones) and takes no more. The bridge then waits for
-	// the lane to complete, clears the key's block and applies the event
-	// inline.
-	LaneClosingErrorType = "LaneClosing"
+	// SettleHeadActivity records that a dead-lettered run no longer holds
+	// its key (discarded, or its replay window ended).
+	SettleHeadActivity = "SettleHead"
 )
 
 // State is a retry workflow's state, also its CausetRetryState search attribute.
@@ -117,12 +95,6 @@ func RetryWorkflowID(projection, forkID, eventID string) string {
 	return "projection-retry:" + idField(projection) + ":" + idField(forkID) + ":" + idField(eventID)
 }
 
-// LaneWorkflowID is the ID of the ordering lane of one (projection, fork,
-// entity), its fields escaped as in RetryWorkflowID.
-func LaneWorkflowID(projection, forkID, entityID string) string {
-	return "projection-lane:" + idField(projection) + ":" + idField(forkID) + ":" + idField(entityID)
-}
-
 // idField escapes the separator ':' as %3A and the escape '%' as %25, and
 // nothing else, so a field without either keeps the ID it had before IDs
 // were escaped.
@@ -134,12 +106,3 @@ func idField(s string) string {
 }
 
 var idEscaper = strings.NewReplacer("%", "%25", ":", "%3A")
-
-// LaneSearchAttributes are a lane's search attributes at start.
-func LaneSearchAttributes(projection, forkID, entityID string) temporal.SearchAttributes {
-	return temporal.NewSearchAttributes(
-		AttrProjection.ValueSet(projection),
-		AttrEntityID.ValueSet(entityID),
-		AttrForkID.ValueSet(forkID),
-	)
-}

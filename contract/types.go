@@ -30,6 +30,9 @@ type Attempt struct {
 	ErrorKind string    `json:"errorKind,omitempty"`
 	Error     string    `json:"error,omitempty"`
 	IRVersion int       `json:"irVersion,omitempty"`
+	// WaitingBehind, on a failed attempt, is how many later events of the
+	// key were parked behind the run when it failed (entity ordering).
+	WaitingBehind int64 `json:"waitingBehind,omitempty"`
 }
 
 // FirstAttempt is the record of a failed attempt 1 run by the bridge.
@@ -56,17 +59,13 @@ type RetryInput struct {
 	Retry config.Retry `json:"retry"`
 	// ReplayWindow is how long a dead-lettered run waits for replay or discard.
 	ReplayWindow time.Duration `json:"replayWindow"`
-	// WaitFor, on an event sent to a lane, is the retry workflow of an
-	// earlier event of the key that the bridge started outside the lane:
-	// the lane runs this event only once that workflow has settled.
-	WaitFor string `json:"waitFor,omitempty"`
 	// Replay is set on a run that a bulk replay started after the dead
 	// letter's earlier run had closed: who asked for it and why.
 	Replay *OperatorSignal `json:"replay,omitempty"`
-	// TraceContext, on an event sent to a lane with tracing on, is the W3C
-	// trace context (traceparent, tracestate, baggage) of the event's
-	// hand-off span: the lane starts the event's retry workflow in that
-	// trace rather than in the trace of the event that opened the lane.
+	// TraceContext, on a parked event with tracing on, is the W3C trace
+	// context (traceparent, tracestate, baggage) of its record: the bridge
+	// that releases it starts its retry workflow, should it fail again, in
+	// that trace.
 	TraceContext map[string]string `json:"traceContext,omitempty"`
 }
 
@@ -95,28 +94,6 @@ func (in RetryInput) SearchAttributes() temporal.SearchAttributes {
 
 // DefaultReplayWindow applies when the input carries no window.
 const DefaultReplayWindow = config.DefaultReplayWindow
-
-// LaneInput starts (or continues) the lane of one (projection, fork, entity).
-type LaneInput struct {
-	Projection string `json:"projection"`
-	ForkID     string `json:"forkId"`
-	EntityID   string `json:"entityId"`
-	// Queue carries accepted events across continue-as-new.
-	Queue []RetryInput `json:"queue,omitempty"`
-	// Done carries the count of finished events across continue-as-new.
-	Done int `json:"done,omitempty"`
-	// MaxQueued and MaxQueuedBytes bound the queue (0: no bound): past
-	// them enqueue is refused with LaneFullErrorType, so the queue, which is
-	// the continue-as-new input, stays under Temporal's blob limit and the
-	// history a waiting lane gathers stays small. A first event is always
-	// taken, whatever its size (the bridge bounds events).
-	MaxQueued      int `json:"maxQueued,omitempty"`
-	MaxQueuedBytes int `json:"maxQueuedBytes,omitempty"`
-	// HoldEntity (CAUSET_DLQ_HOLD_ENTITY): a dead-lettered event holds the
-	// key's later events until it is replayed successfully, discarded or its
-	// window ends, instead of letting them go at once.
-	HoldEntity bool `json:"holdEntity,omitempty"`
-}
 
 // ChildSettled is the payload of SignalChildSettled.
 type ChildSettled struct {
@@ -160,6 +137,9 @@ type Status struct {
 	LastReplayReason string `json:"lastReplayReason,omitempty"`
 	// LastAction is the last operator decision the run acted on.
 	LastAction *OperatorAction `json:"lastAction,omitempty"`
+	// WaitingBehind is how many later events of the key were parked behind
+	// this run at its last failed attempt (entity ordering).
+	WaitingBehind int64 `json:"waitingBehind,omitempty"`
 }
 
 // OperatorSignal is the optional payload of the replay and discard signals.

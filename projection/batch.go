@@ -124,6 +124,10 @@ func (e *Engine) attempt(ctx context.Context, evs []event.Envelope, only string,
 		return res, false, ferr
 	}
 
+	if err := raiseMarks(ctx, tx, pairs); err != nil {
+		res, ferr := failAll(pairs, err)
+		return res, false, ferr
+	}
 	res := results(pairs)
 	if opts.BeforeCommit != nil {
 		if err := opts.BeforeCommit(ctx, tx, slices.Clone(res)); err != nil {

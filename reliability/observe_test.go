@@ -15,7 +15,6 @@ import (
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/internal/testenv"
-	"github.com/causet/projection-retry/workflows"
 )
 
 // applied returns n per event_id of the read model.
@@ -165,18 +164,6 @@ func (s *stack) status(id string) (contract.Status, error) {
 
 func wfID(eventID string) string {
 	return contract.RetryWorkflowID(relProjection, "production", eventID)
-}
-
-// laneID is the lane workflow of one entity of rel_effects.
-func laneID(entity string) string {
-	return contract.LaneWorkflowID(relProjection, "production", entity)
-}
-
-// laneStatus queries a lane's status; false when it cannot (no open run).
-func (s *stack) laneStatus(id string) (workflows.LaneStatus, bool) {
-	var st workflows.LaneStatus
-	err := s.temporal.QueryWorkflow(id, contract.QueryLaneStatus, &st)
-	return st, err == nil
 }
 
 // terminate terminates a workflow's open run as an operator would, with

@@ -28,6 +28,7 @@ func TestBridgeKafkaPausesByQueuedBytes(t *testing.T) {
 	var released sync.Once
 	t.Cleanup(func() { released.Do(func() { close(release) }) })
 	engine := EngineFunc{
+		Pool:            h.pool,
 		ProjectionsFunc: func(string) []string { return []string{"artist_stats"} },
 		ApplyBatchFunc: func(ctx context.Context, evs []event.Envelope) ([]projection.Result, error) {
 			select { // a database that hangs: the partition's queue fills
@@ -108,6 +109,7 @@ func TestBridgeKafkaFirstAttemptTimeAfterOutage(t *testing.T) {
 				return out, nil
 			}
 			engine := EngineFunc{
+				Pool:            h.pool,
 				ProjectionsFunc: func(string) []string { return []string{"artist_stats"} },
 				ApplyBatchFunc:  func(_ context.Context, evs []event.Envelope) ([]projection.Result, error) { return fail(evs) },
 			}

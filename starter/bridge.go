@@ -106,7 +106,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 		"ordering", string(b.opts.Ordering), "taskQueue", b.opts.TaskQueue, "maxInflight", b.opts.MaxInflight)
 	if b.opts.ordered() {
 		b.wg.Add(1)
-		go b.runSweeper()
+		go b.runHeads()
 	}
 	if b.inc != nil {
 		b.wg.Add(1)

@@ -84,6 +84,7 @@ func TestBridgeKafkaSkipDecidedByTheApply(t *testing.T) {
 	var mu sync.Mutex
 	var seen []string
 	engine := EngineFunc{
+		Pool:            h.pool,
 		ProjectionsFunc: func(string) []string { return nil }, // a cache that missed the deploy
 		ApplyBatchFunc: func(_ context.Context, evs []event.Envelope) ([]projection.Result, error) {
 			mu.Lock()

@@ -2,7 +2,11 @@ package starter
 
 import (
 	"context"
+	"errors"
 	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
@@ -29,8 +33,12 @@ type EngineFunc struct {
 	ApplyBatchFunc  func(ctx context.Context, evs []event.Envelope) ([]projection.Result, error)
 	// ApplyBatchWithFunc, optional, answers calls with ApplyOptions; without
 	// it ApplyBatch calls ApplyBatchFunc, then marks the held pairs held and
-	// runs BeforeCommit with a nil tx (a fake has no transaction to undo).
+	// runs BeforeCommit in a transaction of Pool (committed unless
+	// BeforeCommit fails), as the engine's own transaction would.
 	ApplyBatchWithFunc func(ctx context.Context, evs []event.Envelope, opts projection.ApplyOptions) ([]projection.Result, error)
+	// Pool is where BeforeCommit's transaction runs; required with entity
+	// ordering, whose blocks and parked events are written there.
+	Pool *pgxpool.Pool
 }
 
 // Projections calls ProjectionsFunc.
@@ -57,7 +65,10 @@ func (f EngineFunc) ApplyBatch(ctx context.Context, evs []event.Envelope, opts .
 		}
 	}
 	if bc := opts[0].BeforeCommit; bc != nil {
-		if err := bc(ctx, nil, out); err != nil {
+		if f.Pool == nil {
+			return out, errors.New("EngineFunc.Pool is required with ApplyOptions.BeforeCommit")
+		}
+		if err := pgx.BeginFunc(ctx, f.Pool, func(tx pgx.Tx) error { return bc(ctx, tx, out) }); err != nil {
 			return out, fmt.Errorf("before commit: %w", err)
 		}
 	}

@@ -56,6 +56,13 @@ func startRetryWorkflow(ctx context.Context, s WorkflowStarter, taskQueue string
 // (Temporal unavailable: the segment stays pending, so offsets stop at it).
 // It returns false when the partition was stopped while waiting for a slot.
 func (p *partition) handOff(seg *segment, rec *kgo.Record, in contract.RetryInput) bool {
+	return p.handOffThen(seg, rec, in, nil)
+}
+
+// handOffThen is handOff that runs after (when not nil) with how the
+// hand-off ended (started, or dead-lettered), before the segment counts the
+// event done.
+func (p *partition) handOffThen(seg *segment, rec *kgo.Record, in contract.RetryInput, after func(handoffEnd)) bool {
 	if !p.acquireSlot() {
 		return false
 	}
@@ -72,6 +79,9 @@ func (p *partition) handOff(seg *segment, rec *kgo.Record, in contract.RetryInpu
 		case handoffStarted:
 			p.b.m.handedOff.WithLabelValues(string(in.Mode)).Inc()
 			logHandOff(log, in, outage)
+		}
+		if after != nil {
+			after(end)
 		}
 		seg.pending.Add(-1)
 	}()

@@ -31,6 +31,7 @@ import (
 	"github.com/causet/projection-retry/event"
 	exampleprojections "github.com/causet/projection-retry/examples/projections"
 	"github.com/causet/projection-retry/internal/testenv"
+	"github.com/causet/projection-retry/parking"
 	"github.com/causet/projection-retry/projection"
 )
 
@@ -133,7 +134,7 @@ func (h *harness) options(starter WorkflowStarter) Options {
 		TaskQueue:      h.taskQueue,
 		Engine:         h.engine,
 		Starter:        starter,
-		Blocks:         NewPostgresBlockStore(h.pool),
+		Parking:        parking.NewStore(h.pool),
 		Probe:          h.pool.Ping,
 		Logger:         h.logger,
 		Registerer:     prometheus.NewRegistry(),
@@ -329,41 +330,13 @@ func (s *recordingStarter) ExecuteWorkflow(ctx context.Context, o client.StartWo
 	return run, nil
 }
 
-// The LaneClient methods pass through to inner when it is one (a recording
-// starter without a Temporal client has no lanes).
-func (s *recordingStarter) NewWithStartWorkflowOperation(o client.StartWorkflowOptions, wf any, args ...any) client.WithStartWorkflowOperation {
-	if lc, ok := s.inner.(LaneClient); ok {
-		return lc.NewWithStartWorkflowOperation(o, wf, args...)
-	}
-	return nil
-}
-
-func (s *recordingStarter) UpdateWithStartWorkflow(ctx context.Context, o client.UpdateWithStartWorkflowOptions) (client.WorkflowUpdateHandle, error) {
-	if lc, ok := s.inner.(LaneClient); ok && !s.down.Load() {
-		return lc.UpdateWithStartWorkflow(ctx, o)
-	}
-	return nil, serviceerror.NewUnavailable("no lanes (test)")
-}
-
-func (s *recordingStarter) GetWorkflow(ctx context.Context, id, runID string) client.WorkflowRun {
-	if lc, ok := s.inner.(LaneClient); ok {
-		return lc.GetWorkflow(ctx, id, runID)
-	}
-	return nil
-}
-
+// DescribeWorkflowExecution passes through to inner when it describes (a
+// recording starter without a Temporal client describes nothing).
 func (s *recordingStarter) DescribeWorkflowExecution(ctx context.Context, id, runID string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
-	if lc, ok := s.inner.(LaneClient); ok {
-		return lc.DescribeWorkflowExecution(ctx, id, runID)
+	if d, ok := s.inner.(contract.Describer); ok {
+		return d.DescribeWorkflowExecution(ctx, id, runID)
 	}
-	return nil, serviceerror.NewUnavailable("no lanes (test)")
-}
-
-func (s *recordingStarter) GetWorkflowHistory(ctx context.Context, id, runID string, longPoll bool, filter enums.HistoryEventFilterType) client.HistoryEventIterator {
-	if lc, ok := s.inner.(LaneClient); ok {
-		return lc.GetWorkflowHistory(ctx, id, runID, longPoll, filter)
-	}
-	return nil
+	return nil, serviceerror.NewUnavailable("no Temporal (test)")
 }
 
 func (s *recordingStarter) ids() map[string]int {

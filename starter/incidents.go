@@ -3,7 +3,6 @@ package starter
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"time"
 
@@ -61,9 +60,8 @@ type incidents struct {
 	cfg config.Incidents
 	det *incident.Detector
 
-	mu     sync.Mutex
-	byFP   map[string]*knownIncident         // fingerprint ID → incident
-	states map[string]contract.IncidentState // incident ID → state, held keys' heads included
+	mu   sync.Mutex
+	byFP map[string]*knownIncident // fingerprint ID → incident
 
 	opened *prometheus.CounterVec
 	parked *prometheus.CounterVec
@@ -78,7 +76,7 @@ func newIncidents(b *Bridge) *incidents {
 	ns, sub := "causet", "bridge"
 	inc := &incidents{
 		b: b, cfg: cfg, det: incident.NewDetector(cfg.Threshold, cfg.Window),
-		byFP: map[string]*knownIncident{}, states: map[string]contract.IncidentState{},
+		byFP: map[string]*knownIncident{},
 		opened: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "incidents_opened_total",
 			Help: "Incidents this bridge opened, by projection and policy."}, []string{"projection", "policy"}),
 		parked: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "incident_events_total",
@@ -105,9 +103,6 @@ func (inc *incidents) countActive() float64 {
 }
 
 func (inc *incidents) holding() bool { return inc != nil && inc.cfg.Policy == config.IncidentHold }
-
-// isIncidentHead reports whether a blocked key's head is an incident.
-func isIncidentHead(head string) bool { return strings.HasPrefix(head, "projection-incident:") }
 
 // failure is one failed attempt 1 the bridge classifies.
 type failure struct {
@@ -147,6 +142,15 @@ func (inc *incidents) heldBy(f failure, now time.Time) (string, *contract.Incide
 	return "", &in
 }
 
+// holdingOf is the holding incident a failed pair's fingerprint belongs
+// to, "" when none (or not under policy hold); it counts nothing.
+func (inc *incidents) holdingOf(o projection.Result) string {
+	if !inc.holding() || o.Status != projection.StatusFailed {
+		return ""
+	}
+	return inc.holdingID(incident.Of(o.Projection, kindOf(o), errOf(o)).ID)
+}
+
 // holdingID is the holding incident of fingerprint fp, "" when none.
 func (inc *incidents) holdingID(fp string) string {
 	inc.mu.Lock()
@@ -178,7 +182,6 @@ func (inc *incidents) openedIncident(in contract.IncidentInput) {
 		k = &knownIncident{id: id, in: in, state: state, lastFailure: time.Now(), irVersion: inc.b.irVersion(in.Projection)}
 		k.pending.Events = inc.cfg.Threshold - 1
 		inc.byFP[in.Fingerprint] = k
-		inc.states[id] = state
 	}
 	if in.Policy != config.IncidentHold {
 		// Under hold the event is counted with the batch's parked ones.
@@ -229,15 +232,11 @@ func (inc *incidents) run() {
 		}
 		inc.refresh()
 		inc.flush(b.ctx)
-		if inc.holding() {
-			b.settleParked()
-		}
 	}
 }
 
-// refresh reads the states of the holding incidents (every bridge's) and
-// of the incidents heading this bridge's blocked keys, and forgets open
-// incidents that have been quiet for a window.
+// refresh reads the states of the holding incidents (every bridge's), and
+// forgets open incidents that have been quiet for a window.
 func (inc *incidents) refresh() {
 	b := inc.b
 	now := time.Now()
@@ -246,7 +245,6 @@ func (inc *incidents) refresh() {
 		for fp, k := range inc.byFP {
 			if now.Sub(k.lastFailure) > inc.cfg.Window {
 				delete(inc.byFP, fp)
-				delete(inc.states, k.id)
 			}
 		}
 		inc.mu.Unlock()
@@ -259,18 +257,11 @@ func (inc *incidents) refresh() {
 		b.log.Debug("cannot read incidents, next refresh retries", "error", err.Error())
 		return
 	}
-	heads := b.incidentHeads()
-	states, err := b.opts.IncidentStore.States(ctx, heads)
-	if err != nil {
-		b.log.Debug("cannot read incident states, next refresh retries", "error", err.Error())
-		return
-	}
 	inc.mu.Lock()
 	defer inc.mu.Unlock()
 	seen := map[string]bool{}
 	for _, r := range active {
 		seen[r.Input.Fingerprint] = true
-		states[r.ID] = r.State
 		k := inc.byFP[r.Input.Fingerprint]
 		if k == nil {
 			k = &knownIncident{id: r.ID, in: r.Input, irVersion: b.irVersion(r.Input.Projection)}
@@ -278,16 +269,12 @@ func (inc *incidents) refresh() {
 		}
 		k.state = r.State
 	}
-	for fp, k := range inc.byFP {
+	for fp := range inc.byFP {
 		if !seen[fp] {
 			delete(inc.byFP, fp)
 			inc.det.Forget(fp)
-			if _, ok := states[k.id]; !ok {
-				states[k.id] = contract.IncidentResolved
-			}
 		}
 	}
-	inc.states = states
 }
 
 // flush starts the workflows of incidents not yet known to exist and
@@ -372,40 +359,6 @@ func isNotFound(err error) bool {
 	return errors.As(err, &nf)
 }
 
-// stateOf is the last known state of incident id; ok false when unknown.
-func (inc *incidents) stateOf(id string) (contract.IncidentState, bool) {
-	inc.mu.Lock()
-	defer inc.mu.Unlock()
-	s, ok := inc.states[id]
-	return s, ok
-}
-
-// incidentHeads lists the incidents heading the owned partitions' keys.
-func (b *Bridge) incidentHeads() []string {
-	set := map[string]bool{}
-	for _, p := range b.owned() {
-		r, ok := p.router.(*laneRouter)
-		if !ok {
-			continue
-		}
-		r.mu.Lock()
-		for _, id := range r.parked {
-			set[id] = true
-		}
-		for _, h := range r.head {
-			if isIncidentHead(h) {
-				set[h] = true
-			}
-		}
-		r.mu.Unlock()
-	}
-	out := make([]string, 0, len(set))
-	for id := range set {
-		out = append(out, id)
-	}
-	return out
-}
-
 // openInTx records, in the batch's transaction, the incident a failure
 // opens; false when the incident is releasing (the failure then takes the
 // normal path).
@@ -420,4 +373,17 @@ func (b *Bridge) irVersion(projection string) int {
 		return v.Version(projection)
 	}
 	return 0
+}
+
+// noteFailure counts a failure handed off the normal way towards its
+// fingerprint's incident (policy dead-letter; under hold, the batch's
+// transaction counts them).
+func (p *partition) noteFailure(o projection.Result, env *event.Envelope) {
+	inc := p.b.inc
+	if inc == nil || inc.holding() {
+		return
+	}
+	if _, open := inc.heldBy(failure{o.Projection, o, env}, time.Now()); open != nil {
+		inc.openedIncident(*open)
+	}
 }

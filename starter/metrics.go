@@ -17,11 +17,11 @@ type metrics struct {
 	inflight     prometheus.Gauge
 	lag          *prometheus.GaugeVec   // label partition
 	committed    *prometheus.GaugeVec   // label partition
-	laneHandoffs *prometheus.CounterVec // label role: head|held
-	laneRefused  prometheus.Counter
-	laneFull     prometheus.Counter
-	lanesLost    prometheus.Counter
-	unblocked    *prometheus.CounterVec // label via: refusal|lane_closed
+	parkedEvents *prometheus.CounterVec // label result: parked|released|dead_lettered|head
+	parkedNow    prometheus.Gauge
+	parkedOldest prometheus.Gauge
+	parkBound    prometheus.Counter
+	unblocked    *prometheus.CounterVec // label via: released|dead_lettered
 	blockedKeys  prometheus.Gauge
 	heldInline   prometheus.Counter
 }
@@ -51,23 +51,23 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "partition_lag", Help: "High watermark minus the next offset to fetch, per partition, at the last fetch."}, []string{"topic", "partition"}),
 		committed: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "committed_offset", Help: "Last committed offset per partition."}, []string{"topic", "partition"}),
-		laneHandoffs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "lane_handoffs_total", Help: "Events of blocked keys handed off: the failure that blocked its key, started as a retry workflow of its own (role=head), or a later event of a blocked key added to its lane (role=held)."}, []string{"role"}),
-		laneRefused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "lane_refusals_total", Help: "Lane enqueue updates refused because the lane was closing."}),
-		laneFull: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "lane_full_total", Help: "Lane enqueue updates refused because the lane held its bound (CAUSET_LANE_MAX_QUEUED or its byte budget); the event waits in the bridge."}),
-		lanesLost: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "lanes_lost_total", Help: "Lanes found closed without completing (terminated, failed, timed out, canceled): their unstarted events are sent again, or the key stays blocked. Alert on any increase."}),
+		parkedEvents: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "parked_events_total", Help: "(projection, event) pairs of blocked keys: parked behind their key's head (result=parked), released and applied (released), dead-lettered with their incident (dead_lettered), released to fail again and become their key's new head (head), or read again after a restart at or below what their key had taken already, and left alone (redelivered)."}, []string{"result"}),
+		parkedNow: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "parked_events", Help: "(projection, event) pairs parked in owned partitions, waiting behind their key's head."}),
+		parkedOldest: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "parked_oldest_seconds", Help: "Age of the oldest event parked in an owned partition (0 when none is)."}),
+		parkBound: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "park_bound_waits_total", Help: "Times a partition waited before a batch because a key's parked events reached CAUSET_PARKED_MAX_PER_KEY or the partition's CAUSET_PARKED_MAX_PER_PARTITION."}),
 		unblocked: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "keys_unblocked_total", Help: "Blocked keys cleared, after a lane refusal (via=refusal) or once the key's lane completed (via=lane_closed)."}, []string{"via"}),
+			Name: "keys_unblocked_total", Help: "Blocked keys cleared once their parked events were released (via=released) or dead-lettered with their incident (via=dead_lettered)."}, []string{"via"}),
 		blockedKeys: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "blocked_keys", Help: "(projection, fork, entity) keys currently blocked in owned partitions."}),
 		heldInline: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "held_total", Help: "(projection, event) pairs held back from inline apply because their key was blocked."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.laneHandoffs, m.laneRefused, m.laneFull, m.lanesLost, m.unblocked, m.blockedKeys, m.heldInline)
+		reg.MustRegister(m.parkedEvents, m.parkedNow, m.parkedOldest, m.parkBound, m.unblocked, m.blockedKeys, m.heldInline)
 		reg.MustRegister(m.consumed, m.applied, m.skipped, m.failed, m.handedOff, m.handoffRetry,
 			m.deadLettered, m.outages, m.inflight, m.lag, m.committed)
 	}

@@ -9,22 +9,18 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.temporal.io/sdk/converter"
 
 	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/incident"
 	"github.com/causet/projection-retry/internal/backoff"
+	"github.com/causet/projection-retry/parking"
 )
 
 // DefaultMaxPollRecords is the default batch bound: a partition's batch is
 // one transaction, and bigger ones amortize its round trips and commit
 // (3000 drained a backlog ~20 % faster than 1000; 5000 no faster).
 const DefaultMaxPollRecords = 3000
-
-// DefaultLaneMaxQueuedBytes bounds a lane's queue in JSON bytes: half of
-// Temporal's default 2 MiB blob limit, leaving room for the one event a
-// lane always takes and for the input's other fields.
-const DefaultLaneMaxQueuedBytes = 1 << 20
 
 // Options configure a Bridge.
 type Options struct {
@@ -52,23 +48,27 @@ type Options struct {
 	MaxInflight int
 
 	// Ordering is what happens to later events of a (projection, fork,
-	// entity) whose event is retrying: config.OrderingEntity holds them in
-	// the key's lane workflow (in workflow mode, where every event runs in
-	// Temporal, a key is held while any of its events is there),
-	// config.OrderingNone applies or hands them off at once. Optional,
-	// defaults to config.OrderingEntity.
+	// entity) whose event is retrying: config.OrderingEntity parks them in
+	// PostgreSQL behind it and releases them in order once it settles (in
+	// workflow mode, where every event runs in Temporal, a key is held while
+	// any of its events is there), config.OrderingNone applies or hands them
+	// off at once. Optional, defaults to config.OrderingEntity.
 	Ordering config.Ordering
-	// Blocks keeps blocked keys across restarts. Required with
-	// OrderingEntity (NewPostgresBlockStore).
-	Blocks BlockStore
-	// Lanes sends events to lane workflows. Optional, defaults to Starter
-	// when it is a LaneClient (a Temporal client.Client is); required with
-	// OrderingEntity in inline mode.
-	Lanes LaneClient
-	// DataConverter decodes the lane histories read back when a lane is
-	// lost: that of the Lanes client, whose payloads may be encrypted.
-	// Optional, defaults to the SDK's default data converter.
-	DataConverter converter.DataConverter
+	// Parking keeps blocked keys and their parked events. Required with
+	// OrderingEntity.
+	Parking *parking.Store
+	// Workflows describes the retry workflows that blocked keys wait behind,
+	// for a head whose settling was never recorded (terminated, or of an
+	// earlier release). Optional, defaults to Starter when it is a
+	// contract.Describer (a Temporal client.Client is).
+	Workflows contract.Describer
+	// MaxParkedPerKey and MaxParkedPerPartition bound the parked events of
+	// one key and of one partition (CAUSET_PARKED_MAX_PER_KEY,
+	// CAUSET_PARKED_MAX_PER_PARTITION): at a bound the partition waits for
+	// releases before its next batch (backpressure, never a drop). Optional,
+	// default to config.DefaultParkedMaxPerKey and
+	// config.DefaultParkedMaxPerPartition.
+	MaxParkedPerKey, MaxParkedPerPartition int64
 
 	// Engine applies attempt 1 (inline mode) and lists the projections of an
 	// event type. Required.
@@ -109,15 +109,6 @@ type Options struct {
 	// killed bridge) before giving its partitions to others. Optional,
 	// defaults to 15s (franz-go's default is 45s).
 	SessionTimeout time.Duration
-	// LaneMaxQueued bounds the events waiting in one lane
-	// (CAUSET_LANE_MAX_QUEUED); a full lane holds its key's events in the
-	// bridge, and the partition once too many are held. Optional, defaults
-	// to config.DefaultLaneMaxQueued.
-	LaneMaxQueued int
-	// LaneMaxQueuedBytes bounds the JSON bytes of the events waiting in one
-	// lane, its continue-as-new input, well under Temporal's 2 MiB blob
-	// limit. Optional, defaults to DefaultLaneMaxQueuedBytes.
-	LaneMaxQueuedBytes int
 	// Probe answers whether the database is reachable (a trivial query). A
 	// batch that fails as a whole is an outage only if Probe fails too;
 	// otherwise its events are isolated and each fails or applies on its
@@ -133,17 +124,16 @@ type Options struct {
 	KafkaOptions []kgo.Opt
 
 	// HoldEntity (CAUSET_DLQ_HOLD_ENTITY, entity ordering): a dead-lettered
-	// head, or lane event, keeps its key's later events waiting until it
-	// is replayed successfully, discarded or its replay window ends, so a
-	// replay never applies an older event after newer ones. Optional,
-	// defaults to false: a dead letter lets its key go on.
+	// head keeps its key's later events parked until it is replayed
+	// successfully, discarded or its replay window ends, so a replay never
+	// applies an older event after newer ones. Optional, defaults to false:
+	// a dead letter lets its key go on.
 	HoldEntity bool
 
 	// Incidents is the detection of systemic failures (incidents.go).
 	// Optional: a zero Threshold detects none.
 	Incidents config.Incidents
-	// IncidentStore parks the events of holding incidents. Required with
-	// policy hold.
+	// IncidentStore records holding incidents. Required with policy hold.
 	IncidentStore *incident.Store
 	// IncidentClient starts and signals incident workflows. Optional,
 	// defaults to Starter when it is an IncidentClient (a Temporal
@@ -169,9 +159,11 @@ func OptionsFromConfig(c config.Config) Options {
 
 		MaxBufferedBytes: c.BridgeMaxBufferedBytes,
 		InstanceID:       c.BridgeInstanceID,
-		LaneMaxQueued:    c.LaneMaxQueued,
 		Incidents:        c.Incidents,
 		HoldEntity:       c.DLQHoldEntity,
+
+		MaxParkedPerKey:       c.ParkedMaxPerKey,
+		MaxParkedPerPartition: c.ParkedMaxPerPartition,
 	}
 }
 
@@ -194,13 +186,10 @@ func (o *Options) setDefaults() {
 	if o.Ordering == "" {
 		o.Ordering = config.OrderingEntity
 	}
-	if o.Lanes == nil {
-		if lc, ok := o.Starter.(LaneClient); ok {
-			o.Lanes = lc
+	if o.Workflows == nil {
+		if d, ok := o.Starter.(contract.Describer); ok {
+			o.Workflows = d
 		}
-	}
-	if o.DataConverter == nil {
-		o.DataConverter = converter.GetDefaultDataConverter()
 	}
 	if o.Retry == (config.Retry{}) {
 		o.Retry = config.DefaultRetry()
@@ -235,11 +224,11 @@ func (o *Options) setDefaults() {
 	if o.SessionTimeout == 0 {
 		o.SessionTimeout = 15 * time.Second
 	}
-	if o.LaneMaxQueued == 0 {
-		o.LaneMaxQueued = config.DefaultLaneMaxQueued
+	if o.MaxParkedPerKey == 0 {
+		o.MaxParkedPerKey = config.DefaultParkedMaxPerKey
 	}
-	if o.LaneMaxQueuedBytes == 0 {
-		o.LaneMaxQueuedBytes = DefaultLaneMaxQueuedBytes
+	if o.MaxParkedPerPartition == 0 {
+		o.MaxParkedPerPartition = config.DefaultParkedMaxPerPartition
 	}
 }
 
@@ -262,8 +251,8 @@ func (o *Options) validate() error {
 		return fmt.Errorf("starter: Options.MaxPollRecords %d is invalid: want at least 1", o.MaxPollRecords)
 	case o.ReplayWindow < 0:
 		return fmt.Errorf("starter: Options.ReplayWindow %s is invalid: want a positive duration", o.ReplayWindow)
-	case o.MaxBufferedBytes < 1 || o.LaneMaxQueued < 1 || o.LaneMaxQueuedBytes < 1:
-		return errors.New("starter: Options.MaxBufferedBytes, LaneMaxQueued and LaneMaxQueuedBytes must be positive")
+	case o.MaxBufferedBytes < 1 || o.MaxParkedPerKey < 1 || o.MaxParkedPerPartition < 1:
+		return errors.New("starter: Options.MaxBufferedBytes, MaxParkedPerKey and MaxParkedPerPartition must be positive")
 	case o.SessionTimeout < 6*time.Second:
 		return fmt.Errorf("starter: Options.SessionTimeout %s is invalid: want at least 6s (Kafka's group.min.session.timeout.ms)", o.SessionTimeout)
 	case o.CommitInterval < 0 || o.MinBackoff < 0 || o.MaxBackoff < o.MinBackoff || o.StartTimeout < 0:
@@ -279,7 +268,7 @@ func (o *Options) validate() error {
 		case o.IncidentClient == nil:
 			return errors.New("starter: Options.IncidentClient is required to detect incidents (a Temporal client)")
 		case o.Incidents.Policy == config.IncidentHold && (o.IncidentStore == nil || !o.ordered() || o.Mode != config.ModeInline):
-			return errNoIncidentStore
+			return errors.New("starter: CAUSET_INCIDENT_POLICY=hold needs Options.IncidentStore, entity ordering and inline mode")
 		}
 	}
 	if o.Ordering != config.OrderingEntity && o.Ordering != config.OrderingNone {
@@ -287,10 +276,10 @@ func (o *Options) validate() error {
 	}
 	if o.ordered() {
 		switch {
-		case o.Blocks == nil:
-			return errors.New("starter: Options.Blocks is required with Ordering entity (NewPostgresBlockStore)")
-		case o.Lanes == nil:
-			return errors.New("starter: Options.Lanes is required with Ordering entity (a Temporal client)")
+		case o.Parking == nil:
+			return errors.New("starter: Options.Parking is required with Ordering entity (parking.NewStore)")
+		case o.Workflows == nil:
+			return errors.New("starter: Options.Workflows is required with Ordering entity (a Temporal client)")
 		}
 	}
 	if err := o.Retry.Validate(); err != nil {
@@ -299,7 +288,7 @@ func (o *Options) validate() error {
 	return nil
 }
 
-// ordered reports whether later events of a retrying key wait in its lane.
+// ordered reports whether later events of a retrying key are parked behind it.
 func (o *Options) ordered() bool {
 	return o.Ordering == config.OrderingEntity
 }

@@ -52,7 +52,7 @@ END $$;
 CREATE TRIGGER follow_guard BEFORE INSERT ON artist_followers FOR EACH ROW EXECUTE FUNCTION follow_guard();
 `
 
-// shortRetry keeps lane tests short: an attempt a second (Temporal keeps no shorter delay).
+// shortRetry keeps ordering tests short: an attempt a second (Temporal keeps no shorter delay).
 var shortRetry = config.Retry{MaxAttempts: 10, Initial: time.Second, Multiplier: 1, Max: time.Second}
 
 // orderedHarness is a harness with the ordering DDL, a running worker and
@@ -115,9 +115,6 @@ func nth(h *harness, artist string, n int) event.Envelope {
 }
 
 func (h *harness) blockedRows() int {
-	if h.count(`SELECT count(*) FROM pg_tables WHERE tablename = 'causet_blocked_keys'`) == 0 {
-		return 0
-	}
 	return h.count(`SELECT count(*) FROM causet_blocked_keys WHERE topic = $1`, h.topic)
 }
 
@@ -155,13 +152,14 @@ func TestBridgeKafkaOrderingFollowUnfollow(t *testing.T) {
 	require.GreaterOrEqual(t, failed, 1, "%+v", st.Attempts)
 	require.Equal(t, 3, h.count(`SELECT last_value::int FROM follow_fail_seq`), "failed twice, then succeeded")
 	require.Nil(t, st.DLQ)
-	// The unfollow ran in the lane as its own retry workflow, after the follow.
-	in, _ := h.startedInput(contract.RetryWorkflowID("artist_followers", "production", u.EventID))
-	require.Equal(t, config.ModeWorkflow, in.Mode)
-	require.Nil(t, in.FirstAttempt)
-	require.GreaterOrEqual(t, value(r.b.m.laneHandoffs.WithLabelValues("head")), 1.0)
+	// The unfollow was parked behind the follow and released inline once the
+	// follow succeeded: no workflow of its own.
+	_, err = h.describe(contract.RetryWorkflowID("artist_followers", "production", u.EventID))
+	require.Error(t, err, "the released event needed no retry workflow")
+	require.EqualValues(t, 1, value(r.b.m.parkedEvents.WithLabelValues("parked")))
+	require.EqualValues(t, 1, value(r.b.m.parkedEvents.WithLabelValues("released")))
 	require.Eventually(t, func() bool { return h.blockedRows() == 0 && value(r.b.m.blockedKeys) == 0 },
-		30*time.Second, 50*time.Millisecond, "key unblocked once its lane closed")
+		30*time.Second, 50*time.Millisecond, "key unblocked once its parked events were released")
 }
 
 func TestBridgeKafkaOrderingIncrementHeadRetrying(t *testing.T) {
@@ -205,8 +203,9 @@ func TestBridgeKafkaOrderingIncrementHeadRetrying(t *testing.T) {
 	require.Equal(t, 101*102/2, h.count(`SELECT plays::int FROM artist_stats WHERE artist_id = $1`, artist))
 	require.Equal(t, 101, h.count(`SELECT plays_per_day::int FROM artist_stats WHERE artist_id = $1`, artist))
 	h.waitCommittedToEnd(30 * time.Second)
-	require.EqualValues(t, 100, value(r.b.m.laneHandoffs.WithLabelValues("held")))
-	require.EqualValues(t, 1, value(r.b.m.laneHandoffs.WithLabelValues("head")), "the head started as a retry workflow of its own")
+	require.EqualValues(t, 100, value(r.b.m.parkedEvents.WithLabelValues("parked")))
+	require.EqualValues(t, 100, value(r.b.m.parkedEvents.WithLabelValues("released")), "released in one run, no workflow each")
+	require.EqualValues(t, 1, value(r.b.m.handedOff.WithLabelValues(string(config.ModeInline))), "only the head became a workflow")
 	require.Eventually(t, func() bool { return h.blockedRows() == 0 }, 30*time.Second, 50*time.Millisecond)
 }
 
@@ -223,14 +222,14 @@ func TestBridgeKafkaOrderingHeadDeadLetters(t *testing.T) {
 	h.produce(recs...)
 	head := contract.RetryWorkflowID("artist_stats", "production", nth(h, artist, 1).EventID)
 	require.Eventually(t, func() bool { return len(h.audit(artist)) == 5 }, 60*time.Second, 100*time.Millisecond,
-		"the rest of the lane applies after the head dead-letters")
+		"the parked events apply after the head dead-letters")
 	require.Equal(t, seq(2, 6), h.audit(artist))
 	st, err := h.status(head)
 	require.NoError(t, err)
 	require.Equal(t, contract.StateDeadLettered, st.State)
 	require.NotNil(t, st.DLQ)
 
-	// The dead-lettered child still replays by signal once the cause is fixed.
+	// The dead letter still replays by signal once the cause is fixed.
 	h.unflag(artist)
 	require.NoError(t, h.temporal.Client.SignalWorkflow(h.ctx, head, "", contract.SignalReplay, contract.ReplaySignal{Reason: "fixed"}))
 	require.Eventually(t, func() bool { return len(h.audit(artist)) == 6 }, 30*time.Second, 100*time.Millisecond)
@@ -251,7 +250,7 @@ func TestBridgeKafkaOrderingRestartKeepsBlock(t *testing.T) {
 	oa.CommitInterval = time.Hour // nothing committed before the crash
 	oa.Registerer = prometheus.NewRegistry()
 	a := h.start(oa)
-	require.Eventually(t, func() bool { return value(a.b.m.laneHandoffs.WithLabelValues("held")) == 3 }, 30*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return value(a.b.m.parkedEvents.WithLabelValues("parked")) == 3 }, 30*time.Second, 50*time.Millisecond)
 	h.crash(a)
 	require.Empty(t, h.committed())
 	require.Equal(t, 1, h.blockedRows(), "the block outlives the bridge")
@@ -268,7 +267,9 @@ func TestBridgeKafkaOrderingRestartKeepsBlock(t *testing.T) {
 	h.waitCommittedToEnd(30 * time.Second)
 	require.Equal(t, 1, h.count(`SELECT plays::int FROM artist_stats WHERE artist_id = 'artist-other'`))
 	require.Empty(t, h.audit(artist), "nothing of the blocked key applied before its head")
-	require.GreaterOrEqual(t, value(b.b.m.heldInline), 8.0)
+	// Every later event is held; the head's own event, read again, is tried
+	// again (and fails again: its retry workflow is found, not started twice).
+	require.GreaterOrEqual(t, value(b.b.m.heldInline), 7.0)
 
 	h.unflag(artist)
 	require.Eventually(t, func() bool { return len(h.audit(artist)) == 8 }, 60*time.Second, 100*time.Millisecond)
@@ -278,9 +279,9 @@ func TestBridgeKafkaOrderingRestartKeepsBlock(t *testing.T) {
 }
 
 // TestBridgeKafkaOrderingHeadOutlivesRestart: the failure that blocks a key
-// is a retry workflow of its own (no lane, no parent), recorded with the
-// block, so a bridge that starts with an empty memory keeps the key blocked
-// while that workflow retries, even though the key has no lane.
+// is a retry workflow of its own, recorded with the block, so a bridge that
+// starts with an empty memory keeps the key blocked while that workflow
+// retries, even when the key has no parked event.
 func TestBridgeKafkaOrderingHeadOutlivesRestart(t *testing.T) {
 	h, o := orderedHarness(t, 1)
 	o.Retry = config.Retry{MaxAttempts: 60, Initial: time.Second, Multiplier: 1, Max: time.Second}
@@ -291,11 +292,10 @@ func TestBridgeKafkaOrderingHeadOutlivesRestart(t *testing.T) {
 	a := h.start(oa)
 	h.produce(envRecord(0, nth(h, artist, 1)))
 	head := contract.RetryWorkflowID("artist_stats", "production", nth(h, artist, 1).EventID)
-	require.Eventually(t, func() bool { return value(a.b.m.laneHandoffs.WithLabelValues("head")) == 1 }, 30*time.Second, 50*time.Millisecond)
-	var lanes LaneClient = h.temporal.Client
-	desc, err := lanes.DescribeWorkflowExecution(h.ctx, head, "")
+	require.Eventually(t, func() bool { return value(a.b.m.handedOff.WithLabelValues(string(config.ModeInline))) == 1 }, 30*time.Second, 50*time.Millisecond)
+	desc, err := h.describe(head)
 	require.NoError(t, err)
-	require.Nil(t, desc.GetWorkflowExecutionInfo().GetParentExecution(), "the head is not a lane's child")
+	require.Nil(t, desc.GetWorkflowExecutionInfo().GetParentExecution(), "the head is a workflow of its own")
 	var stored string
 	require.NoError(t, h.pool.QueryRow(h.ctx, `SELECT head_workflow_id FROM causet_blocked_keys WHERE topic = $1 AND entity_id = $2`,
 		h.topic, artist).Scan(&stored))
@@ -304,12 +304,12 @@ func TestBridgeKafkaOrderingHeadOutlivesRestart(t *testing.T) {
 	a.stop(t)
 
 	b := h.start(o)
-	time.Sleep(3 * sweepInterval) // sweeps run while only the head holds the key
-	require.Equal(t, 1, h.blockedRows(), "the sweeper keeps the key blocked while its head retries")
+	time.Sleep(3 * headPoll) // the watcher polls while only the head holds the key
+	require.Equal(t, 1, h.blockedRows(), "the key stays blocked while its head retries")
 	h.produce(envRecord(0, nth(h, artist, 2)))
 	h.waitCommittedToEnd(30 * time.Second)
 	require.Empty(t, h.audit(artist), "the later event waits for the head")
-	require.EqualValues(t, 1, value(b.b.m.laneHandoffs.WithLabelValues("held")))
+	require.EqualValues(t, 1, value(b.b.m.parkedEvents.WithLabelValues("parked")))
 
 	h.unflag(artist)
 	require.Eventually(t, func() bool { return len(h.audit(artist)) == 2 }, 60*time.Second, 100*time.Millisecond)
@@ -317,10 +317,10 @@ func TestBridgeKafkaOrderingHeadOutlivesRestart(t *testing.T) {
 	require.Eventually(t, func() bool { return h.blockedRows() == 0 }, 30*time.Second, 50*time.Millisecond)
 }
 
-// TestBridgeKafkaOrderingLaneDrainRace sends events of keys while their
-// lanes drain and close: refusals, closed lanes and new lane runs all meet,
-// and the order of each key must hold.
-func TestBridgeKafkaOrderingLaneDrainRace(t *testing.T) {
+// TestBridgeKafkaOrderingReleaseRace sends events of keys while their
+// parked events are released: parking, releases and keys unblocked and
+// blocked again all meet, and the order of each key must hold.
+func TestBridgeKafkaOrderingReleaseRace(t *testing.T) {
 	h, o := orderedHarness(t, 1)
 	r := h.start(o)
 	const keys, per = 10, 30
@@ -354,9 +354,9 @@ func TestBridgeKafkaOrderingLaneDrainRace(t *testing.T) {
 	}
 	h.waitCommittedToEnd(30 * time.Second)
 	require.Eventually(t, func() bool { return h.blockedRows() == 0 }, 30*time.Second, 50*time.Millisecond)
-	t.Logf("lane hand-offs head=%v held=%v refusals=%v unblocked refusal=%v lane_closed=%v",
-		value(r.b.m.laneHandoffs.WithLabelValues("head")), value(r.b.m.laneHandoffs.WithLabelValues("held")),
-		value(r.b.m.laneRefused), value(r.b.m.unblocked.WithLabelValues("refusal")), value(r.b.m.unblocked.WithLabelValues("lane_closed")))
+	t.Logf("parked=%v released=%v heads=%v unblocked=%v",
+		value(r.b.m.parkedEvents.WithLabelValues("parked")), value(r.b.m.parkedEvents.WithLabelValues("released")),
+		value(r.b.m.parkedEvents.WithLabelValues("head")), value(r.b.m.unblocked.WithLabelValues("released")))
 }
 
 func TestBridgeKafkaOrderingNone(t *testing.T) {
@@ -372,6 +372,4 @@ func TestBridgeKafkaOrderingNone(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, enums.WORKFLOW_EXECUTION_STATUS_RUNNING, desc.WorkflowExecutionInfo.Status)
 	require.Zero(t, h.blockedRows())
-	_, err = h.describe(contract.LaneWorkflowID("artist_stats", "production", artist))
-	require.Error(t, err, "no lane with ordering none")
 }

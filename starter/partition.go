@@ -178,6 +178,11 @@ func (p *partition) run() {
 		var bt *batch
 		select {
 		case bt = <-batches:
+		case <-p.router.wake():
+			if !p.router.between() {
+				return
+			}
+			continue
 		case <-p.ctx.Done():
 			return
 		}

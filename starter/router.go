@@ -16,9 +16,9 @@ import (
 // queue, decode and commit bookkeeping; a router counts its work in the
 // batch's segment, so offsets never pass an event it has not finished.
 //
-// Two implementations: directRouter (CAUSET_ORDERING=none) and laneRouter
-// (CAUSET_ORDERING=entity, lanes.go), which holds a failing key's later
-// events in its lane.
+// Two implementations: directRouter (CAUSET_ORDERING=none) and
+// orderedRouter (CAUSET_ORDERING=entity, ordered.go), which parks a failing
+// key's later events behind it and releases them once it settles.
 type router interface {
 	// open runs once, before the partition's first batch. False when the
 	// partition stopped first.
@@ -26,13 +26,17 @@ type router interface {
 	// route applies or hands off one batch's events. False when the
 	// partition stopped first: the batch then stays uncommitted.
 	route(seg *segment, items []item, last *kgo.Record) bool
+	// wake is ready when the router has work of its own between batches
+	// (nil: never); between does it. False when the partition stopped.
+	wake() <-chan struct{}
+	between() bool
 	// close runs when the partition's worker ends.
 	close()
 }
 
 func newRouter(p *partition) router {
 	if p.b.opts.ordered() {
-		return newLaneRouter(p)
+		return newOrderedRouter(p)
 	}
 	return directRouter{p}
 }
@@ -42,8 +46,10 @@ func newRouter(p *partition) router {
 // off.
 type directRouter struct{ p *partition }
 
-func (directRouter) open() bool { return true }
-func (directRouter) close()     {}
+func (directRouter) open() bool            { return true }
+func (directRouter) close()                {}
+func (directRouter) wake() <-chan struct{} { return nil }
+func (directRouter) between() bool         { return true }
 
 func (r directRouter) route(seg *segment, items []item, last *kgo.Record) bool {
 	if r.p.b.opts.Mode == config.ModeWorkflow {

@@ -29,8 +29,8 @@ func validOptions() Options {
 			ProjectionsFunc: func(string) []string { return nil },
 			ApplyBatchFunc:  func(context.Context, []event.Envelope) ([]projection.Result, error) { return nil, nil },
 		},
-		Starter: newRecordingStarter(nil),
-		Blocks:  newMemBlocks(),
+		Starter:  newRecordingStarter(nil),
+		Ordering: config.OrderingNone,
 	}
 }
 
@@ -61,6 +61,8 @@ func TestOptionsDefaultsAndValidate(t *testing.T) {
 			o.Retry = config.Retry{MaxAttempts: 1, Initial: 2 * time.Second, Multiplier: 2, Max: time.Second}
 		}, "PROJECTION_WORKER_RETRY_MAX_MS"},
 		{"negative inflight", func(o *Options) { o.MaxInflight = -1 }, "MaxInflight -1"},
+		{"entity ordering without parking", func(o *Options) { o.Ordering = config.OrderingEntity }, "Parking is required"},
+		{"no parked bound", func(o *Options) { o.MaxParkedPerKey = -1 }, "MaxParkedPerKey"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -12,10 +12,7 @@ import (
 // keep an old build alive; their code stays replay-safe across builds
 // (workflow.GetVersion, TestReplayRecordedHistories). Without versioning the
 // SDK sends neither.
-const (
-	RetryVersioningBehavior = workflow.VersioningBehaviorAutoUpgrade
-	LaneVersioningBehavior  = workflow.VersioningBehaviorAutoUpgrade
-)
+const RetryVersioningBehavior = workflow.VersioningBehaviorAutoUpgrade
 
 // deploymentOptions turns versioning on for a non-zero version. No default
 // behavior is set: on a versioned worker the SDK panics at the registration

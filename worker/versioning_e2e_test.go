@@ -31,8 +31,8 @@ type buildApplier struct {
 	failed []bool
 }
 
-func (a *buildApplier) Apply(ctx context.Context, name string, ev event.Envelope) (projection.Result, error) {
-	res, err := a.engine.Apply(ctx, name, ev)
+func (a *buildApplier) ApplyWith(ctx context.Context, name string, ev event.Envelope, opts projection.ApplyOptions) (projection.Result, error) {
+	res, err := a.engine.ApplyWith(ctx, name, ev, opts)
 	a.mu.Lock()
 	a.failed = append(a.failed, err != nil || res.Err != nil)
 	a.mu.Unlock()

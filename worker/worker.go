@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -89,76 +88,17 @@ func New(o Options) (sdkworker.Worker, error) {
 	if o.Incidents != nil {
 		RegisterIncidents(w, o.Incidents)
 	}
-	waits := sdkworker.New(o.Client, contract.WaitTaskQueue(o.TaskQueue), sdkworker.Options{
-		MaxConcurrentActivityExecutionSize: MaxConcurrentWaits,
-		MaxConcurrentActivityTaskPollers:   2,
-		WorkerStopTimeout:                  o.StopTimeout,
-		DeploymentOptions:                  deploymentOptions(o.Version),
-		DisableWorkflowWorker:              true,
-	})
-	registerWaits(waits, o.Activities)
-	return &withWaits{Worker: w, waits: waits}, nil
+	return w, nil
 }
-
-// MaxConcurrentWaits bounds the lanes' waits one worker runs at once on
-// contract.WaitTaskQueue. A wait is a goroutine that describes its retry
-// workflow now and then (at most every 10 s once it has waited a while);
-// past the bound further waits queue in Temporal, while the retries they
-// wait for keep the main queue's slots.
-const MaxConcurrentWaits = 10_000
-
-// registerWaits adds the wait activities (they are also registered on the
-// main queue, where lanes recorded before the wait queue existed run them).
-func registerWaits(r sdkworker.Registry, a *activities.Activities) {
-	r.RegisterActivityWithOptions(a.AwaitRetrySettled, activity.RegisterOptions{Name: contract.AwaitRetrySettledActivity})
-	r.RegisterActivityWithOptions(a.AwaitRetryFinal, activity.RegisterOptions{Name: contract.AwaitRetryFinalActivity})
-}
-
-// withWaits is the worker of the main task queue run together with the
-// worker of its wait queue.
-type withWaits struct {
-	sdkworker.Worker
-	waits    sdkworker.Worker
-	stopOnce sync.Once
-}
-
-func (w *withWaits) Start() error {
-	if err := w.waits.Start(); err != nil {
-		return err
-	}
-	if err := w.Worker.Start(); err != nil {
-		w.waits.Stop()
-		return err
-	}
-	return nil
-}
-
-func (w *withWaits) Run(interruptCh <-chan interface{}) error {
-	if err := w.waits.Start(); err != nil {
-		return err
-	}
-	defer w.stopWaits()
-	return w.Worker.Run(interruptCh)
-}
-
-func (w *withWaits) Stop() {
-	w.Worker.Stop()
-	w.stopWaits()
-}
-
-func (w *withWaits) stopWaits() { w.stopOnce.Do(w.waits.Stop) }
 
 // Register adds the workflows and activities under their contract names,
 // the workflows with their versioning behaviors (versioning.go).
 func Register(r sdkworker.Registry, a *activities.Activities) {
 	r.RegisterWorkflowWithOptions(workflows.ProjectionRetryWorkflow, workflow.RegisterOptions{
 		Name: contract.RetryWorkflowName, VersioningBehavior: RetryVersioningBehavior})
-	r.RegisterWorkflowWithOptions(workflows.ProjectionLaneWorkflow, workflow.RegisterOptions{
-		Name: contract.LaneWorkflowName, VersioningBehavior: LaneVersioningBehavior})
 	r.RegisterActivityWithOptions(a.ApplyProjection, activity.RegisterOptions{Name: contract.ApplyProjectionActivity})
 	r.RegisterActivityWithOptions(a.PublishDeadLetter, activity.RegisterOptions{Name: contract.PublishDeadLetterActivity})
-	r.RegisterActivityWithOptions(a.AwaitRetrySettled, activity.RegisterOptions{Name: contract.AwaitRetrySettledActivity})
-	r.RegisterActivityWithOptions(a.AwaitRetryFinal, activity.RegisterOptions{Name: contract.AwaitRetryFinalActivity})
+	r.RegisterActivityWithOptions(a.SettleHead, activity.RegisterOptions{Name: contract.SettleHeadActivity})
 	r.RegisterWorkflowWithOptions(workflows.ProjectionIncidentWorkflow, workflow.RegisterOptions{
 		Name: contract.IncidentWorkflowName, VersioningBehavior: IncidentVersioningBehavior})
 }

@@ -15,23 +15,22 @@ func TestWorkflowIDs(t *testing.T) {
 	tests := []struct {
 		name                    string
 		projection, fork, field string
-		retry, lane             string
+		retry                   string
 	}{
 		{"plain fields are unchanged", "artist_followers", "production", "01JE0001",
-			"projection-retry:artist_followers:production:01JE0001", "projection-lane:artist_followers:production:01JE0001"},
+			"projection-retry:artist_followers:production:01JE0001"},
 		{"other punctuation is unchanged", "p", "fork/1 ü", "a-b_c.d@e#f",
-			"projection-retry:p:fork/1 ü:a-b_c.d@e#f", "projection-lane:p:fork/1 ü:a-b_c.d@e#f"},
+			"projection-retry:p:fork/1 ü:a-b_c.d@e#f"},
 		{"colon", "p", "a:b", "c",
-			"projection-retry:p:a%3Ab:c", "projection-lane:p:a%3Ab:c"},
+			"projection-retry:p:a%3Ab:c"},
 		{"percent", "p", "100%", "%3A",
-			"projection-retry:p:100%25:%253A", "projection-lane:p:100%25:%253A"},
+			"projection-retry:p:100%25:%253A"},
 		{"both", "p", ":%:", "::",
-			"projection-retry:p:%3A%25%3A:%3A%3A", "projection-lane:p:%3A%25%3A:%3A%3A"},
+			"projection-retry:p:%3A%25%3A:%3A%3A"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			require.Equal(t, tc.retry, contract.RetryWorkflowID(tc.projection, tc.fork, tc.field))
-			require.Equal(t, tc.lane, contract.LaneWorkflowID(tc.projection, tc.fork, tc.field))
 		})
 	}
 }
@@ -50,7 +49,6 @@ func TestWorkflowIDsDoNotCollide(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			require.NotEqual(t, contract.RetryWorkflowID(tc.a[0], tc.a[1], tc.a[2]), contract.RetryWorkflowID(tc.b[0], tc.b[1], tc.b[2]))
-			require.NotEqual(t, contract.LaneWorkflowID(tc.a[0], tc.a[1], tc.a[2]), contract.LaneWorkflowID(tc.b[0], tc.b[1], tc.b[2]))
 		})
 	}
 }
@@ -61,7 +59,7 @@ func FuzzRetryWorkflowID(f *testing.F) {
 	f.Add("p", "a:b", "c")
 	f.Add("p", "%3A", "%%::")
 	f.Fuzz(func(t *testing.T, projection, fork, id string) {
-		for _, got := range []string{contract.RetryWorkflowID(projection, fork, id), contract.LaneWorkflowID(projection, fork, id)} {
+		for _, got := range []string{contract.RetryWorkflowID(projection, fork, id)} {
 			parts := strings.Split(got, ":")
 			require.Len(t, parts, 4, got)
 			for i, want := range []string{projection, fork, id} {
@@ -80,5 +78,4 @@ func TestWorkflowIDsWithinTemporalLimit(t *testing.T) {
 	projection := strings.Repeat("p", 63)
 	fork := strings.Repeat(":", event.MaxForkIDBytes)
 	require.LessOrEqual(t, len(contract.RetryWorkflowID(projection, fork, strings.Repeat("%", event.MaxEventIDBytes))), 1000)
-	require.LessOrEqual(t, len(contract.LaneWorkflowID(projection, fork, strings.Repeat(":", event.MaxEntityIDBytes))), 1000)
 }

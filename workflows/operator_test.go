@@ -144,6 +144,7 @@ func newObserved(t *testing.T, applyFailures int) *observed {
 	o.env.RegisterWorkflowWithOptions(workflows.ProjectionRetryWorkflow, workflow.RegisterOptions{Name: contract.RetryWorkflowName})
 	o.env.RegisterActivityWithOptions(a.ApplyProjection, activity.RegisterOptions{Name: contract.ApplyProjectionActivity})
 	o.env.RegisterActivityWithOptions(a.PublishDeadLetter, activity.RegisterOptions{Name: contract.PublishDeadLetterActivity})
+	o.env.RegisterActivityWithOptions(a.SettleHead, activity.RegisterOptions{Name: contract.SettleHeadActivity})
 	return o
 }
 

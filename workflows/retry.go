@@ -59,6 +59,9 @@ const (
 	// changeAnyReplayPayload takes a replay whose payload is not the
 	// documented object as a replay; before, it was skipped as if never sent.
 	changeAnyReplayPayload = "any-replay-payload"
+	// changeSettleHead records, when a dead-lettered run is discarded or its
+	// window ends, that it no longer holds its key (SettleHead).
+	changeSettleHead = "settle-head"
 )
 
 // SettleUnreported marks as timed out every attempt in attempts that started
@@ -127,12 +130,16 @@ func ProjectionRetryWorkflow(ctx workflow.Context, in contract.RetryInput) (cont
 		switch next {
 		case contract.SignalDiscard:
 			err := r.setState(ctx, contract.StateDiscarded)
+			if err == nil {
+				err = r.settleHead(ctx)
+			}
 			r.ignorePending(ctx, replay, discard)
 			return r.status, err
 		case "":
 			workflow.GetLogger(ctx).Info("replay window expired", "window", in.ReplayWindow)
+			err := r.settleHead(ctx)
 			r.ignorePending(ctx, replay, discard)
-			return r.status, nil
+			return r.status, err
 		}
 		r.status.ReplayCount++
 		if err := r.setState(ctx, contract.StateReplaying); err != nil {
@@ -168,6 +175,9 @@ func (r *retryRun) setState(ctx workflow.Context, s contract.State) error {
 func (r *retryRun) query() (contract.Status, error) {
 	st := r.status
 	st.Attempts = append([]contract.Attempt(nil), st.Attempts...)
+	if n := len(st.Attempts); n > 0 {
+		st.WaitingBehind = st.Attempts[n-1].WaitingBehind
+	}
 	now := time.Now() //workflowcheck:ignore
 	for _, at := range st.Schedule {
 		if at.After(now) {
@@ -313,7 +323,22 @@ func (r *retryRun) deadLetter(ctx workflow.Context) error {
 	return nil
 }
 
-// tellLane lets an ordering lane that started this run move on to the key's
+// settleHead lets the key a dead letter held (CAUSET_DLQ_HOLD_ENTITY) go:
+// its parked events are released. Its retry policy never gives up, as the
+// dead letter's: a key must not stay blocked behind a closed run.
+func (r *retryRun) settleHead(ctx workflow.Context) error {
+	if workflow.GetVersion(ctx, changeSettleHead, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return nil
+	}
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: publishTimeout,
+		RetryPolicy:         deadLetterRetry,
+	})
+	return workflow.ExecuteActivity(actx, contract.SettleHeadActivity, workflow.GetInfo(ctx).WorkflowExecution.ID).Get(ctx, nil)
+}
+
+// tellLane lets an ordering lane of the release before parked events, that
+// started this run, move on to the key's
 // next event once this one is dead-lettered; the run itself stays open for
 // replay. Only the first dead letter matters to the lane.
 func (r *retryRun) tellLane(ctx workflow.Context) {

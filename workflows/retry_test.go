@@ -47,7 +47,7 @@ type fakeApplier struct {
 	calls    int
 }
 
-func (f *fakeApplier) Apply(_ context.Context, name string, ev event.Envelope) (projection.Result, error) {
+func (f *fakeApplier) ApplyWith(_ context.Context, name string, ev event.Envelope, _ projection.ApplyOptions) (projection.Result, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
@@ -107,9 +107,9 @@ func newHarnessApply(t *testing.T, a *activities.Activities, publisher *fakePubl
 	h := &harness{env: s.NewTestWorkflowEnvironment(), publisher: publisher}
 	h.env.SetStartTime(start)
 	h.env.RegisterWorkflowWithOptions(workflows.ProjectionRetryWorkflow, workflow.RegisterOptions{Name: contract.RetryWorkflowName})
-	h.env.RegisterWorkflowWithOptions(workflows.ProjectionLaneWorkflow, workflow.RegisterOptions{Name: contract.LaneWorkflowName})
 	h.env.RegisterActivityWithOptions(apply, activity.RegisterOptions{Name: contract.ApplyProjectionActivity})
 	h.env.RegisterActivityWithOptions(a.PublishDeadLetter, activity.RegisterOptions{Name: contract.PublishDeadLetterActivity})
+	h.env.RegisterActivityWithOptions(a.SettleHead, activity.RegisterOptions{Name: contract.SettleHeadActivity})
 	h.env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
 		if info.ActivityType.Name == contract.ApplyProjectionActivity {
 			h.mu.Lock()
@@ -404,11 +404,11 @@ type hangingApplier struct {
 	hang map[int32]bool
 }
 
-func (f *hangingApplier) Apply(ctx context.Context, name string, ev event.Envelope) (projection.Result, error) {
+func (f *hangingApplier) ApplyWith(ctx context.Context, name string, ev event.Envelope, opts projection.ApplyOptions) (projection.Result, error) {
 	if f.hang[activity.GetInfo(ctx).Attempt] {
 		panic(errHang)
 	}
-	return f.fakeApplier.Apply(ctx, name, ev)
+	return f.fakeApplier.ApplyWith(ctx, name, ev, opts)
 }
 
 // lastHeartbeat keeps each activity's last heartbeat details, as the server

@@ -136,6 +136,9 @@ func Open(ctx context.Context, cfg config.Config, opts ...Option) (_ *Service, e
 	}
 	s.closers = append(s.closers, s.Temporal.Close)
 	s.health.Add(s.temporalCheck())
+	if err := refuseOpenLanes(ctx, s.Temporal); err != nil {
+		return nil, err
+	}
 	if err := worker.EnsureSearchAttributes(ctx, s.Temporal.Client.OperatorService(), s.Temporal.Namespace); err != nil {
 		return nil, err
 	}

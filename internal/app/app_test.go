@@ -11,8 +11,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
 
 	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/internal/app"
 	"github.com/causet/projection-retry/internal/testenv"
 )
@@ -149,4 +151,45 @@ func TestDialTemporalUnreachableNamesAddress(t *testing.T) {
 	defer cancel()
 	_, err := app.DialTemporal(ctx, quiet(), app.TemporalOptions{HostPort: addr})
 	require.ErrorContains(t, err, "connect to Temporal at "+addr+": ")
+}
+
+// A process of this release refuses to start while an ordering lane of the
+// previous release is open, naming the procedure, and starts once none is.
+func TestOpenRefusesWhileLanesOfThePreviousReleaseAreOpen(t *testing.T) {
+	srv := testenv.Temporal(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	id := "projection-lane:p:production:" + testenv.TaskQueue(t)
+	_, err := srv.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: testenv.TaskQueue(t)}, contract.LaneWorkflowName)
+	require.NoError(t, err)
+	terminated := false
+	t.Cleanup(func() {
+		if !terminated {
+			_ = srv.Client.TerminateWorkflow(context.Background(), id, "", "test over")
+		}
+	})
+	t.Setenv("TEMPORAL_ADDRESS", srv.HostPort)
+	t.Setenv("TEMPORAL_NAMESPACE", srv.Namespace)
+	cfg := load(t, map[string]string{"DATABASE_URL": testenv.PostgresURL(t)})
+	require.Eventually(t, func() bool {
+		svc, err := app.Open(ctx, cfg, app.WithLogger(quiet()))
+		if err == nil {
+			svc.Close()
+			return false
+		}
+		require.Contains(t, err.Error(), "ordering lanes (ProjectionLaneWorkflow) of the previous release are still open")
+		require.Contains(t, err.Error(), "docs/UPGRADES.md")
+		return true
+	}, 30*time.Second, 200*time.Millisecond)
+
+	require.NoError(t, srv.Client.TerminateWorkflow(ctx, id, "", "the previous release's lane finished"))
+	terminated = true
+	require.Eventually(t, func() bool {
+		svc, err := app.Open(ctx, cfg, app.WithLogger(quiet()))
+		if err != nil {
+			return false
+		}
+		svc.Close()
+		return true
+	}, 30*time.Second, 200*time.Millisecond)
 }

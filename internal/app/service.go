@@ -10,6 +10,7 @@ import (
 	"github.com/causet/projection-retry/activities"
 	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/incident"
+	"github.com/causet/projection-retry/parking"
 	"github.com/causet/projection-retry/starter"
 	"github.com/causet/projection-retry/worker"
 )
@@ -60,6 +61,7 @@ func (s *Service) NewWorker() (sdkworker.Worker, error) {
 				ConsumerGroup: s.Config.ConsumerGroup},
 			Logger:  s.Logger,
 			Metrics: activities.NewMetrics(s.Registry),
+			Heads:   parking.NewStore(s.Pool),
 		},
 		Incidents: &activities.Incidents{Prober: s.Engine, Store: incident.NewStore(s.Pool)},
 		Version: sdkworker.WorkerDeploymentVersion{
@@ -95,11 +97,8 @@ func (s *Service) BridgeOptions() (starter.Options, error) {
 	opts := starter.OptionsFromConfig(s.Config)
 	opts.Engine = s.Engine
 	opts.Starter = s.Temporal.Client
-	opts.Lanes = s.Temporal.Client
-	// Lost lanes' histories are read back: with payload encryption on, only
-	// the client's converter can decode them.
-	opts.DataConverter = s.Temporal.DataConverter
-	opts.Blocks = starter.NewPostgresBlockStore(s.Pool)
+	opts.Workflows = s.Temporal.Client
+	opts.Parking = parking.NewStore(s.Pool)
 	opts.IncidentStore = incident.NewStore(s.Pool)
 	opts.Probe = s.Pool.Ping
 	opts.TemporalProbe = s.Temporal.Probe

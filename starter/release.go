@@ -1,0 +1,515 @@
+package starter
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/contract"
+	"github.com/causet/projection-retry/dlq"
+	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/parking"
+	"github.com/causet/projection-retry/projection"
+)
+
+// Releasing parked events (ordered.go): between batches, the partition
+// worker takes the keys whose head has moved on and, in runs of up to
+// releaseLimit events across keys, applies their parked events in order
+// through the batch path (the dedupe ledger, one transaction that also
+// deletes what it applied). The first event of a key that fails becomes
+// the key's head (its retry workflow starts with this failure as attempt
+// 1, recorded with the key as a pending start until it is durable); the
+// events after it stay parked. A key whose incident dead-lettered
+// everything has its parked events dead-lettered in order. A key left with
+// no parked event is unblocked in the same transaction.
+
+// releaseLimit bounds the parked events one release run reads (one
+// transaction), as MaxPollRecords bounds a batch.
+const releaseLimit = 3000
+
+// maxRunsBetweenBatches bounds the release runs between two batches, so
+// fresh events keep moving while a large backlog drains.
+const maxRunsBetweenBatches = 4
+
+// between releases (or dead-letters) the parked events of due keys. False
+// when the partition stopped first; a failure leaves the keys due, and the
+// watcher wakes the partition again.
+func (r *orderedRouter) between() bool {
+	p := r.p
+	for run := 0; run < maxRunsBetweenBatches; run++ {
+		keys := r.dueKeys()
+		if len(keys) == 0 || p.ctx.Err() != nil {
+			break
+		}
+		var dead, release []parking.Blocked
+		for _, b := range keys {
+			if b.State == parking.HeadDeadLetterAll {
+				dead = append(dead, b)
+			} else {
+				release = append(release, b)
+			}
+		}
+		more := false
+		if len(dead) > 0 {
+			m, ok := r.deadLetterParked(dead)
+			if !ok {
+				break
+			}
+			more = more || m
+		}
+		if len(release) > 0 {
+			var m, ok bool
+			if p.b.opts.Mode == config.ModeWorkflow {
+				m, ok = r.promote(release)
+			} else {
+				m, ok = r.release(release)
+			}
+			if !ok {
+				break
+			}
+			more = more || m
+		}
+		if !more {
+			break
+		}
+	}
+	return p.ctx.Err() == nil
+}
+
+// dueKeys lists the keys due for release with their heads.
+func (r *orderedRouter) dueKeys() []parking.Blocked {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]parking.Blocked, 0, len(r.due))
+	for k := range r.due {
+		b := r.keys[k]
+		if b == nil {
+			delete(r.due, k)
+			continue
+		}
+		out = append(out, parking.Blocked{Key: k, Head: b.head, State: b.state, Parked: b.parked})
+	}
+	return out
+}
+
+// read returns the next parked events of keys, in order; ok false when the
+// partition stopped first.
+func (r *orderedRouter) read(keys []parking.Blocked) ([]parking.Parked, bool) {
+	p := r.p
+	ks := make([]parking.Key, len(keys))
+	for i, b := range keys {
+		ks[i] = b.Key
+	}
+	var rows []parking.Parked
+	ok := p.until(p.log, "database", "cannot read parked events", func(ctx context.Context) (err error) {
+		rows, err = parking.ParkedOf(ctx, r.store.Pool(), p.topic, p.id, ks, releaseLimit)
+		return err
+	})
+	return rows, ok
+}
+
+// release applies one run of the parked events of keys. more reports that
+// some are left to read.
+func (r *orderedRouter) release(keys []parking.Blocked) (more, ok bool) {
+	rows, ok := r.read(keys)
+	if !ok {
+		return false, false
+	}
+	if !r.releaseRows(keys, rows) {
+		return false, false
+	}
+	return len(rows) == releaseLimit, true
+}
+
+// releaseRows applies rows (the parked events of keys, in order) in one
+// transaction, isolating a run that fails as a whole while the database
+// answers by halves, as a batch is.
+func (r *orderedRouter) releaseRows(keys []parking.Blocked, rows []parking.Parked) bool {
+	p := r.p
+	if len(rows) == 0 {
+		return r.unblock(keys)
+	}
+	evs := make([]event.Envelope, len(rows))
+	items := make([]item, len(rows))
+	for i, row := range rows {
+		evs[i] = row.Retry.Event
+		items[i] = item{env: row.Retry.Event}
+	}
+	index := make(map[*event.Envelope]int, len(evs))
+	for i := range evs {
+		index[&evs[i]] = i
+	}
+	held := map[parking.Key]int{} // hold every event of the key after this index
+	hold := func(proj string, ev *event.Envelope) bool {
+		i := index[ev]
+		if proj != rows[i].Retry.Projection {
+			return true // the row is one (projection, event) pair
+		}
+		at, ok := held[parking.KeyOf(rows[i].Retry)]
+		return ok && i > at
+	}
+	var (
+		startedAt time.Time
+		heads     []parking.Blocked
+		applied   int
+		left      map[parking.Key]int64
+		drained   []parking.Key
+	)
+	beforeCommit := func(ctx context.Context, tx pgx.Tx, outs []projection.Result) error {
+		fails := map[parking.Key]int{}
+		for _, o := range outs {
+			if o.Status == projection.StatusFailed {
+				k := parking.KeyOf(rows[o.Index].Retry)
+				if at, ok := fails[k]; !ok || o.Index < at {
+					fails[k] = o.Index
+				}
+			}
+		}
+		var seqs []int64
+		left = map[parking.Key]int64{}
+		rerun := false
+		for _, o := range outs {
+			if o.Status != projection.StatusApplied && o.Status != projection.StatusDuplicate {
+				continue
+			}
+			k := parking.KeyOf(rows[o.Index].Retry)
+			if at, ok := fails[k]; ok && o.Index > at {
+				held[k] = at
+				rerun = true
+			}
+			seqs = append(seqs, rows[o.Index].Seq)
+			left[k]++
+		}
+		if rerun {
+			return errRerun
+		}
+		applied = len(seqs)
+		heads = heads[:0]
+		for k, at := range fails {
+			o := outs[resultOf(outs, at)]
+			if id := p.b.inc.holdingOf(o); id != "" {
+				// It fails as a holding incident does: it stays parked, and
+				// its key waits behind the incident.
+				heads = append(heads, parking.Blocked{Key: k, Head: id, State: parking.HeadActive})
+				continue
+			}
+			in := rows[at].Retry
+			in.Mode = config.ModeInline
+			in.FirstAttempt = firstAttempt(o, startedAt)
+			in.Retry, in.ReplayWindow = p.b.opts.Retry, p.b.opts.ReplayWindow
+			heads = append(heads, parking.Blocked{Key: k, Head: in.WorkflowID(), State: parking.HeadActive, PendingStart: &in})
+			seqs = append(seqs, rows[at].Seq)
+			left[k]++
+		}
+		if err := parking.Unpark(ctx, tx, p.topic, p.id, seqs); err != nil {
+			return err
+		}
+		if err := parking.Block(ctx, tx, p.topic, p.id, heads); err != nil {
+			return err
+		}
+		var err error
+		drained, err = parking.Unblock(ctx, tx, p.topic, p.id, keys)
+		return err
+	}
+	apply := func() ([]projection.Result, error) {
+		startedAt = time.Now().UTC()
+		for run := 0; ; run++ {
+			outs, err := p.b.opts.Engine.ApplyBatch(p.ctx, evs, projection.ApplyOptions{Hold: hold, BeforeCommit: beforeCommit})
+			if !errors.Is(err, errRerun) || run >= maxOrderedRuns || p.ctx.Err() != nil {
+				return outs, err
+			}
+		}
+	}
+	_, res := p.applyThroughOutage(items, nil, apply)
+	switch res.verdict {
+	case verdictStopped:
+		return false
+	case verdictIsolate:
+		if len(rows) > 1 {
+			h := len(rows) / 2
+			return r.releaseRows(keys, rows[:h]) && r.releaseRows(keys, rows[h:])
+		}
+		return r.headFailedAlone(rows[0], res.err)
+	}
+	r.released(left, applied, heads, drained)
+	for _, h := range heads {
+		if h.PendingStart != nil && !r.startHead(*h.PendingStart) {
+			return false
+		}
+	}
+	return true
+}
+
+// resultOf is the position in outs of the result of row i (one pair each).
+func resultOf(outs []projection.Result, i int) int {
+	for j, o := range outs {
+		if o.Index == i {
+			return j
+		}
+	}
+	return 0
+}
+
+// headFailedAlone makes a parked event whose release fails as a whole, on
+// its own, while the database answers, its key's head: attempt 1 failed
+// (sql) and its retry workflow runs the rest.
+func (r *orderedRouter) headFailedAlone(row parking.Parked, cause error) bool {
+	p := r.p
+	in := row.Retry
+	in.Mode = config.ModeInline
+	in.FirstAttempt = contract.FirstAttempt(time.Now().UTC(), string(contract.KindSQL), cause, 0)
+	in.Retry, in.ReplayWindow = p.b.opts.Retry, p.b.opts.ReplayWindow
+	head := parking.Blocked{Key: parking.KeyOf(in), Head: in.WorkflowID(), State: parking.HeadActive, PendingStart: &in}
+	if !p.until(p.log, "database", "cannot record a released event's retry workflow as its key's head", func(ctx context.Context) error {
+		return pgx.BeginFunc(ctx, r.store.Pool(), func(tx pgx.Tx) error {
+			if err := parking.Unpark(ctx, tx, p.topic, p.id, []int64{row.Seq}); err != nil {
+				return err
+			}
+			return parking.Block(ctx, tx, p.topic, p.id, []parking.Blocked{head})
+		})
+	}) {
+		return false
+	}
+	r.released(map[parking.Key]int64{head.Key: 1}, 0, []parking.Blocked{head}, nil)
+	return r.startHead(in)
+}
+
+// released brings the partition's keys up to a release that committed:
+// left counts, per key, the parked events that left the table (applied, or
+// made the key's new head); heads are the new heads, drained the keys
+// unblocked.
+func (r *orderedRouter) released(left map[parking.Key]int64, applied int, heads []parking.Blocked, drained []parking.Key) {
+	p := r.p
+	now := time.Now()
+	var gone int64
+	r.mu.Lock()
+	for k, n := range left {
+		gone += n
+		if b := r.keys[k]; b != nil {
+			b.parked = max(b.parked-n, 0)
+		}
+	}
+	type joined struct {
+		id, projection string
+		parked         int64
+	}
+	var joins []joined
+	for _, h := range heads {
+		if b := r.keys[h.Key]; b != nil {
+			b.head, b.state, b.since, b.nextCheck, b.every = h.Head, parking.HeadActive, now, now, 0
+			if parking.IsIncident(h.Head) {
+				joins = append(joins, joined{h.Head, h.Projection, b.parked})
+			}
+		}
+		delete(r.due, h.Key)
+	}
+	for _, k := range drained {
+		if _, ok := r.keys[k]; ok {
+			delete(r.keys, k)
+			delete(r.due, k)
+			p.b.m.blockedKeys.Dec()
+			p.b.m.unblocked.WithLabelValues("released").Inc()
+		}
+	}
+	r.parked = max(r.parked-gone, 0)
+	r.mu.Unlock()
+	// A key that joined a holding incident brings its parked events to it:
+	// the one that failed again and those behind it.
+	for _, j := range joins {
+		if j.parked > 0 {
+			p.b.inc.countHeld(j.id, j.projection, 0, int(j.parked), nil)
+		}
+	}
+	p.b.m.parkedNow.Sub(float64(gone))
+	p.b.m.parkedEvents.WithLabelValues("released").Add(float64(applied))
+	p.b.m.parkedEvents.WithLabelValues("head").Add(float64(len(heads)))
+	if gone > 0 || len(drained) > 0 {
+		p.log.Info("parked events released", "event", "projection_parked_released", "released", applied,
+			"failedAgain", len(heads), "keysUnblocked", len(drained))
+	}
+}
+
+// unblock clears those of keys that have no parked event left, in a
+// transaction of its own.
+func (r *orderedRouter) unblock(keys []parking.Blocked) bool {
+	p := r.p
+	var drained []parking.Key
+	if !p.until(p.log, "database", "cannot unblock released keys", func(ctx context.Context) (err error) {
+		drained, err = parking.Unblock(ctx, r.store.Pool(), p.topic, p.id, keys)
+		return err
+	}) {
+		return false
+	}
+	r.mu.Lock()
+	for _, b := range keys {
+		// A key not drained (its head changed meanwhile) waits for that head.
+		delete(r.due, b.Key)
+	}
+	r.mu.Unlock()
+	r.released(nil, 0, nil, drained)
+	return true
+}
+
+// deadLetterParked dead-letters, in order, the parked events of keys whose
+// incident dead-lettered everything it held, then unblocks the keys left
+// with none. A DLQ record may repeat (a bridge killed between the record
+// and the delete publishes it again), never go missing.
+func (r *orderedRouter) deadLetterParked(keys []parking.Blocked) (more, ok bool) {
+	p := r.p
+	rows, ok := r.read(keys)
+	if !ok {
+		return false, false
+	}
+	if len(rows) == 0 {
+		return false, r.unblock(keys)
+	}
+	headOf := map[parking.Key]string{}
+	for _, b := range keys {
+		headOf[b.Key] = b.Head
+	}
+	now := time.Now().UTC()
+	seqs := make([]int64, 0, len(rows))
+	for _, row := range rows {
+		in := row.Retry
+		var attempts []contract.Attempt
+		kind := string(contract.KindSQL)
+		if in.FirstAttempt != nil {
+			attempts = append(attempts, *in.FirstAttempt)
+			kind = in.FirstAttempt.ErrorKind
+		}
+		attempts = append(attempts, contract.Attempt{Number: len(attempts) + 1, StartedAt: now, ErrorKind: kind,
+			Error: "held by incident " + headOf[parking.KeyOf(in)] + ", dead-lettered by the dead-letter-all signal"})
+		dl := contract.DeadLetterInput{Event: in.Event, Key: in.Key, Projection: in.Projection, Attempts: attempts, Source: in.Source}
+		if !p.publishDeadLetter(p.parkedLog(in), "held event", in.Key, dlq.RunRecord(dl, now)) {
+			return false, false
+		}
+		seqs = append(seqs, row.Seq)
+		if inc := p.b.inc; inc != nil {
+			inc.parked.WithLabelValues(in.Projection, "dead_lettered").Inc()
+		}
+	}
+	var drained []parking.Key
+	if !p.until(p.log, "database", "cannot delete dead-lettered parked events", func(ctx context.Context) error {
+		return pgx.BeginFunc(ctx, r.store.Pool(), func(tx pgx.Tx) (err error) {
+			if err := parking.Unpark(ctx, tx, p.topic, p.id, seqs); err != nil {
+				return err
+			}
+			drained, err = parking.Unblock(ctx, tx, p.topic, p.id, keys)
+			return err
+		})
+	}) {
+		return false, false
+	}
+	p.b.m.parkedEvents.WithLabelValues("dead_lettered").Add(float64(len(rows)))
+	left := map[parking.Key]int64{}
+	for _, row := range rows {
+		left[parking.KeyOf(row.Retry)]++
+	}
+	r.released(left, 0, nil, nil)
+	r.mu.Lock()
+	for _, k := range drained {
+		if _, ok := r.keys[k]; ok {
+			delete(r.keys, k)
+			delete(r.due, k)
+			p.b.m.blockedKeys.Dec()
+			p.b.m.unblocked.WithLabelValues("dead_lettered").Inc()
+		}
+	}
+	r.mu.Unlock()
+	return len(rows) == releaseLimit, true
+}
+
+// promote (workflow mode) makes the first parked event of each key its next
+// head, started in Temporal from attempt 1; a key with none is unblocked.
+func (r *orderedRouter) promote(keys []parking.Blocked) (more, ok bool) {
+	p := r.p
+	rows, ok := r.read(keys)
+	if !ok {
+		return false, false
+	}
+	firsts := map[parking.Key]parking.Parked{}
+	for _, row := range rows {
+		k := parking.KeyOf(row.Retry)
+		if _, ok := firsts[k]; !ok {
+			firsts[k] = row
+		}
+	}
+	var heads []parking.Blocked
+	var seqs []int64
+	var rest []parking.Blocked
+	for _, b := range keys {
+		row, ok := firsts[b.Key]
+		if !ok {
+			rest = append(rest, b)
+			continue
+		}
+		in := row.Retry
+		in.Mode = config.ModeWorkflow
+		in.FirstAttempt = nil
+		heads = append(heads, parking.Blocked{Key: b.Key, Head: in.WorkflowID(), State: parking.HeadActive, PendingStart: &in})
+		seqs = append(seqs, row.Seq)
+	}
+	if len(heads) > 0 && !p.until(p.log, "database", "cannot record the next heads of released keys", func(ctx context.Context) error {
+		return pgx.BeginFunc(ctx, r.store.Pool(), func(tx pgx.Tx) error {
+			if err := parking.Unpark(ctx, tx, p.topic, p.id, seqs); err != nil {
+				return err
+			}
+			return parking.Block(ctx, tx, p.topic, p.id, heads)
+		})
+	}) {
+		return false, false
+	}
+	if len(heads) > 0 {
+		left := map[parking.Key]int64{}
+		for _, h := range heads {
+			left[h.Key] = 1
+		}
+		r.released(left, 0, heads, nil)
+		for _, h := range heads {
+			if !r.startHead(*h.PendingStart) {
+				return false, false
+			}
+		}
+	}
+	if len(rest) > 0 && !r.unblock(rest) {
+		return false, false
+	}
+	return false, true
+}
+
+// startHead starts the retry workflow of a key's new head without holding
+// the partition (a MaxInflight slot, then a goroutine), and clears the
+// key's pending start once the workflow is durable. A head Temporal
+// refuses is dead-lettered and settled, so the key's next events go on.
+// False when the partition stopped first.
+func (r *orderedRouter) startHead(in contract.RetryInput) bool {
+	p := r.p
+	if !p.acquireSlot() {
+		return false
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer p.releaseSlot()
+		log := p.parkedLog(in)
+		outage, end := p.startUntilDurable(log, nil, in)
+		switch end {
+		case handoffStopped:
+			return // the pending start stays: the next owner starts it
+		case handoffStarted:
+			p.b.m.handedOff.WithLabelValues(string(in.Mode)).Inc()
+			logHandOff(log, in, outage)
+		}
+		r.headStarted(in, end)
+	}()
+	return true
+}
+
+func (p *partition) parkedLog(in contract.RetryInput) *slog.Logger {
+	return p.log.With("projectionName", in.Projection, "eventType", in.Event.EventType, "entityId", in.Event.EntityID,
+		"forkId", in.Event.ForkID, "eventId", in.Event.EventID, "offset", in.Source.Offset)
+}
