@@ -116,7 +116,7 @@ func (p *partition) eventLog(rec *kgo.Record, in contract.RetryInput) *slog.Logg
 // here instead. It returns when an outage began (zero if there was none)
 // and how the hand-off ended. The start continues rec's trace (tracing.go).
 func (p *partition) startUntilDurable(log *slog.Logger, rec *kgo.Record, in contract.RetryInput) (time.Time, handoffEnd) {
-	span := startHandoffSpan(rec, in)
+	span := startHandoffSpan(rec, in, p.tracerProvider())
 	outage, end := p.untilStarted(log, in, func(ctx context.Context) error {
 		return startRetryWorkflow(withSpan(ctx, span), p.b.opts.Starter, p.b.opts.TaskQueue, in)
 	})

@@ -38,6 +38,9 @@ type partition struct {
 	paused atomic.Bool   // fetching is paused (only the poll loop and callbacks change it)
 
 	router router // what becomes of the decoded events (router.go)
+	// tp is the tracer provider of the partition's traced records
+	// (tracing.go), for events released without a record.
+	tp atomic.Value
 
 	mu        sync.Mutex
 	stopping  bool // set before waiting for wg: no more sweeper checks join it
@@ -243,6 +246,7 @@ type batch struct {
 func (p *partition) decode(recs []*kgo.Record) *batch {
 	b := p.b
 	bt := &batch{last: recs[len(recs)-1], items: make([]item, 0, len(recs))}
+	p.noteTracer(recs[0])
 	for _, rec := range recs {
 		b.m.consumed.Inc()
 		env, err := event.Decode(rec.Value)

@@ -22,8 +22,10 @@ import (
 //
 // A batch's apply is one span, linked to its records' spans (it serves many
 // traces). A failed event's hand-off is a span in its record's trace; the
-// workflow start, or the lane's update, runs in it, so with the Temporal
-// tracing interceptor the workflow and its activities continue the trace.
+// workflow start runs in it, so with the Temporal tracing interceptor the
+// workflow and its activities continue the trace. A parked event keeps its
+// record's trace context, and the start of its retry workflow after a
+// release continues that trace.
 
 const tracerName = "github.com/causet/projection-retry/starter"
 
@@ -69,13 +71,23 @@ func (p *partition) startBatchSpan(items []item, last *kgo.Record) trace.Span {
 
 // startHandoffSpan starts the span of handing in's event (rec) to Temporal,
 // a child of the record's span: "apply" — its failed attempt 1, when it had
-// one, is recorded on it.
-func startHandoffSpan(rec *kgo.Record, in contract.RetryInput) trace.Span {
-	s := recordSpan(rec)
-	if s == nil {
+// one, is recorded on it. A released event has no record: its span is a
+// child of the trace context it was parked with, made with tp (the
+// provider that traced the partition's records; nil: none).
+func startHandoffSpan(rec *kgo.Record, in contract.RetryInput, tp trace.TracerProvider) trace.Span {
+	parent := context.Context(nil)
+	if s := recordSpan(rec); s != nil {
+		parent, tp = rec.Context, s.TracerProvider()
+	} else if rec == nil && len(in.TraceContext) > 0 && tp != nil {
+		parent = tracing.Propagator().Extract(context.Background(), propagation.MapCarrier(in.TraceContext))
+		if !trace.SpanContextFromContext(parent).IsValid() {
+			parent = nil
+		}
+	}
+	if parent == nil {
 		return noop.Span{}
 	}
-	_, span := s.TracerProvider().Tracer(tracerName).Start(rec.Context, "apply",
+	_, span := tp.Tracer(tracerName).Start(parent, "apply",
 		trace.WithAttributes(
 			attribute.String("causet.projection", in.Projection),
 			attribute.String("causet.event_id", in.Event.EventID),
@@ -108,8 +120,8 @@ func endHandoffSpan(span trace.Span, end handoffEnd) {
 	span.End()
 }
 
-// traceContextOf is span's W3C trace context, for an event that a lane
-// starts later (contract.RetryInput.TraceContext); nil for a no-op span.
+// traceContextOf is span's W3C trace context, for an event parked now and
+// started later (contract.RetryInput.TraceContext); nil for a no-op span.
 func traceContextOf(span trace.Span) map[string]string {
 	if !span.SpanContext().IsValid() {
 		return nil
@@ -126,4 +138,22 @@ func withSpan(ctx context.Context, span trace.Span) context.Context {
 		return ctx
 	}
 	return trace.ContextWithSpan(ctx, span)
+}
+
+// tracerProvider is the provider that traced the partition's records (nil
+// until one was traced).
+func (p *partition) tracerProvider() trace.TracerProvider {
+	tp, _ := p.tp.Load().(trace.TracerProvider)
+	return tp
+}
+
+// noteTracer remembers the provider that traced rec, for the spans of
+// events released later without a record.
+func (p *partition) noteTracer(rec *kgo.Record) {
+	if p.tp.Load() != nil {
+		return
+	}
+	if s := recordSpan(rec); s != nil {
+		p.tp.Store(s.TracerProvider())
+	}
 }

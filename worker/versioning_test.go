@@ -30,7 +30,8 @@ func TestVersioningBehaviorOfEveryWorkflow(t *testing.T) {
 	r := &behaviors{got: map[string]workflow.VersioningBehavior{}}
 	worker.Register(r, &activities.Activities{})
 	require.Equal(t, workflow.VersioningBehaviorAutoUpgrade, r.got[contract.RetryWorkflowName])
-	require.Equal(t, workflow.VersioningBehaviorAutoUpgrade, r.got[contract.LaneWorkflowName])
+	require.Equal(t, workflow.VersioningBehaviorAutoUpgrade, r.got[contract.IncidentWorkflowName])
+	require.NotContains(t, r.got, contract.LaneWorkflowName, "lanes are gone")
 	for name, b := range r.got {
 		require.NotEqual(t, workflow.VersioningBehaviorUnspecified, b, "workflow %s has no versioning behavior", name)
 	}

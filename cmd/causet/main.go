@@ -19,11 +19,12 @@ import (
 type cli struct {
 	Dev         devCmd         `cmd:"" help:"Run the whole stack locally: throwaway PostgreSQL, Temporal dev server with UI, in-process Kafka, runtime (CAUSET_RUNTIME_ADDR, default 127.0.0.1:8080), relay, bridge and worker (--demo submits example intents, some of whose events fail)."`
 	Bridge      bridgeCmd      `cmd:"" help:"Run the Kafka bridge: apply events inline, hand failures to Temporal, commit offsets."`
-	Worker      workerCmd      `cmd:"" help:"Run the Temporal worker (ApplyProjection, PublishDeadLetter, the retry and lane workflows)."`
+	Worker      workerCmd      `cmd:"" help:"Run the Temporal worker (ApplyProjection, PublishDeadLetter, the retry and incident workflows)."`
 	Projections projectionsCmd `cmd:"" help:"Validate, deploy and list projection IR documents."`
 	Runtime     runtimeCmd     `cmd:"" help:"Serve the write path: POST /v1/intents decides intents and records their events in the PostgreSQL ledger (DATABASE_URL, CAUSET_RUNTIME_ADDR)."`
 	Intents     intentsCmd     `cmd:"" help:"Validate, deploy and list intent handler documents."`
 	DLQ         dlqCmd         `cmd:"" name:"dlq" help:"Read and replay dead letters."`
+	Blocked     blockedCmd     `cmd:"" help:"List the keys entity ordering holds: each (projection, fork, entity) waiting behind its head (a retry workflow or an incident), with how many events are parked behind it."`
 	Incidents   incidentsCmd   `cmd:"" help:"List, show and resolve incidents: one per systemic failure of a projection (CAUSET_INCIDENT_*)."`
 	Produce     produceCmd     `cmd:"" help:"Produce JSON-line event envelopes (FILE or stdin) to CAUSET_EVENTS_TOPIC, keyed by entityId."`
 	Submit      submitCmd      `cmd:"" help:"Submit JSON-line intents (FILE or stdin) to the causet runtime at CAUSET_RUNTIME_ADDR (or --url), with the client's safe retries; one line per outcome."`

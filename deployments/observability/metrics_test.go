@@ -112,7 +112,7 @@ func missing(want *selectors, scrapes ...map[string]bool) []string {
 // samples), so neither a scrape nor the registry can show an untouched one.
 // The test therefore drives what each of them counts — applied, skipped and
 // poison records, an ir_eval and a sql failure retried to their dead
-// letters, a later event of a blocked key held in its lane, a replay after
+// letters, a later event of a blocked key parked behind it, a replay after
 // the fix, a PostgreSQL outage the bridge proves and waits out, encrypted
 // payloads — and the scrapes are the evidence. Nothing is exempted.
 func TestMetricsExportedKafka(t *testing.T) {
@@ -247,7 +247,7 @@ func TestMetricsExportedKafka(t *testing.T) {
 		envelope("play-bad", "TRACK_PLAYED", "listener-2", `{"artistId":"artist-2","plays":3,"days":0}`),
 		// No followed_at column yet: sql on every attempt; replayed after the fix.
 		envelope("follow-1", "ARTIST_FOLLOWED", "user-1", `{"artistId":"artist-1"}`),
-		// A later event of the key follow-1 blocks: held, then sent to its lane.
+		// A later event of the key follow-1 blocks: parked, then released behind it.
 		envelope("follow-2", "ARTIST_FOLLOWED", "user-1", `{"artistId":"artist-2"}`),
 		envelope("other-1", "ALBUM_RELEASED", "album-1", `{}`),
 		&kgo.Record{Key: []byte("poison"), Value: []byte("not an envelope")},

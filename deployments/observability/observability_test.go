@@ -373,7 +373,7 @@ func TestDashboard(t *testing.T) {
 		"causet_bridge_applied_total", "causet_projection_retries_total",
 		"causet_projection_dead_letters_published_total", "causet_projection_dead_letter_oldest_age_seconds",
 		"causet_bridge_partition_lag", "causet_bridge_outage_pauses_total", "causet_bridge_blocked_keys",
-		"causet_bridge_lane_handoffs_total", "causet_relay_lag_events", "causet_relay_lag_seconds",
+		"causet_bridge_parked_events_total", "causet_bridge_parked_oldest_seconds", "causet_relay_lag_events", "causet_relay_lag_seconds",
 		"causet_dedupe_ledger_bytes", "temporal_activity_schedule_to_start_latency_seconds_sum",
 		"temporal_workflow_task_schedule_to_start_latency_seconds_sum",
 	} {

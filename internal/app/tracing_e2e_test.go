@@ -269,11 +269,11 @@ func testTracingEventToDeadLetter(t *testing.T, ordering string) {
 }
 
 // TestTracingKafkaHeldEventKeepsItsTrace: with entity ordering, later
-// events of a key whose head is failing wait in the key's lane, and the
-// lane, not the bridge, starts their retry workflows. The lane's own run is
-// in the trace of the event that opened it; each held event's run, its
-// attempts and its dead letter are in that event's own trace (under the
-// lane's ReleaseFromLane span).
+// events of a key whose head is failing are parked behind it, and the
+// bridge starts their retry workflows when it releases them and they fail
+// again. Each parked event's run, its attempts and its dead letter are in
+// that event's own trace: the bridge parks the record's trace context and
+// continues it when it starts the run.
 func TestTracingKafkaHeldEventKeepsItsTrace(t *testing.T) {
 	st := startTracedStack(t, "entity")
 	roots := map[string]trace.Span{}
@@ -299,9 +299,8 @@ func TestTracingKafkaHeldEventKeepsItsTrace(t *testing.T) {
 		require.Equal(t, roots[id].SpanContext().TraceID(), sc.TraceID(), "the dead letter of %s carries its own event's trace", id)
 	}
 
-	// Each held event: the bridge's apply (the lane's update) … the lane's
-	// ReleaseFromLane → StartChildWorkflow → its run → its activities, all
-	// in its own trace.
+	// Each parked event: the bridge's apply, when its release failed, →
+	// StartWorkflow → its run → its activities, all in its own trace.
 	for _, id := range ids[1:] {
 		var in spans
 		for _, s := range st.sr.Started() {
@@ -311,9 +310,8 @@ func TestTracingKafkaHeldEventKeepsItsTrace(t *testing.T) {
 		}
 		apply := in.one(t, "apply")
 		require.Contains(t, apply.Attributes(), attribute.String("causet.event_id", id))
-		release := in.one(t, "ReleaseFromLane:"+contract.RetryWorkflowName)
-		require.Contains(t, release.Attributes(), attribute.String("causet.workflow_id", contract.RetryWorkflowID("artist_followers", "production", id)))
-		start := in.childOf(t, "StartChildWorkflow:"+contract.RetryWorkflowName, release.SpanContext())
+		require.Contains(t, apply.Attributes(), attribute.String("causet.workflow_id", contract.RetryWorkflowID("artist_followers", "production", id)))
+		start := in.childOf(t, "StartWorkflow:"+contract.RetryWorkflowName, apply.SpanContext())
 		run := in.childOf(t, "RunWorkflow:"+contract.RetryWorkflowName, start.SpanContext())
 		startDLQ := in.childOf(t, "StartActivity:"+contract.PublishDeadLetterActivity, run.SpanContext())
 		in.childOf(t, "RunActivity:"+contract.PublishDeadLetterActivity, startDLQ.SpanContext())

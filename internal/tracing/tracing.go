@@ -195,18 +195,11 @@ func (t *Tracing) TemporalInterceptors() ([]interceptor.ClientInterceptor, error
 	tracer, err := temporalotel.NewTracer(temporalotel.TracerOptions{
 		Tracer:            t.provider.Tracer(temporalInstrumentation),
 		TextMapPropagator: t.propagator,
-		SpanContextKey:    workflowSpanKey{},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("temporal tracing interceptor: %w", err)
 	}
-	// heldEventTrace comes after the SDK's interceptor: a workflow's calls
-	// reach the last interceptor's outbound side first, so the span it puts
-	// on the context is the one the SDK's child-start span descends from.
-	return []interceptor.ClientInterceptor{
-		interceptor.NewTracingInterceptor(tracer),
-		&heldEventTrace{tracer: tracer},
-	}, nil
+	return []interceptor.ClientInterceptor{interceptor.NewTracingInterceptor(tracer)}, nil
 }
 
 // Extract returns ctx with the span context carried in headers (a Kafka
