@@ -46,7 +46,6 @@ func TestSettled(t *testing.T) {
 	}
 }
 
-
 func TestFinal(t *testing.T) {
 	running := enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 	require.True(t, contract.Final(nil))
