@@ -167,6 +167,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		{"ceiling", b.ceiling},
 		{"schedule", b.schedule},
 		{"inline", b.inlineRuns},
+		{"ordering", b.orderingPhase},
 		{"history", b.historyPhase},
 		{"peer", b.peerRuns},
 		{"retrytopics", b.retryTopicsRuns},
@@ -223,7 +224,7 @@ func (b *bench) queueNote() string {
 }
 
 // phaseNames are the phases of a run, in the order they run.
-var phaseNames = []string{"ceiling", "schedule", "inline", "history", "peer", "retrytopics", "workflow", "handoff", "intents"}
+var phaseNames = []string{"ceiling", "schedule", "inline", "ordering", "history", "peer", "retrytopics", "workflow", "handoff", "intents"}
 
 // phasesFromEnv reads CAUSET_BENCH_PHASES, a comma-separated subset of
 // phaseNames to run (e.g. "intents"); unset or empty runs every phase (nil).

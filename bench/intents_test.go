@@ -71,5 +71,5 @@ func TestPhasesFromEnv(t *testing.T) {
 	t.Setenv("CAUSET_BENCH_PHASES", "intents,relay")
 	_, err = phasesFromEnv()
 	require.EqualError(t, err, fmt.Sprintf(`CAUSET_BENCH_PHASES="intents,relay": unknown phase "relay" (want a comma-separated subset of %s)`,
-		"ceiling, schedule, inline, history, peer, retrytopics, workflow, handoff, intents"))
+		"ceiling, schedule, inline, ordering, history, peer, retrytopics, workflow, handoff, intents"))
 }

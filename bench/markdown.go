@@ -26,7 +26,7 @@ func num(v float64) string {
 
 // bridgePhases are the phases that run the bridge, the Temporal server or
 // a consumer it is compared with on the short schedule.
-var bridgePhases = []string{"schedule", "inline", "history", "peer", "retrytopics", "workflow", "handoff"}
+var bridgePhases = []string{"schedule", "inline", "ordering", "history", "peer", "retrytopics", "workflow", "handoff"}
 
 // ranAny reports whether any of phases was run.
 func (r *Result) ranAny(phases ...string) bool {
@@ -180,6 +180,9 @@ func (r *Result) Markdown() string {
 	if r.ran("history") && len(r.History.Steps) > 0 {
 		r.historyMarkdown(&b)
 	}
+	if r.ran("ordering") && r.OrderingPhase.Events > 0 {
+		r.orderingMarkdown(&b)
+	}
 
 	b.WriteString("| ratio | result | target | met |\n|---|---:|---|---|\n")
 	for _, t := range r.Targets() {
@@ -304,4 +307,17 @@ func (r *Result) serverMarkdown(b *strings.Builder) {
 			f.PersistenceCallsPerStart, f.PersistenceMsPerStart, f.CPUMsPerStart, num(f.StartsPerCore))
 	}
 	b.WriteString("\n")
+}
+
+// orderingMarkdown is the ordering phase's section of results.md.
+func (r *Result) orderingMarkdown(b *strings.Builder) {
+	x := r.OrderingPhase
+	b.WriteString("## Entity ordering with failures on shared keys\n\n")
+	fmt.Fprintf(b, "%d events over %d keys; %d of them (%.1f %%) fail on every attempt, each on a key of its own among %d keys that carry successful events before and after it; %d events are of keys that never fail. A real worker on the default schedule (%.0f s from attempt 1 to the last); the same events with CAUSET_ORDERING=none in the same run. Times run from the first event applied.\n\n",
+		x.Events, x.Keys, x.Failing, 100*float64(x.Failing)/float64(max(x.Events, 1)), x.FailingKeys, x.Clean, x.ScheduleS)
+	b.WriteString("| | none | entity (default) |\n|---|---:|---:|\n")
+	fmt.Fprintf(b, "| events of keys that never fail: events/s | %.0f | %.0f |\n", x.NoneCleanEP, x.EntityCleanEP)
+	fmt.Fprintf(b, "| every successful event applied (s) | %.2f | %.2f |\n\n", x.NoneDrainS, x.EntityAllS)
+	fmt.Fprintf(b, "Releases: %d events parked behind one failing head were all applied %.2f s after it dead-lettered; %d events behind %d heads settled together (their rows' state set as the worker sets it) were applied in %.2f s (%.0f events/s).\n\n",
+		x.HotParked, x.HotDrainS, x.WideParked, x.WideKeys, x.WideDrainS, x.WideEPS)
 }

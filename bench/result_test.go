@@ -40,6 +40,9 @@ func fixedResult() *Result {
 		},
 		Schedule: ScheduleRun{Events: 1, ExpectedS: []float64{0, 1, 3, 7, 15}, ObservedS: [][]float64{{0, 1.013, 3.024, 7.037, 15.051}}, LatenessMaxS: 0.051},
 		Handoff:  HandoffRun{Events: 10000, Concurrency: 256, BridgeStartsPerSec: 270, RawStartsPerSec: 300},
+		OrderingPhase: OrderingRun{Events: 20000, Keys: 1000, Failing: 200, FailingKeys: 200, Clean: 16000, ScheduleS: 15,
+			NoneDrainS: 1.5, NoneCleanS: 1.4, NoneCleanEP: 11400, EntityCleanS: 1.6, EntityCleanEP: 10000, EntityAllS: 18.2,
+			HotParked: 2000, HotDrainS: 0.4, WideKeys: 500, WideParked: 10000, WideDrainS: 0.8, WideEPS: 12500},
 		InFlight: InFlightRun{Failures: 10000, RSSMB: 74.6, PeakRSSMB: 101},
 		Intents: IntentsRun{Intents: 25600, Clients: 64, Entities: 6400, PoolConns: 64, Mix: "3 PlayTrack : 1 FollowArtist",
 			IntentsPerSec: 1500, IntentsPerSecReps: []float64{1400, 1500, 1600}, P50Ms: 40, P99Ms: 123.44,
@@ -67,10 +70,10 @@ func fixedResult() *Result {
 func TestSummaryLine(t *testing.T) {
 	r := fixedResult()
 	require.Equal(t,
-		"bench: inline/raw=0.55 inline1%/raw=0.41 inline/workflow=660.0 inline1%/peer1%=30.0 handoff/raw=0.90 lateness_max=0.05s rss_10k=75MB intents/ledger=0.60 intents_p99=123.4ms relay_eps=20400 inline1%/retrytopics1%=1.50 history50m/0=0.95 ledger_bytes_per_event=130",
+		"bench: inline/raw=0.55 inline1%/raw=0.41 inline/workflow=660.0 inline1%/peer1%=30.0 handoff/raw=0.90 lateness_max=0.05s rss_10k=75MB intents/ledger=0.60 intents_p99=123.4ms relay_eps=20400 inline1%/retrytopics1%=1.50 history50m/0=0.95 ledger_bytes_per_event=130 ordering_clean/none=0.88 ordering_late=3.2s/8.0s hot_drain=0.40s release_eps=12500",
 		r.SummaryLine())
 	// The format CI and BENCHMARKS.md rely on.
-	re := regexp.MustCompile(`^bench: inline/raw=\d+\.\d\d inline1%/raw=\d+\.\d\d inline/workflow=\d+\.\d inline1%/peer1%=\d+\.\d handoff/raw=\d+\.\d\d lateness_max=\d+\.\d\ds rss_10k=\d+MB intents/ledger=\d+\.\d\d intents_p99=\d+\.\dms relay_eps=\d+ inline1%/retrytopics1%=\d+\.\d\d history50m/0=\d+\.\d\d ledger_bytes_per_event=\d+$`)
+	re := regexp.MustCompile(`^bench: inline/raw=\d+\.\d\d inline1%/raw=\d+\.\d\d inline/workflow=\d+\.\d inline1%/peer1%=\d+\.\d handoff/raw=\d+\.\d\d lateness_max=\d+\.\d\ds rss_10k=\d+MB intents/ledger=\d+\.\d\d intents_p99=\d+\.\dms relay_eps=\d+ inline1%/retrytopics1%=\d+\.\d\d history50m/0=\d+\.\d\d ledger_bytes_per_event=\d+ ordering_clean/none=\d+\.\d\d ordering_late=\d+\.\ds/\d+\.\ds hot_drain=\d+\.\d\ds release_eps=\d+$`)
 	require.Regexp(t, re, r.SummaryLine())
 	require.Regexp(t, re, (&Result{}).SummaryLine(), "an empty result still prints the line (zeros)")
 }
@@ -85,6 +88,8 @@ func TestTargets(t *testing.T) {
 		"inline/raw": true, "inline1%/raw": true, "inline/workflow": true, "inline1%/peer1%": true, "inline1%/retrytopics1%": true,
 		"handoff/raw": true, "lateness_max (s)": true, "RSS at 10000 in flight (MB)": true, "intents/ledger": true,
 		"history50m/0": true, "ledger_bytes_per_event": true,
+		"ordering clean keys: entity/none": true, "ordering: every success less the schedule (s)": true,
+		"2000 parked behind one head: drained after it settled (s)": true, "release across keys (events/s)": true,
 	}, met)
 	r.Ratios.HandoffRaw = 0.7
 	require.False(t, r.Targets()[5].Met)

@@ -118,7 +118,7 @@ func (e *Engine) attempt(ctx context.Context, evs []event.Envelope, only string,
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 
-	badStmts, err := e.execPairs(ctx, conn.Conn(), ledgerSD, pairs)
+	badStmts, err := e.execPairs(ctx, conn.Conn(), ledgerSD, pairs, opts.HoldAfterFailure)
 	if err != nil {
 		res, ferr := failAll(pairs, err)
 		return res, false, ferr
@@ -308,11 +308,19 @@ func returnedKey(b []byte) (uuid.UUID, error) {
 // on success, so even a batch in which everything fails costs O(n)
 // statements. It returns the SQL of statements that failed at execution, and
 // an error when the whole transaction is lost.
-func (e *Engine) execPairs(ctx context.Context, conn *pgx.Conn, ledgerSD *pgconn.StatementDescription, pairs []*pair) ([]string, error) {
+//
+// With holdAfterFailure, a pair that fails holds every later pair of its
+// key (projection, fork, entity): they get StatusHeld and no ledger row,
+// as if Hold had held them, so an entity's later events never apply before
+// its earlier one that failed.
+func (e *Engine) execPairs(ctx context.Context, conn *pgx.Conn, ledgerSD *pgconn.StatementDescription, pairs []*pair, holdAfterFailure bool) ([]string, error) {
 	var pending []*pair
+	failed := failedKeys{}
 	for _, p := range pairs {
 		if !p.done {
 			pending = append(pending, p)
+		} else if holdAfterFailure && p.res.Status == StatusFailed {
+			failed.add(p)
 		}
 	}
 	var (
@@ -326,6 +334,12 @@ func (e *Engine) execPairs(ctx context.Context, conn *pgx.Conn, ledgerSD *pgconn
 		evalErr   error
 	)
 	for len(pending) > 0 {
+		if holdAfterFailure && len(failed) > 0 {
+			pending = failed.holdLater(pending)
+			if len(pending) == 0 {
+				break
+			}
+		}
 		chunk := pending[:min(window, len(pending))]
 
 		// Round trip 1: savepoint bookkeeping and the ledger rows.
@@ -420,6 +434,38 @@ func (e *Engine) execPairs(ctx context.Context, conn *pgx.Conn, ledgerSD *pgconn
 				p.res.Status = StatusDuplicate
 			}
 		}
+		if holdAfterFailure {
+			for _, p := range chunk {
+				if p.res.Status == StatusFailed {
+					failed.add(p)
+				}
+			}
+			if len(failed) > 0 {
+				// Later pairs of a key that failed in this round are held: no
+				// write, and their ledger rows go with the failed ones'.
+				kept, keptPos := writes[:0:0], writePos[:0:0]
+				for i, p := range chunk {
+					if p.done || !failed.after(p) {
+						continue
+					}
+					p.hold()
+					if isNew[i] {
+						k := p.key()
+						b := bucketOf[k]
+						if undo[b] == nil {
+							undoBuckets = append(undoBuckets, b)
+						}
+						undo[b] = append(undo[b], k.String())
+					}
+				}
+				for j, p := range writes {
+					if !p.done {
+						kept, keptPos = append(kept, p), append(keptPos, writePos[j])
+					}
+				}
+				writes, writePos = kept, keptPos
+			}
+		}
 
 		lockOrder(writes, writePos)
 
@@ -493,6 +539,9 @@ func (e *Engine) execPairs(ctx context.Context, conn *pgx.Conn, ledgerSD *pgconn
 
 		bad := writes[failAt]
 		bad.fail(&ApplyError{Kind: contract.KindSQL, Err: failErr})
+		if holdAfterFailure {
+			failed.add(bad)
+		}
 		badStmts = append(badStmts, bad.op.sql)
 		e.logger.Debug("projection write failed; isolating it", "projectionName", bad.res.Projection,
 			"eventId", bad.res.EventID, "error", failErr.Error())
@@ -545,6 +594,51 @@ func lockOrder(writes []*pair, pos []int) {
 	for i, j := range idx {
 		writes[i], pos[i] = w[j], ps[j]
 	}
+}
+
+// entityKey is the key entity ordering keeps in order: (projection, fork,
+// entity).
+type entityKey struct{ projection, fork, entity string }
+
+func (p *pair) entityKey() entityKey {
+	return entityKey{p.res.Projection, p.ev.ForkID, p.ev.EntityID}
+}
+
+// failedKeys maps each key with a failed pair to the event index of its
+// first failure.
+type failedKeys map[entityKey]int
+
+func (f failedKeys) add(p *pair) {
+	k := p.entityKey()
+	if at, ok := f[k]; !ok || p.res.Index < at {
+		f[k] = p.res.Index
+	}
+}
+
+// after reports whether p is a later pair of a key that failed.
+func (f failedKeys) after(p *pair) bool {
+	at, ok := f[p.entityKey()]
+	return ok && p.res.Index > at
+}
+
+// holdLater holds the pairs of pending that come after a failure of their
+// key and returns the rest.
+func (f failedKeys) holdLater(pending []*pair) []*pair {
+	rest := pending[:0:0]
+	for _, p := range pending {
+		if !p.done && f.after(p) {
+			p.hold()
+			continue
+		}
+		rest = append(rest, p)
+	}
+	return rest
+}
+
+func (p *pair) hold() {
+	p.res.Status = StatusHeld
+	p.res.Err = nil
+	p.done = true
 }
 
 func results(pairs []*pair) []Result {

@@ -55,6 +55,11 @@ type ApplyOptions struct {
 	// gets StatusHeld and no ledger row. ev points into the slice given to
 	// ApplyBatch. The ordering bridge holds the events of blocked entities.
 	Hold func(projection string, ev *event.Envelope) bool
+	// HoldAfterFailure holds, once a pair fails, every later pair of the
+	// same (projection, fork, entity) in the batch: StatusHeld, no ledger
+	// row. Entity ordering asks for it, so that an entity's later events are
+	// never applied before its earlier one that failed.
+	HoldAfterFailure bool
 }
 
 // Engine applies events to projections with the newest deployed IR.

@@ -97,3 +97,50 @@ CREATE TRIGGER no_x BEFORE INSERT ON artist_stats FOR EACH ROW EXECUTE FUNCTION 
 	plays, _ := f.stats(t, "a")
 	require.EqualValues(t, 1, plays)
 }
+
+// With HoldAfterFailure, a pair that fails (in evaluation, or at execution)
+// holds the later pairs of its (projection, fork, entity): they get no
+// write and no ledger row, while earlier pairs of the key and other keys
+// apply.
+func TestApplyBatchHoldAfterFailure(t *testing.T) {
+	f := setup(t, "artist_stats")
+	f.deploy(t, "artist_stats")
+	_, err := f.pool.Exec(f.ctx, `ALTER TABLE artist_stats ADD CONSTRAINT plays_bound CHECK (plays < 1000)`)
+	require.NoError(t, err)
+	entity := func(ev event.Envelope, e string) event.Envelope { ev.EntityID = e; return ev }
+	evs := []event.Envelope{
+		entity(played("a-1", "artist-a", 1, 1), "user-a"),
+		entity(played("a-2", "artist-a", 1, 0), "user-a"), // division by zero: fails in evaluation
+		entity(played("a-3", "artist-a", 1, 1), "user-a"),
+		entity(played("b-1", "artist-b", 1, 1), "user-b"),
+		entity(played("b-2", "artist-b", 5000, 1), "user-b"), // breaks the CHECK: fails at execution
+		entity(played("b-3", "artist-b", 1, 1), "user-b"),
+		entity(played("c-1", "artist-c", 1, 1), "user-c"),
+	}
+	res, err := f.engine.ApplyBatch(f.ctx, evs, projection.ApplyOptions{HoldAfterFailure: true})
+	require.NoError(t, err)
+	got := map[string]projection.Status{}
+	for _, r := range res {
+		got[r.EventID] = r.Status
+	}
+	require.Equal(t, map[string]projection.Status{
+		"a-1": projection.StatusApplied, "a-2": projection.StatusFailed, "a-3": projection.StatusHeld,
+		"b-1": projection.StatusApplied, "b-2": projection.StatusFailed, "b-3": projection.StatusHeld,
+		"c-1": projection.StatusApplied,
+	}, got)
+	require.Zero(t, f.ledgerRowsOf(t, "a-2", "a-3", "b-2", "b-3"), "failed and held pairs have no ledger row")
+	for artist, want := range map[string]int64{"artist-a": 1, "artist-b": 1, "artist-c": 1} {
+		plays, _ := f.stats(t, artist)
+		require.Equal(t, want, plays, artist)
+	}
+
+	// Without it the later pairs apply.
+	evs2 := []event.Envelope{
+		entity(played("d-1", "artist-d", 1, 0), "user-d"),
+		entity(played("d-2", "artist-d", 1, 1), "user-d"),
+	}
+	res, err = f.engine.ApplyBatch(f.ctx, evs2)
+	require.NoError(t, err)
+	require.Equal(t, projection.StatusFailed, res[0].Status)
+	require.Equal(t, projection.StatusApplied, res[1].Status)
+}

@@ -344,7 +344,7 @@ func (r *orderedRouter) applyOrdered(seg *segment, items []item, last *kgo.Recor
 		// starts it afresh, so the schedule counts from the attempt that ran.
 		startedAt = time.Now().UTC()
 		for {
-			outcomes, err := p.b.opts.Engine.ApplyBatch(p.ctx, evs, projection.ApplyOptions{Hold: hold, BeforeCommit: beforeCommit})
+			outcomes, err := p.b.opts.Engine.ApplyBatch(p.ctx, evs, projection.ApplyOptions{Hold: hold, BeforeCommit: beforeCommit, HoldAfterFailure: true})
 			if !errors.Is(err, errRerun) || p.ctx.Err() != nil {
 				return outcomes, err
 			}

@@ -218,7 +218,7 @@ func (r *orderedRouter) releaseRows(keys []parking.Blocked, rows []parking.Parke
 	apply := func() ([]projection.Result, error) {
 		startedAt = time.Now().UTC()
 		for run := 0; ; run++ {
-			outs, err := p.b.opts.Engine.ApplyBatch(p.ctx, evs, projection.ApplyOptions{Hold: hold, BeforeCommit: beforeCommit})
+			outs, err := p.b.opts.Engine.ApplyBatch(p.ctx, evs, projection.ApplyOptions{Hold: hold, BeforeCommit: beforeCommit, HoldAfterFailure: true})
 			if !errors.Is(err, errRerun) || run >= maxOrderedRuns || p.ctx.Err() != nil {
 				return outs, err
 			}

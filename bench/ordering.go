@@ -1,0 +1,284 @@
+package bench
+
+// The ordering phase: entity ordering (the default) against
+// CAUSET_ORDERING=none in the same run, with failures on keys that also
+// carry successful events and a real worker on the default schedule — the
+// case where ordering costs something. Waiting behind a head for its
+// schedule is what ordering means, so the phase measures the mechanism, not
+// the wait: the events of keys that never fail against none, every
+// successful event applied less the schedule's length, and how fast a
+// blocked key's parked events go once its head has settled.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/causet/projection-retry/config"
+)
+
+// OrderingRun is the ordering phase.
+type OrderingRun struct {
+	// Events over Keys keys; Failing of them fail on every attempt, each on
+	// a key of its own among keys that carry successful events too
+	// (FailingKeys); Clean events are those of keys that never fail.
+	Events      int `json:"events"`
+	Keys        int `json:"keys"`
+	Failing     int `json:"failing"`
+	FailingKeys int `json:"failingKeys"`
+	Clean       int `json:"clean"`
+	// ScheduleS is the default schedule's length (its last attempt's offset).
+	ScheduleS float64 `json:"scheduleS"`
+
+	// None: CAUSET_ORDERING=none. DrainS is from the first event applied to
+	// the last successful one; CleanEPS the clean events over the time to
+	// the last of them.
+	NoneDrainS  float64 `json:"noneDrainS"`
+	NoneCleanS  float64 `json:"noneCleanS"`
+	NoneCleanEP float64 `json:"noneCleanEventsPerSec"`
+	// Entity: the default. AllS is the time to the last successful event
+	// applied (the events behind each failing head wait for its schedule).
+	EntityCleanS  float64 `json:"entityCleanS"`
+	EntityCleanEP float64 `json:"entityCleanEventsPerSec"`
+	EntityAllS    float64 `json:"entityAllS"`
+
+	// HotParked events wait behind one failing head; HotDrainS is from its
+	// dead letter to the last of them applied.
+	HotParked int     `json:"hotParked"`
+	HotDrainS float64 `json:"hotDrainS"`
+	// WideKeys heads, each with WideParked/WideKeys events parked behind it,
+	// settle together; WideDrainS is from then to the last parked event
+	// applied, WideEPS the released events over it.
+	WideKeys   int     `json:"wideKeys"`
+	WideParked int     `json:"wideParked"`
+	WideDrainS float64 `json:"wideDrainS"`
+	WideEPS    float64 `json:"wideEventsPerSec"`
+}
+
+// orderingKey is the entity of key k: keys with a failing event are named
+// f…, the others c…, so each group is found by its prefix.
+func orderingKey(prefix string, k int, fails bool) string {
+	if fails {
+		return fmt.Sprintf("%s-f%05d", prefix, k)
+	}
+	return fmt.Sprintf("%s-c%05d", prefix, k)
+}
+
+// orderingRecords are n events over keys keys, in rounds (event i is key
+// i%keys of round i/keys). One key in five fails once, at a round of its
+// own, so failures are 1 % at n = 20 × keys and every failing key carries
+// successful events before and after its failure.
+func orderingRecords(topic, prefix string, n, keys int, at time.Time) (recs []*kgo.Record, failing, failingKeys, clean int) {
+	rounds := max(n/keys, 1)
+	for i := range n {
+		k, round := i%keys, i/keys
+		hasFailure := k%5 == 0
+		fails := hasFailure && round == (k/5)%rounds
+		entity := orderingKey(prefix, k, hasFailure)
+		id := fmt.Sprintf("%s-%07d", prefix, i)
+		v, _ := json.Marshal(envelope(id, entity, i, fails, at))
+		recs = append(recs, &kgo.Record{Topic: topic, Key: []byte(entity), Value: v})
+		switch {
+		case fails:
+			failing++
+		case !hasFailure:
+			clean++
+		}
+	}
+	return recs, failing, (keys + 4) / 5, clean
+}
+
+// orderingSizes: events, keys, the hot key's parked events, the wide
+// sub-phase's keys and parked events.
+func (b *bench) orderingSizes() (n, keys, hot, wideKeys, wideParked int) {
+	if b.opts.Quick {
+		return 10_000, 500, 2_000, 200, 4_000
+	}
+	return 20_000, 1_000, 2_000, 500, 10_000
+}
+
+func (b *bench) orderingPhase(ctx context.Context) error {
+	n, keys, hot, wideKeys, wideParked := b.orderingSizes()
+	schedule := config.DefaultRetry()
+	plan := schedule.Plan(config.ModeInline)
+	run := OrderingRun{Events: n, Keys: keys, ScheduleS: plan.Offsets[len(plan.Offsets)-1].Seconds(),
+		HotParked: hot, WideKeys: wideKeys, WideParked: wideParked}
+	for _, ordering := range []string{string(config.OrderingNone), string(config.OrderingEntity)} {
+		prefix := fmt.Sprintf("%s-ord-%s", b.runID, ordering)
+		topic, err := b.topic(ctx, "ordering-"+ordering)
+		if err != nil {
+			return err
+		}
+		recs, failing, failingKeys, clean := orderingRecords(topic, prefix, n, keys, time.Now())
+		run.Failing, run.FailingKeys, run.Clean = failing, failingKeys, clean
+		if err := b.produce(ctx, recs); err != nil {
+			return err
+		}
+		p, err := b.startBridge(ctx, "ordering-"+ordering, phaseEnv(topic, b.workQueue, mergeEnv(retryEnv(schedule),
+			map[string]string{"CAUSET_ORDERING": ordering})))
+		if err != nil {
+			return err
+		}
+		want := n - failing
+		timeout := time.Duration(run.ScheduleS*float64(time.Second)) + 3*time.Minute
+		if err := b.waitRows(ctx, prefix, want, timeout); err != nil {
+			p.stop()
+			return fmt.Errorf("ordering %s: %w", ordering, err)
+		}
+		p.stop()
+		all, cleanS, err := b.orderingTimes(ctx, prefix)
+		if err != nil {
+			return err
+		}
+		if ordering == string(config.OrderingNone) {
+			run.NoneDrainS, run.NoneCleanS = all, cleanS
+			run.NoneCleanEP = float64(clean) / cleanS
+		} else {
+			run.EntityAllS, run.EntityCleanS = all, cleanS
+			run.EntityCleanEP = float64(clean) / cleanS
+		}
+		b.progress("ordering %s: %d events over %d keys, %d failing on %d shared keys: clean events %.0f/s (%.2f s), every successful event in %.2f s",
+			ordering, n, keys, failing, failingKeys, float64(clean)/cleanS, cleanS, all)
+	}
+	var err error
+	if run.HotDrainS, err = b.releaseDrain(ctx, "hot", 1, hot); err != nil {
+		return err
+	}
+	b.progress("ordering: %d events parked behind one head, applied %.2f s after it settled", hot, run.HotDrainS)
+	if run.WideDrainS, err = b.releaseDrain(ctx, "wide", wideKeys, wideParked); err != nil {
+		return err
+	}
+	run.WideEPS = float64(wideParked) / run.WideDrainS
+	b.progress("ordering: %d events parked behind %d heads, released at %.0f events/s after the first settled", wideParked, wideKeys, run.WideEPS)
+	b.res.OrderingPhase = run
+	return nil
+}
+
+func mergeEnv(a, c map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range c {
+		out[k] = v
+	}
+	return out
+}
+
+// waitRows waits until prefix has want rows applied.
+func (b *bench) waitRows(ctx context.Context, prefix string, want int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		got, err := b.rowsWithPrefix(ctx, prefix)
+		if err != nil {
+			return err
+		}
+		if got >= want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d events applied after %s", got, want, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// orderingTimes are, from the first row of prefix applied, the seconds to
+// its last row and to the last row of its clean keys.
+func (b *bench) orderingTimes(ctx context.Context, prefix string) (all, clean float64, err error) {
+	err = b.svc.Pool.QueryRow(ctx, `SELECT extract(epoch FROM max(applied_at) - min(applied_at))::float8,
+  extract(epoch FROM max(applied_at) FILTER (WHERE entity_id LIKE $3) - min(applied_at))::float8
+FROM bench_rows WHERE event_id >= $1 AND event_id < $2`, prefix+"-", prefix+".", prefix+"-c%").Scan(&all, &clean)
+	return all, clean, err
+}
+
+// releaseDrain parks parked/heads events behind each of heads failing
+// heads (their keys' first events, which fail on every attempt), waits
+// until they are all parked, and returns the seconds from the heads
+// settling to the last parked event applied. With one head it waits for
+// the head's own dead letter on the default schedule (the worker records
+// it; the key's row is read every 10 ms). With many, their retry workflows
+// would dead-letter over a few seconds as Temporal runs them, so the phase
+// settles them together the way the worker does, by the rows' state, and
+// times the release alone.
+func (b *bench) releaseDrain(ctx context.Context, name string, heads, parked int) (float64, error) {
+	prefix := fmt.Sprintf("%s-rel-%s", b.runID, name)
+	topic, err := b.topic(ctx, "release-"+name)
+	if err != nil {
+		return 0, err
+	}
+	per := parked / heads
+	at := time.Now()
+	var recs []*kgo.Record
+	for h := range heads {
+		entity := fmt.Sprintf("%s-k%05d", prefix, h)
+		for j := 0; j <= per; j++ {
+			id := fmt.Sprintf("%s-%05d-%05d", prefix, h, j)
+			v, _ := json.Marshal(envelope(id, entity, j, j == 0, at))
+			recs = append(recs, &kgo.Record{Topic: topic, Key: []byte(entity), Value: v})
+		}
+	}
+	if err := b.produce(ctx, recs); err != nil {
+		return 0, err
+	}
+	p, err := b.startBridge(ctx, "release-"+name, phaseEnv(topic, b.workQueue, mergeEnv(retryEnv(config.DefaultRetry()),
+		map[string]string{"CAUSET_ORDERING": string(config.OrderingEntity)})))
+	if err != nil {
+		return 0, err
+	}
+	defer p.stop()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var n, blocked int
+		if err := b.svc.Pool.QueryRow(ctx, `SELECT coalesce(sum(parked), 0)::int, count(*)::int FROM causet_blocked_keys WHERE topic = $1`,
+			topic).Scan(&n, &blocked); err != nil {
+			return 0, err
+		}
+		if n == heads*per && blocked == heads {
+			break
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("release %s: %d of %d events parked behind %d of %d heads after 2 minutes", name, n, heads*per, blocked, heads)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var settledAt time.Time
+	if heads > 1 {
+		if err := b.svc.Pool.QueryRow(ctx, `WITH s AS (UPDATE causet_blocked_keys SET head_state = 'settled' WHERE topic = $1 RETURNING 1)
+SELECT now() FROM s LIMIT 1`, topic).Scan(&settledAt); err != nil {
+			return 0, err
+		}
+	}
+	for settledAt.IsZero() {
+		var moved int
+		var now time.Time
+		if err := b.svc.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE head_state <> 'retrying')::int, now()
+FROM causet_blocked_keys WHERE topic = $1`, topic).Scan(&moved, &now); err != nil {
+			return 0, err
+		}
+		if moved > 0 {
+			settledAt = now
+			break
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("release %s: no head settled within 2 minutes", name)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := b.waitRows(ctx, prefix, heads*per, 2*time.Minute); err != nil {
+		return 0, fmt.Errorf("release %s: %w", name, err)
+	}
+	var last time.Time
+	if err := b.svc.Pool.QueryRow(ctx, `SELECT max(applied_at) FROM bench_rows WHERE event_id >= $1 AND event_id < $2`,
+		prefix+"-", prefix+".").Scan(&last); err != nil {
+		return 0, err
+	}
+	return last.Sub(settledAt).Seconds(), nil
+}
