@@ -1,7 +1,8 @@
 // Package reliability holds the reliability suite: scenarios that kill,
 // stop and break the bridge, the worker, PostgreSQL, Temporal and Kafka
-// while events flow, block a key with thousands of events behind it and
-// terminate its lane from outside, then count what was lost, applied twice,
+// while events flow, park thousands of events behind one key's failing head
+// and kill the bridge while they are released, release many keys while the
+// group rebalances, then count what was lost, applied twice,
 // applied out of order, dead-lettered and started as workflows. Scenarios
 // 11-13 do the same to the write path (runtime and relay processes, intents
 // from concurrent clients): intents answered and recorded once, every

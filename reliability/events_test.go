@@ -26,17 +26,17 @@ const entities = 997
 
 // mix describes a generated stream. Event i has sequence i and is a failing
 // "head" when i%every == every/2; the follow events after a head are of its
-// entity, so that with entity ordering they wait in the key's lane behind
-// it; in every laneFails-th group the second follower fails too (a failure
-// inside a lane). The other events are of entity i%entities: a head's
+// entity, so that with entity ordering they are parked behind it; in every
+// failsBehind-th group the second follower fails too (a failure among the
+// parked events, which becomes the key's next head on release). The other events are of entity i%entities: a head's
 // entity also sees events long after it, once its key may be unblocked.
 type mix struct {
-	every, follow, laneFails int
+	every, follow, failsBehind int
 }
 
 // twoPercent is the stream of most scenarios: 2 % heads, each followed by
 // three events of its entity, and one failing follower per ten heads.
-var twoPercent = mix{every: 50, follow: 3, laneFails: 10}
+var twoPercent = mix{every: 50, follow: 3, failsBehind: 10}
 
 func (m mix) head(i int) bool { return m.every > 0 && i%m.every == m.every/2 }
 
@@ -56,7 +56,7 @@ func (m mix) fails(i int) bool {
 		return true
 	}
 	g := m.group(i)
-	return g >= 0 && m.laneFails > 0 && m.follow >= 2 && i == g+2 && (g/m.every)%m.laneFails == 0
+	return g >= 0 && m.failsBehind > 0 && m.follow >= 2 && i == g+2 && (g/m.every)%m.failsBehind == 0
 }
 
 func (m mix) entity(i int) int {

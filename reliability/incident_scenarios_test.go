@@ -193,10 +193,9 @@ func incidentScenario(t *testing.T, p profile, policy config.IncidentPolicy) {
 	n := pick(p, 5000, 20000)
 	if !hold {
 		// Under dead-letter every failing event is a retry workflow, and each
-		// entity blocked by its first failure has a lane waiting for that
-		// head: 300 entities (400 in full) are more waits than the worker has
-		// activity slots, which the waits' own task queue must absorb
-		// (RELIABILITY.md, W5). The per-10k figures do not depend on size.
+		// entity blocked by its first failure parks its later events behind
+		// that head: 300 entities (400 in full) blocked at once. The per-10k
+		// figures do not depend on size.
 		name = "incident_hold/dead-letter"
 		n = pick(p, 1500, 2000)
 	}
@@ -316,8 +315,9 @@ func incidentScenario(t *testing.T, p profile, policy config.IncidentPolicy) {
 	var parkedAtFix []string
 	if hold {
 		// Every event is applied (before the migration), parked, or the event
-		// of a retry workflow (the threshold's heads and their laned
-		// followers): none is anywhere twice, none nowhere.
+		// of a retry workflow (the threshold's heads, and parked events that
+		// failed again on their own once released): none is anywhere twice,
+		// none nowhere.
 		var otherParked int
 		parkedAtFix, otherParked = s.parkedIDs()
 		require.Zero(t, otherParked, "the other projection parks nothing")
@@ -486,8 +486,8 @@ func (s *stack) incidentVerdict(r *result, evs []evt, failing, threshold int, ho
 	}
 
 	// Retry workflows: the threshold's heads (the first failures, before the
-	// incident opened) and events of their entities that followed them into
-	// a lane; nothing else.
+	// incident opened) and failing events parked behind them that became
+	// their key's next head; nothing else.
 	dupWF, unknownWF := 0, 0
 	headEntities := map[string]bool{}
 	for id, runs := range retryRuns {
@@ -570,7 +570,7 @@ func (s *stack) incidentVerdict(r *result, evs []evt, failing, threshold int, ho
 	require.Zero(t, dlqWithoutWF, "a DLQ record without its retry workflow")
 	if hold {
 		require.LessOrEqual(t, len(headEntities), threshold-1,
-			"retry workflows only for the threshold's heads and their entities' laned events")
+			"retry workflows only for the threshold's heads and their entities' later failures")
 		require.LessOrEqual(t, dlqRecords, len(retryRuns))
 		require.Equal(t, len(parkedAtFix), releasedOnce, "every parked event released once")
 		require.EqualValues(t, len(parkedAtFix), b.metricWhere("causet_bridge_incident_events_total", `result="released"`),

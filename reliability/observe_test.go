@@ -208,7 +208,7 @@ func (s *stack) blockedKeys() int {
 
 // progress describes where a scenario stands, for a failure message: each
 // partition's committed and end offsets, the rows applied, the blocked keys
-// and the open retry and lane workflows.
+// the parked events and the open retry workflows.
 func (s *stack) progress() string {
 	ends := s.endOffsets(s.topic)
 	c := s.committed()
@@ -225,13 +225,13 @@ func (s *stack) progress() string {
 		}
 		return n
 	}
-	return fmt.Sprintf("committed %s; rows %d; blocked keys %d; open retry workflows %d; open lanes %d",
-		strings.Join(parts, " "), s.tryCount(`SELECT count(*) FROM rel_effects`), s.blockedKeys(),
-		open(contract.RetryWorkflowName), open(contract.LaneWorkflowName))
+	return fmt.Sprintf("committed %s; rows %d; blocked keys %d; parked events %d; open retry workflows %d",
+		strings.Join(parts, " "), s.tryCount(`SELECT count(*) FROM rel_effects`), s.blockedKeys(), s.parkedCount(),
+		open(contract.RetryWorkflowName))
 }
 
 // waitApplied waits until every succeeding event of evs has its row: with
-// entity ordering the events in a lane apply only after their key's head
+// entity ordering parked events apply only after their key's head
 // settled, possibly after the last DLQ record landed.
 func (s *stack) waitApplied(evs []evt, within time.Duration) {
 	want := 0

@@ -63,8 +63,7 @@ func bridgeKill9(t *testing.T, p profile, o ordering) {
 	start := time.Now()
 	for k := 0; k < kills; k++ {
 		// Wait until this bridge makes progress (it joined the group and
-		// applies events itself: with entity ordering the worker applies
-		// lane events too), then kill it at a random moment 0-3 s later.
+		// applies events itself), then kill it at a random moment 0-3 s later.
 		t0 := time.Now()
 		for time.Since(t0) < 3*time.Minute {
 			if b.metric("causet_bridge_applied_total") > 0 {
@@ -529,22 +528,22 @@ func temporalOutage(t *testing.T, p profile, o ordering) {
 	time.Sleep(2 * time.Second)
 	// Every failing event the bridge committed past during the outage must
 	// have had its workflow started before the outage. With entity ordering
-	// an event after a failure of its entity is handed off when its lane
-	// accepts it, and its workflow may start later: those are left to the
-	// end-state checks.
+	// an event after a failure of its entity is parked behind that head, and
+	// its own workflow starts only when its release fails after the head
+	// settled: those are left to the end-state checks.
 	firstFailure := map[string]int64{}
 	for _, e := range evs {
 		if f, ok := firstFailure[e.entity]; e.fails && (!ok || e.seq < f) {
 			firstFailure[e.entity] = e.seq
 		}
 	}
-	passed, unhanded, failingDuringOutage, inLanes := 0, 0, 0, 0
+	passed, unhanded, failingDuringOutage, parkedBehind := 0, 0, 0, 0
 	for _, e := range evs {
 		if !e.fails {
 			continue
 		}
 		if o == orderingEntity && hasFailedBefore(firstFailure, e) {
-			inLanes++
+			parkedBehind++
 			continue
 		}
 		if e.offset >= maxCommitted[e.partition] {
@@ -568,7 +567,7 @@ func temporalOutage(t *testing.T, p profile, o ordering) {
 	r.fig("failing_committed_past_during_outage", passed)
 	r.fig("committed_past_unhanded", unhanded)
 	r.fig("failing_behind_commit_at_outage", failingDuringOutage)
-	r.fig("failing_in_lanes_not_checked", inLanes)
+	r.fig("failing_parked_not_checked", parkedBehind)
 	r.fig("bridge_temporal_outage_log_lines", b.logCount(`"dependency":"temporal"`))
 	require.False(t, b.exited(), "bridge exited:\n%s", b.logTail(30))
 	require.False(t, w.exited(), "worker exited:\n%s", w.logTail(30))

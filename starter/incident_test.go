@@ -177,6 +177,8 @@ func TestBridgeKafkaIncidentHoldsSchemaMismatch(t *testing.T) {
 	require.Equal(t, "probe", final.ResolvedBy)
 	require.NotNil(t, final.CaughtUpAt)
 	require.Equal(t, before, final.EventsHeld, "each parked event counted once, the re-delivered ones not again")
+	require.EqualValues(t, before, value(r2.b.inc.parked.WithLabelValues("artist_followers", "released")),
+		"the bridge that released them counted each parked event once")
 	t.Logf("%d events parked; fix to caught-up %s (incident resolved %s after the fix)", before, caughtUp.Round(time.Millisecond),
 		final.ResolvedAt.Sub(fixedAt).Round(time.Millisecond))
 

@@ -214,6 +214,14 @@ func (inc *incidents) countHeld(id string, projectionName string, failed, held i
 	inc.parked.WithLabelValues(projectionName, "parked").Add(float64(failed + held))
 }
 
+// countReleased reports parked events of an incident applied once it ended.
+func (inc *incidents) countReleased(projectionName string, n int) {
+	if inc == nil || n == 0 {
+		return
+	}
+	inc.parked.WithLabelValues(projectionName, "released").Add(float64(n))
+}
+
 // run refreshes, reports and settles until the bridge stops.
 func (inc *incidents) run() {
 	b := inc.b

@@ -143,6 +143,10 @@ func (r *orderedRouter) releaseRows(keys []parking.Blocked, rows []parking.Parke
 	for i := range evs {
 		index[&evs[i]] = i
 	}
+	incidentHeld := map[parking.Key]bool{} // keys released from an incident
+	for _, b := range keys {
+		incidentHeld[b.Key] = parking.IsIncident(b.Head)
+	}
 	held := map[parking.Key]int{} // hold every event of the key after this index
 	hold := func(proj string, ev *event.Envelope) bool {
 		i := index[ev]
@@ -156,6 +160,7 @@ func (r *orderedRouter) releaseRows(keys []parking.Blocked, rows []parking.Parke
 		startedAt time.Time
 		heads     []parking.Blocked
 		applied   int
+		fromInc   map[string]int // projection -> events applied off an incident
 		left      map[parking.Key]int64
 		drained   []parking.Key
 	)
@@ -171,6 +176,7 @@ func (r *orderedRouter) releaseRows(keys []parking.Blocked, rows []parking.Parke
 		}
 		var seqs []int64
 		left = map[parking.Key]int64{}
+		fromInc = map[string]int{}
 		rerun := false
 		for _, o := range outs {
 			if o.Status != projection.StatusApplied && o.Status != projection.StatusDuplicate {
@@ -183,6 +189,9 @@ func (r *orderedRouter) releaseRows(keys []parking.Blocked, rows []parking.Parke
 			}
 			seqs = append(seqs, rows[o.Index].Seq)
 			left[k]++
+			if incidentHeld[k] {
+				fromInc[k.Projection]++
+			}
 		}
 		if rerun {
 			return errRerun
@@ -236,6 +245,9 @@ func (r *orderedRouter) releaseRows(keys []parking.Blocked, rows []parking.Parke
 		return r.headFailedAlone(rows[0], res.err)
 	}
 	r.released(left, applied, heads, drained)
+	for proj, n := range fromInc {
+		p.b.inc.countReleased(proj, n)
+	}
 	for _, h := range heads {
 		if h.PendingStart != nil && !r.startHead(*h.PendingStart) {
 			return false
