@@ -223,6 +223,7 @@ func TestReliability3PostgresOutage(t *testing.T) {
 }
 
 func postgresOutage(t *testing.T, p profile, o ordering) {
+	testenv.NeedStoppablePostgres(t)
 	r := newResult(t, "postgres_outage/"+string(o))
 	outage := pick(p, 15*time.Second, 30*time.Second)
 	n := pick(p, 6000, 20000)

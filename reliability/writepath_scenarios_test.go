@@ -214,6 +214,7 @@ func TestReliability12WritePathKafkaOutage(t *testing.T) {
 // submitted during the outage by a client whose retries outlast it.
 func TestReliability13WritePathPostgresOutage(t *testing.T) {
 	p := gate(t)
+	testenv.NeedStoppablePostgres(t)
 	r := newResult(t, "writepath_postgres_outage/entity")
 	outage := pick(p, 15*time.Second, 30*time.Second)
 	before, refusedN, spanning := pick(p, 1000, 2000), pick(p, 300, 1000), pick(p, 200, 500)

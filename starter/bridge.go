@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/causet/projection-retry/dlq"
+	"github.com/causet/projection-retry/incident"
 )
 
 type topicPartition struct {
@@ -31,7 +32,7 @@ type Bridge struct {
 	cl   *kgo.Client
 	dlq  *dlq.Publisher
 	sem  chan struct{}
-	inc  *incidents // nil when incidents are not detected
+	inc  *incident.Registry // nil when incidents are not detected
 
 	ctx    context.Context // parent of every partition's context
 	cancel context.CancelFunc
@@ -61,7 +62,10 @@ func New(opts Options) (*Bridge, error) {
 		sem:   make(chan struct{}, opts.MaxInflight),
 		parts: map[topicPartition]*partition{},
 	}
-	b.inc = newIncidents(b)
+	b.inc = incident.NewRegistry(incident.RegistryOptions{
+		Incidents: opts.Incidents, Retry: opts.Retry, Store: opts.IncidentStore, Client: opts.IncidentClient,
+		TaskQueue: opts.TaskQueue, Timeout: opts.StartTimeout, IRVersion: b.irVersion, Logger: b.log, Registerer: opts.Registerer,
+	})
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	kopts := []kgo.Opt{
 		kgo.SeedBrokers(opts.Brokers...),
@@ -110,7 +114,10 @@ func (b *Bridge) Run(ctx context.Context) error {
 	}
 	if b.inc != nil {
 		b.wg.Add(1)
-		go b.inc.run()
+		go func() {
+			defer b.wg.Done()
+			b.inc.Run(b.ctx)
+		}()
 	}
 	pollTimeout := min(b.opts.CommitInterval, 200*time.Millisecond)
 	lastCommit := time.Now()

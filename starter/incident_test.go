@@ -177,7 +177,7 @@ func TestBridgeKafkaIncidentHoldsSchemaMismatch(t *testing.T) {
 	require.Equal(t, "probe", final.ResolvedBy)
 	require.NotNil(t, final.CaughtUpAt)
 	require.Equal(t, before, final.EventsHeld, "each parked event counted once, the re-delivered ones not again")
-	require.EqualValues(t, before, value(r2.b.inc.parked.WithLabelValues("artist_followers", "released")),
+	require.EqualValues(t, before, value(r2.b.inc.Metrics.Events.WithLabelValues("artist_followers", "released")),
 		"the bridge that released them counted each parked event once")
 	t.Logf("%d events parked; fix to caught-up %s (incident resolved %s after the fix)", before, caughtUp.Round(time.Millisecond),
 		final.ResolvedAt.Sub(fixedAt).Round(time.Millisecond))
@@ -233,8 +233,8 @@ func TestBridgeKafkaIncidentDeadLetterPolicyReportsOnce(t *testing.T) {
 	lines := h.logs.lines("projection_incident_opened")
 	require.Len(t, lines, 1, "one alert line, not one per event")
 	require.Equal(t, ids[0], lines[0]["incidentId"])
-	require.Equal(t, 1.0, testutil.ToFloat64(r.b.inc.active))
-	require.Equal(t, 1.0, testutil.ToFloat64(r.b.inc.opened.WithLabelValues("artist_followers", "dead-letter")))
+	require.Equal(t, 1.0, testutil.ToFloat64(r.b.inc.Metrics.Active))
+	require.Equal(t, 1.0, testutil.ToFloat64(r.b.inc.Metrics.Opened.WithLabelValues("artist_followers", "dead-letter")))
 
 	// An operator closes it.
 	require.NoError(t, h.temporal.Client.SignalWorkflow(h.ctx, ids[0], "", contract.SignalResolve, contract.OperatorSignal{Identity: "ops", Reason: "migration rolled back"}))
@@ -261,7 +261,7 @@ func TestBridgeKafkaIncidentThresholdRespected(t *testing.T) {
 	r := h.start(o)
 	h.waitCommittedToEnd(60 * time.Second)
 	require.Equal(t, 50, h.count(`SELECT count(*) FROM artist_stats`))
-	time.Sleep(2 * incidentInterval)
+	time.Sleep(2 * incident.RefreshInterval)
 	require.Empty(t, h.incidents())
 	require.Equal(t, 0, h.count(`SELECT count(*) FROM causet_incidents`))
 	require.Equal(t, 0, h.count(`SELECT count(*) FROM causet_parked_events WHERE topic = $1`, h.topic))

@@ -138,7 +138,7 @@ type Options struct {
 	// IncidentClient starts and signals incident workflows. Optional,
 	// defaults to Starter when it is an IncidentClient (a Temporal
 	// client.Client is); required with a Threshold.
-	IncidentClient IncidentClient
+	IncidentClient incident.Client
 }
 
 // OptionsFromConfig fills the Kafka/Temporal names and retry settings from
@@ -259,7 +259,7 @@ func (o *Options) validate() error {
 		return errors.New("starter: Options.CommitInterval, MinBackoff, MaxBackoff and StartTimeout must be positive with MinBackoff <= MaxBackoff")
 	}
 	if o.IncidentClient == nil {
-		if ic, ok := o.Starter.(IncidentClient); ok {
+		if ic, ok := o.Starter.(incident.Client); ok {
 			o.IncidentClient = ic
 		}
 	}

@@ -91,7 +91,7 @@ func (r *orderedRouter) releasable(head string, state parking.HeadState) bool {
 	case parking.HeadActive:
 		// Under policy dead-letter nothing holds: keys an incident parked
 		// under hold (the policy was switched) are released in order.
-		return parking.IsIncident(head) && !r.p.b.inc.holding()
+		return parking.IsIncident(head) && !r.p.b.inc.Holding()
 	}
 	return false
 }
@@ -370,7 +370,7 @@ func (r *orderedRouter) applyOrdered(seg *segment, items []item, last *kgo.Recor
 	r.committed(&plan)
 	for _, h := range plan.handOffs {
 		if h.failed != nil {
-			p.noteFailure(*h.failed, &items[h.index].env)
+			p.b.noteFailure(*h.failed, &items[h.index].env)
 		}
 		if !r.handOffHead(seg, items[h.index].rec, h.in) {
 			return false
@@ -581,10 +581,10 @@ func incidentOf(head string) string {
 func (r *orderedRouter) holdingIncident(ctx context.Context, tx pgx.Tx, pl *batchPlan, o projection.Result, env *event.Envelope,
 	now time.Time) (string, *contract.IncidentInput, error) {
 	inc := r.p.b.inc
-	if !inc.holding() {
+	if !inc.Holding() {
 		return "", nil, nil
 	}
-	id, open := inc.heldBy(failure{o.Projection, o, env}, now)
+	id, open := inc.HeldBy(failureOf(o, env), now)
 	for _, in := range pl.opened {
 		if open != nil && in.Fingerprint == open.Fingerprint {
 			return contract.IncidentWorkflowID(in.Projection, in.Fingerprint), nil, nil
@@ -593,7 +593,7 @@ func (r *orderedRouter) holdingIncident(ctx context.Context, tx pgx.Tx, pl *batc
 	if open == nil {
 		return id, nil, nil
 	}
-	holds, err := inc.openInTx(ctx, tx, *open)
+	holds, err := inc.Open(ctx, tx, *open)
 	if err != nil || !holds {
 		return "", nil, err
 	}
@@ -676,10 +676,10 @@ func (r *orderedRouter) committed(pl *batchPlan) {
 	}
 	if inc := p.b.inc; inc != nil {
 		for _, in := range pl.opened {
-			inc.openedIncident(in)
+			inc.Opened(in)
 		}
 		for id, c := range counts {
-			inc.countHeld(id, c.projection, c.failed, c.held, c.samples)
+			inc.CountHeld(id, c.projection, c.failed, c.held, c.samples)
 		}
 	}
 	if pl.redelivered > 0 {

@@ -200,7 +200,7 @@ func (r *orderedRouter) releaseRows(keys []parking.Blocked, rows []parking.Parke
 		heads = heads[:0]
 		for k, at := range fails {
 			o := outs[resultOf(outs, at)]
-			if id := p.b.inc.holdingOf(o); id != "" {
+			if id := p.b.holdingOf(o, &rows[at].Retry.Event); id != "" {
 				// It fails as a holding incident does: it stays parked, and
 				// its key waits behind the incident.
 				heads = append(heads, parking.Blocked{Key: k, Head: id, State: parking.HeadActive})
@@ -246,7 +246,7 @@ func (r *orderedRouter) releaseRows(keys []parking.Blocked, rows []parking.Parke
 	}
 	r.released(left, applied, heads, drained)
 	for proj, n := range fromInc {
-		p.b.inc.countReleased(proj, n)
+		p.b.inc.CountReleased(proj, n)
 	}
 	for _, h := range heads {
 		if h.PendingStart != nil && !r.startHead(*h.PendingStart) {
@@ -333,7 +333,7 @@ func (r *orderedRouter) released(left map[parking.Key]int64, applied int, heads 
 	// the one that failed again and those behind it.
 	for _, j := range joins {
 		if j.parked > 0 {
-			p.b.inc.countHeld(j.id, j.projection, 0, int(j.parked), nil)
+			p.b.inc.CountHeld(j.id, j.projection, 0, int(j.parked), nil)
 		}
 	}
 	p.b.m.parkedNow.Sub(float64(gone))
@@ -400,9 +400,7 @@ func (r *orderedRouter) deadLetterParked(keys []parking.Blocked) (more, ok bool)
 			return false, false
 		}
 		seqs = append(seqs, row.Seq)
-		if inc := p.b.inc; inc != nil {
-			inc.parked.WithLabelValues(in.Projection, "dead_lettered").Inc()
-		}
+		p.b.inc.CountDeadLettered(in.Projection)
 	}
 	var drained []parking.Key
 	if !p.until(p.log, "database", "cannot delete dead-lettered parked events", func(ctx context.Context) error {

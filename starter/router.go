@@ -102,7 +102,7 @@ func (r directRouter) applyInline(seg *segment, items []item, last *kgo.Record) 
 	for _, o := range p.countOutcomes(items, outcomes) {
 		it := items[o.Index]
 		if o.Status == projection.StatusFailed {
-			p.noteFailure(o, &it.env)
+			p.b.noteFailure(o, &it.env)
 		}
 		if !p.handOff(seg, it.rec, p.retryInput(it, o.Projection, firstAttempt(o, startedAt))) {
 			return false

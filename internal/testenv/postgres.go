@@ -159,6 +159,17 @@ func migratedTemplate(t testing.TB) string {
 	return templateState.name
 }
 
+// NeedStoppablePostgres skips t when StopPostgres could not stop the
+// server (TEST_DATABASE_URL names one this process does not own). A test
+// that starts work before its outage calls it first, so that it does not
+// skip with that work still running.
+func NeedStoppablePostgres(t testing.TB) {
+	t.Helper()
+	if os.Getenv("TEST_DATABASE_URL") != "" {
+		t.Skip("testenv: StopPostgres needs the throwaway cluster; TEST_DATABASE_URL is set, so the server cannot be stopped")
+	}
+}
+
 // StopPostgres stops the throwaway cluster (pg_ctl stop -m immediate: open
 // connections are cut, new ones are refused) so a test can observe an outage.
 // [StartPostgres] brings it back on the same port with the same data; if the
@@ -166,9 +177,7 @@ func migratedTemplate(t testing.TB) string {
 // TEST_DATABASE_URL is set, since an external server cannot be controlled.
 func StopPostgres(t testing.TB) {
 	t.Helper()
-	if os.Getenv("TEST_DATABASE_URL") != "" {
-		t.Skip("testenv: StopPostgres needs the throwaway cluster; TEST_DATABASE_URL is set, so the server cannot be stopped")
-	}
+	NeedStoppablePostgres(t)
 	postgresAdminURL(t)
 	c := pgState.c
 	if err := c.Halt(); err != nil {

@@ -1,0 +1,88 @@
+package incident_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+
+	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/contract"
+	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/incident"
+)
+
+// recordingClient records the registry's starts and signals.
+type recordingClient struct {
+	mu      sync.Mutex
+	starts  []contract.IncidentInput
+	reports []contract.IncidentFailures
+}
+
+func (c *recordingClient) SignalWithStartWorkflow(_ context.Context, _ string, _ string, arg any, _ client.StartWorkflowOptions, _ any, args ...any) (client.WorkflowRun, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.starts = append(c.starts, args[0].(contract.IncidentInput))
+	c.reports = append(c.reports, arg.(contract.IncidentFailures))
+	return nil, nil
+}
+
+func (c *recordingClient) SignalWorkflow(_ context.Context, _ string, _ string, _ string, arg any) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f, ok := arg.(contract.IncidentFailures); ok {
+		c.reports = append(c.reports, f)
+	}
+	return nil
+}
+
+func TestNilRegistryHoldsAndCountsNothing(t *testing.T) {
+	r := incident.NewRegistry(incident.RegistryOptions{})
+	require.Nil(t, r, "threshold 0: incidents off")
+	require.False(t, r.Holding())
+	ev := &event.Envelope{EventID: "e1"}
+	require.Empty(t, r.HoldingOf(incident.Failure{Projection: "p", Kind: "sql", Event: ev}))
+	r.Note(incident.Failure{Projection: "p", Kind: "sql", Event: ev}, time.Now())
+	r.CountHeld("id", "p", 1, 1, nil)
+	r.CountReleased("p", 1)
+	r.CountDeadLettered("p")
+}
+
+// Under policy dead-letter the threshold's failure opens the incident,
+// which reports the events it saw once its workflow starts.
+func TestRegistryOpensAtThresholdAndReports(t *testing.T) {
+	c := &recordingClient{}
+	reg := prometheus.NewRegistry()
+	r := incident.NewRegistry(incident.RegistryOptions{
+		Incidents: config.Incidents{Threshold: 3, Window: time.Minute, Policy: config.IncidentDeadLetter},
+		Client:    c, TaskQueue: "q", Timeout: time.Second, Registerer: reg,
+	})
+	err := &pgconn.PgError{Code: "42703", Message: `column "x" does not exist`}
+	now := time.Now()
+	for i := range 5 {
+		r.Note(incident.Failure{Projection: "p", Kind: "sql", Err: err, Event: &event.Envelope{EventID: fmt.Sprintf("e%d", i)}}, now)
+	}
+	require.Equal(t, 1.0, testutil.ToFloat64(r.Metrics.Opened.WithLabelValues("p", "dead-letter")))
+	require.Equal(t, 1.0, testutil.ToFloat64(r.Metrics.Active))
+	require.Empty(t, r.HoldingOf(incident.Failure{Projection: "p", Kind: "sql", Err: err, Event: &event.Envelope{EventID: "e9"}}),
+		"an open incident under dead-letter holds nothing")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r.Run(ctx) // stopped at once: reports what it counted
+	require.Len(t, c.starts, 1)
+	require.Equal(t, "p", c.starts[0].Projection)
+	require.Equal(t, "42703", c.starts[0].SQLState)
+	events := 0
+	for _, f := range c.reports {
+		events += f.Events
+	}
+	require.Equal(t, 5, events, "the threshold's events and the two after it, each once")
+}
