@@ -166,24 +166,6 @@ func wfID(eventID string) string {
 	return contract.RetryWorkflowID(relProjection, "production", eventID)
 }
 
-// terminate terminates a workflow's open run as an operator would, with
-// `temporal workflow terminate` (through the SDK client when the scenario's
-// Temporal has no CLI at hand); it returns how.
-func (s *stack) terminate(id, reason string) string {
-	s.t.Helper()
-	_, err := s.temporal.CLI("workflow", "terminate", "--workflow-id", id, "--reason", reason)
-	if err == nil {
-		return "cli"
-	}
-	if !strings.Contains(err.Error(), "CLI not found") {
-		require.NoError(s.t, err)
-	}
-	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
-	defer cancel()
-	require.NoError(s.t, s.temporal.Client.TerminateWorkflow(ctx, id, "", reason))
-	return "client"
-}
-
 // entityOrder is an entity's row of rel_order.
 type entityOrder struct{ n, lastSeq, inversions int64 }
 

@@ -15,7 +15,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/causet/projection-retry/dlq"
+	"github.com/causet/projection-retry/event"
 	"github.com/causet/projection-retry/incident"
+	"github.com/causet/projection-retry/projection"
 )
 
 type topicPartition struct {
@@ -110,7 +112,11 @@ func (b *Bridge) Run(ctx context.Context) error {
 		"ordering", string(b.opts.Ordering), "taskQueue", b.opts.TaskQueue, "maxInflight", b.opts.MaxInflight)
 	if b.opts.ordered() {
 		b.wg.Add(1)
-		go b.runHeads()
+		w := &headWatcher{ctx: b.ctx, opts: &b.opts, log: b.log, m: b.m, partitions: b.orderedPartitions}
+		go func() {
+			defer b.wg.Done()
+			w.run()
+		}()
 	}
 	if b.inc != nil {
 		b.wg.Add(1)
@@ -353,4 +359,48 @@ func (b *Bridge) commit(ctx context.Context, parts []*partition) error {
 	}
 	b.log.Debug("offsets committed", "offsets", fmt.Sprint(offsets))
 	return nil
+}
+
+// orderedPartitions returns the owned partitions' ordering routers, by
+// partition.
+func (b *Bridge) orderedPartitions() map[int32]*orderedRouter {
+	out := map[int32]*orderedRouter{}
+	for _, p := range b.owned() {
+		if r, ok := p.router.(*orderedRouter); ok {
+			out[p.id] = r
+		}
+	}
+	return out
+}
+
+// The bridge's incidents (CONTRACT §12) are kept by an incident.Registry:
+// these are the bridge's ends of it.
+
+// failureOf is a failed pair as the incident registry knows failures.
+func failureOf(o projection.Result, env *event.Envelope) incident.Failure {
+	return incident.Failure{Projection: o.Projection, Kind: kindOf(o), Err: errOf(o), Event: env}
+}
+
+// holdingOf is the holding incident a pair's failure belongs to, "" when
+// it did not fail or belongs to none.
+func (b *Bridge) holdingOf(o projection.Result, env *event.Envelope) string {
+	if o.Status != projection.StatusFailed {
+		return ""
+	}
+	return b.inc.HoldingOf(failureOf(o, env))
+}
+
+// noteFailure counts a failure handed off the normal way towards its
+// fingerprint's incident.
+func (b *Bridge) noteFailure(o projection.Result, env *event.Envelope) {
+	b.inc.Note(failureOf(o, env), time.Now())
+}
+
+// irVersion is the projection's IR version in the engine's cache, 0 when
+// the engine does not say.
+func (b *Bridge) irVersion(projection string) int {
+	if v, ok := b.opts.Engine.(interface{ Version(string) int }); ok {
+		return v.Version(projection)
+	}
+	return 0
 }

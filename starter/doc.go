@@ -15,24 +15,24 @@
 // OnPartitionsRevoked, so the bridge never commits for a partition it no
 // longer owns.
 //
-// Where things are:
-//   - bridge.go: the Kafka client, poll loop, fetch pauses, assignment and
-//     offset commits; options.go: Options and their defaults.
-//   - partition.go: one partition's queue, decoding and commit bookkeeping
-//     (segments); it hands decoded batches to its router.
-//   - router.go: the router interface and directRouter (CAUSET_ORDERING=none);
-//     lanes.go, lanesend.go, sweep.go, lanelost.go and blocks.go: laneRouter
-//     (CAUSET_ORDERING=entity) — hold rules and before-commit hook, the lane
-//     sender, the sweeper that unblocks keys, lost-lane recovery and the
-//     PostgreSQL block store.
-//   - apply.go: the inline apply through database outages, isolation of a
-//     batch that fails as a whole, and outcome counting.
-//   - handoff.go: the hand-off to Temporal (MaxInflight bound, start until
-//     durable, refusals dead-lettered) and the bridge's own dead letters.
-//   - retry.go: the one retry loop every dependency wait uses (backoff,
-//     outage proven by a probe).
+// Where things are (each type's methods in its own file):
+//   - bridge.go: Bridge — the Kafka client, poll loop, fetch pauses,
+//     assignment, offset commits, and the bridge's ends of the incident
+//     registry (package incident); options.go: Options and their defaults.
+//   - partition.go: partition — one partition's queue, decoding, commit
+//     bookkeeping (segments), and the inline apply through database outages
+//     with isolation of a batch that fails as a whole.
+//   - handoff.go: handoffs — the hand-off to Temporal (MaxInflight slots,
+//     start until durable, refusals dead-lettered) and the DLQ.
+//   - waits.go: waits and retrier — the one retry loop every dependency
+//     wait uses (backoff, an outage proven by a probe).
+//   - router.go: the router interface and directRouter (CAUSET_ORDERING=none).
+//   - ordered.go and release.go: orderedRouter (CAUSET_ORDERING=entity) —
+//     the hold rule and the batch plan that parks a blocked key's events in
+//     the batch's transaction (ordered.go); the release of settled keys'
+//     parked events in runs (release.go). The table is package parking's.
+//   - heads.go: headWatcher — finds the blocked keys whose head has settled
+//     and wakes their partitions.
+//   - tracing.go: recordTracer — the spans of batches and hand-offs.
 //   - engine.go: what the bridge needs of the projection engine.
-//   - incidents.go and parked.go: incidents (CONTRACT §12) — detection,
-//     the incident registry, parking a holding incident's events in the
-//     batch's transaction and releasing them in entity order.
 package starter

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -50,34 +51,45 @@ func startRetryWorkflow(ctx context.Context, s WorkflowStarter, taskQueue string
 	return err
 }
 
+// handoffs is a partition's way to Temporal and to the DLQ: its hand-offs
+// run in the partition's wait group, within the bridge's MaxInflight slots.
+type handoffs struct {
+	*waits
+	log    *slog.Logger
+	wg     *sync.WaitGroup
+	sem    chan struct{}
+	dlq    *dlq.Publisher
+	tracer *recordTracer
+}
+
 // handOff starts the retry workflow of in without blocking the partition on
 // Temporal: it waits only for a slot of MaxInflight, then the start runs in
 // its own goroutine and is retried with capped backoff until it returns
 // (Temporal unavailable: the segment stays pending, so offsets stop at it).
 // It returns false when the partition was stopped while waiting for a slot.
-func (p *partition) handOff(seg *segment, rec *kgo.Record, in contract.RetryInput) bool {
-	return p.handOffThen(seg, rec, in, nil)
+func (h *handoffs) handOff(seg *segment, rec *kgo.Record, in contract.RetryInput) bool {
+	return h.handOffThen(seg, rec, in, nil)
 }
 
 // handOffThen is handOff that runs after (when not nil) with how the
 // hand-off ended (started, or dead-lettered), before the segment counts the
 // event done.
-func (p *partition) handOffThen(seg *segment, rec *kgo.Record, in contract.RetryInput, after func(handoffEnd)) bool {
-	if !p.acquireSlot() {
+func (h *handoffs) handOffThen(seg *segment, rec *kgo.Record, in contract.RetryInput, after func(handoffEnd)) bool {
+	if !h.acquireSlot() {
 		return false
 	}
 	seg.pending.Add(1)
-	p.wg.Add(1)
+	h.wg.Add(1)
 	go func() {
-		defer p.wg.Done()
-		defer p.releaseSlot()
-		log := p.eventLog(rec, in)
-		outage, end := p.startUntilDurable(log, rec, in)
+		defer h.wg.Done()
+		defer h.releaseSlot()
+		log := h.eventLog(rec, in)
+		outage, end := h.startUntilDurable(log, rec, in)
 		switch end {
 		case handoffStopped:
 			return // not handed off, not committed
 		case handoffStarted:
-			p.b.m.handedOff.WithLabelValues(string(in.Mode)).Inc()
+			h.m.handedOff.WithLabelValues(string(in.Mode)).Inc()
 			logHandOff(log, in, outage)
 		}
 		if after != nil {
@@ -90,24 +102,36 @@ func (p *partition) handOffThen(seg *segment, rec *kgo.Record, in contract.Retry
 
 // acquireSlot waits for one of the bridge's MaxInflight slots; false when
 // the partition stopped first.
-func (p *partition) acquireSlot() bool {
+func (h *handoffs) acquireSlot() bool {
 	select {
-	case p.b.sem <- struct{}{}:
-		p.b.m.inflight.Inc()
+	case h.sem <- struct{}{}:
+		h.m.inflight.Inc()
 		return true
-	case <-p.ctx.Done():
+	case <-h.ctx.Done():
 		return false
 	}
 }
 
-func (p *partition) releaseSlot() {
-	<-p.b.sem
-	p.b.m.inflight.Dec()
+func (h *handoffs) releaseSlot() {
+	<-h.sem
+	h.m.inflight.Dec()
 }
 
-func (p *partition) eventLog(rec *kgo.Record, in contract.RetryInput) *slog.Logger {
-	return p.recordLog(rec).With("projectionName", in.Projection, "eventType", in.Event.EventType,
+// recordLog is the partition's log with rec's offset.
+func (h *handoffs) recordLog(rec *kgo.Record) *slog.Logger {
+	return h.log.With("offset", rec.Offset)
+}
+
+// eventLog is recordLog with the fields of in's event.
+func (h *handoffs) eventLog(rec *kgo.Record, in contract.RetryInput) *slog.Logger {
+	return h.recordLog(rec).With("projectionName", in.Projection, "eventType", in.Event.EventType,
 		"entityId", in.Event.EntityID, "forkId", in.Event.ForkID, "eventId", in.Event.EventID)
+}
+
+// parkedLog is the log of a parked event, which has no record of its own.
+func (h *handoffs) parkedLog(in contract.RetryInput) *slog.Logger {
+	return h.log.With("projectionName", in.Projection, "eventType", in.Event.EventType, "entityId", in.Event.EntityID,
+		"forkId", in.Event.ForkID, "eventId", in.Event.EventID, "offset", in.Source.Offset)
 }
 
 // startUntilDurable starts in's retry workflow, retrying with capped
@@ -115,10 +139,10 @@ func (p *partition) eventLog(rec *kgo.Record, in contract.RetryInput) *slog.Logg
 // meanwhile). An event whose workflow Temporal refuses is dead-lettered
 // here instead. It returns when an outage began (zero if there was none)
 // and how the hand-off ended. The start continues rec's trace (tracing.go).
-func (p *partition) startUntilDurable(log *slog.Logger, rec *kgo.Record, in contract.RetryInput) (time.Time, handoffEnd) {
-	span := startHandoffSpan(rec, in, p.tracerProvider())
-	outage, end := p.untilStarted(log, in, func(ctx context.Context) error {
-		return startRetryWorkflow(withSpan(ctx, span), p.b.opts.Starter, p.b.opts.TaskQueue, in)
+func (h *handoffs) startUntilDurable(log *slog.Logger, rec *kgo.Record, in contract.RetryInput) (time.Time, handoffEnd) {
+	span := startHandoffSpan(rec, in, h.tracer.provider())
+	outage, end := h.untilStarted(log, in, func(ctx context.Context) error {
+		return startRetryWorkflow(withSpan(ctx, span), h.opts.Starter, h.opts.TaskQueue, in)
 	})
 	endHandoffSpan(span, end)
 	return outage, end
@@ -130,89 +154,43 @@ func (p *partition) startUntilDurable(log *slog.Logger, rec *kgo.Record, in cont
 // (invalid argument: an ID, search attribute or input Temporal cannot store)
 // or failures while Temporal answers, maxHealthyStartFailures times, make
 // the event invalid: it is dead-lettered at once.
-func (p *partition) untilStarted(log *slog.Logger, in contract.RetryInput, start func(ctx context.Context) error) (time.Time, handoffEnd) {
-	r := p.retrier(log, p.temporal())
+func (h *handoffs) untilStarted(log *slog.Logger, in contract.RetryInput, start func(ctx context.Context) error) (time.Time, handoffEnd) {
+	r := h.retrier(log, h.temporal())
 	for {
-		ctx, cancel := context.WithTimeout(p.ctx, p.b.opts.StartTimeout)
+		ctx, cancel := context.WithTimeout(h.ctx, h.opts.StartTimeout)
 		err := start(ctx)
 		cancel()
 		if err == nil {
 			return r.outage, handoffStarted
 		}
-		if p.ctx.Err() != nil {
+		if h.ctx.Err() != nil {
 			return r.outage, handoffStopped
 		}
 		if r.refuses("cannot start retry workflow: offsets stop here, retrying with backoff", err) {
-			if !p.deadLetterRefused(log, in, err) {
+			if !h.deadLetterRefused(log, in, err) {
 				return r.outage, handoffStopped
 			}
 			return r.outage, handoffDeadLettered
 		}
-		p.b.m.handoffRetry.Inc()
+		h.m.handoffRetry.Inc()
 		if !r.wait() {
 			return r.outage, handoffStopped
 		}
 	}
 }
 
-// refuses classifies a failed start (or lane enqueue) of an event once:
-// true when it must be dead-lettered — Temporal refused the request itself,
-// or it failed maxHealthyStartFailures times while Temporal answered its
-// probe. Throttling, a request that timed out (an enqueue waits for a
-// worker to take the update: no worker is an outage too), and failures
-// Temporal's probe does not answer, are an outage: the same request is
-// retried.
-func (r *retrier) refuses(msg string, err error) bool {
-	switch {
-	case isRefusal(err):
-		return true
-	case isThrottled(err) || isTimeout(err):
-		r.outageTry(msg, err)
-	case r.failed(msg, err):
-		r.log.Debug("request failed while Temporal answers", "try", r.healthy, "error", err.Error())
-		return r.healthy >= maxHealthyStartFailures
-	}
-	return false
-}
-
 // handoffEnd is how handing an event to Temporal ended.
 type handoffEnd int
 
 const (
-	handoffStarted      handoffEnd = iota // its workflow is durable (or its lane took it)
+	handoffStarted      handoffEnd = iota // its workflow is durable
 	handoffDeadLettered                   // Temporal refused it: dead-lettered as invalid_event
 	handoffStopped                        // the partition stopped first: not committed
 )
 
-// maxHealthyStartFailures bounds the failed starts of one event while
-// Temporal answers its probe: past it the event, not Temporal, is at fault.
-const maxHealthyStartFailures = 5
-
-// isRefusal reports a start Temporal refused because of the request itself:
-// retrying the same request can never succeed.
-func isRefusal(err error) bool {
-	var ia *serviceerror.InvalidArgument
-	return errors.As(err, &ia)
-}
-
-// isTimeout reports a request that ran out of time: the server (or, for a
-// lane's update, a worker) did not answer in time.
-func isTimeout(err error) bool {
-	var de *serviceerror.DeadlineExceeded
-	var ce *serviceerror.Canceled
-	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &de) || errors.As(err, &ce)
-}
-
-// isThrottled reports a start refused for capacity (rate limits): Temporal
-// answers but is saturated, an outage of capacity.
-func isThrottled(err error) bool {
-	var re *serviceerror.ResourceExhausted
-	return errors.As(err, &re)
-}
-
 // deadLetterRefused writes an event whose retry workflow Temporal refused
 // to the DLQ as invalid_event, keeping its failed attempt 1 if it had one.
-func (p *partition) deadLetterRefused(log *slog.Logger, in contract.RetryInput, cause error) bool {
+func (h *handoffs) deadLetterRefused(log *slog.Logger, in contract.RetryInput, cause error) bool {
 	now := time.Now().UTC()
 	var attempts []contract.Attempt
 	if in.FirstAttempt != nil {
@@ -224,7 +202,7 @@ func (p *partition) deadLetterRefused(log *slog.Logger, in contract.RetryInput, 
 	if in.FirstAttempt != nil {
 		dl.IRVersion = in.FirstAttempt.IRVersion
 	}
-	return p.publishDeadLetter(log, "refused event", in.Key, dlq.RunRecord(dl, now))
+	return h.publishDeadLetter(log, "refused event", in.Key, dlq.RunRecord(dl, now))
 }
 
 // logHandOff writes, for a failed inline attempt 1, the contract's
@@ -254,23 +232,23 @@ func sourceOf(rec *kgo.Record) contract.Source {
 // deadLetterPoison writes a record that is not a valid envelope to the DLQ
 // (raw bytes kept, errorKind invalid_event) before its offset can be
 // committed. False when stopped first.
-func (p *partition) deadLetterPoison(rec *kgo.Record, cause error) bool {
-	return p.publishDeadLetter(p.recordLog(rec), "poison record", rec.Key, dlq.PoisonRecord(rec.Value, cause, sourceOf(rec), time.Now()))
+func (h *handoffs) deadLetterPoison(rec *kgo.Record, cause error) bool {
+	return h.publishDeadLetter(h.recordLog(rec), "poison record", rec.Key, dlq.PoisonRecord(rec.Value, cause, sourceOf(rec), time.Now()))
 }
 
 // publishDeadLetter writes r to the DLQ, retrying with capped backoff while
 // Kafka refuses it. False when stopped first.
-func (p *partition) publishDeadLetter(log *slog.Logger, what string, key []byte, r dlq.Record) bool {
+func (h *handoffs) publishDeadLetter(log *slog.Logger, what string, key []byte, r dlq.Record) bool {
 	var at contract.DLQCoordinates
-	ok := p.until(log, "kafka", "cannot dead-letter "+what, func(ctx context.Context) error {
-		ctx, cancel := context.WithTimeout(ctx, p.b.opts.StartTimeout)
+	ok := h.until(log, "kafka", "cannot dead-letter "+what, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, h.opts.StartTimeout)
 		defer cancel()
 		var err error
-		at, err = p.b.dlq.Publish(ctx, key, r)
+		at, err = h.dlq.Publish(ctx, key, r)
 		return err
 	})
 	if ok {
-		p.b.m.deadLettered.WithLabelValues(r.ProjectionName, r.ErrorKind).Inc()
+		h.m.deadLettered.WithLabelValues(r.ProjectionName, r.ErrorKind).Inc()
 		log.Warn(what+" dead-lettered", "event", "projection_dead_lettered", "errorKind", r.ErrorKind,
 			"error", r.Error, "dlqTopic", at.Topic, "dlqPartition", at.Partition, "dlqOffset", at.Offset)
 	}

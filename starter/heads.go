@@ -3,6 +3,7 @@ package starter
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -42,51 +43,47 @@ const (
 	describeRate        = 50 // describes per second at most: each costs the server about half a workflow start
 )
 
-// orderedPartitions returns the owned partitions' ordering routers, by
-// partition.
-func (b *Bridge) orderedPartitions() map[int32]*orderedRouter {
-	out := map[int32]*orderedRouter{}
-	for _, p := range b.owned() {
-		if r, ok := p.router.(*orderedRouter); ok {
-			out[p.id] = r
-		}
-	}
-	return out
+// headWatcher is a bridge's head watcher.
+type headWatcher struct {
+	ctx  context.Context
+	opts *Options
+	log  *slog.Logger
+	m    *metrics
+	// partitions returns the owned partitions' ordering routers.
+	partitions func() map[int32]*orderedRouter
 }
 
-// runHeads watches the heads of the owned partitions' keys until the bridge
-// stops.
-func (b *Bridge) runHeads() {
-	defer b.wg.Done()
+// run watches the heads of the owned partitions' keys until ctx ends.
+func (w *headWatcher) run() {
 	t := time.NewTicker(headPoll)
 	defer t.Stop()
 	var lastStale, lastOldest time.Time
 	for {
 		select {
-		case <-b.ctx.Done():
+		case <-w.ctx.Done():
 			return
 		case <-t.C:
 		}
-		parts := b.orderedPartitions()
+		parts := w.partitions()
 		if len(parts) == 0 {
 			continue
 		}
-		b.pollHeads(parts)
+		w.pollHeads(parts)
 		if time.Since(lastStale) >= staleCheckEvery {
 			lastStale = time.Now()
-			b.checkStaleHeads(parts)
+			w.checkStaleHeads(parts)
 		}
 		if time.Since(lastOldest) >= oldestEvery {
 			lastOldest = time.Now()
-			b.measureOldest(parts)
+			w.measureOldest(parts)
 		}
 	}
 }
 
 // movedStates are the head states the watcher looks for.
-func (b *Bridge) movedStates() []parking.HeadState {
+func (w *headWatcher) movedStates() []parking.HeadState {
 	states := []parking.HeadState{parking.HeadSettled, parking.HeadDeadLetterAll}
-	if !b.opts.HoldEntity {
+	if !w.opts.HoldEntity {
 		states = append(states, parking.HeadDeadLettered)
 	}
 	return states
@@ -94,17 +91,17 @@ func (b *Bridge) movedStates() []parking.HeadState {
 
 // pollHeads reads the keys whose head has moved on and hands them to their
 // partitions.
-func (b *Bridge) pollHeads(parts map[int32]*orderedRouter) {
+func (w *headWatcher) pollHeads(parts map[int32]*orderedRouter) {
 	ids := make([]int32, 0, len(parts))
 	for id := range parts {
 		ids = append(ids, id)
 	}
-	ctx, cancel := context.WithTimeout(b.ctx, b.opts.StartTimeout)
+	ctx, cancel := context.WithTimeout(w.ctx, w.opts.StartTimeout)
 	defer cancel()
-	moved, err := b.opts.Parking.Moved(ctx, b.opts.Topic, ids, b.movedStates())
+	moved, err := w.opts.Parking.Moved(ctx, w.opts.Topic, ids, w.movedStates())
 	if err != nil {
-		if b.ctx.Err() == nil {
-			b.log.Debug("cannot read settled heads, next poll retries", "error", err.Error())
+		if w.ctx.Err() == nil {
+			w.log.Debug("cannot read settled heads, next poll retries", "error", err.Error())
 		}
 		return
 	}
@@ -122,9 +119,9 @@ type staleHead struct {
 
 // checkStaleHeads describes the retry heads active past staleAfter whose
 // next look is due, and records the state they are found in.
-func (b *Bridge) checkStaleHeads(parts map[int32]*orderedRouter) {
+func (w *headWatcher) checkStaleHeads(parts map[int32]*orderedRouter) {
 	now := time.Now()
-	staleAfter := b.staleAfter()
+	staleAfter := w.staleAfter()
 	var stale []staleHead
 	var incidents []string
 	for _, r := range parts {
@@ -136,7 +133,7 @@ func (b *Bridge) checkStaleHeads(parts map[int32]*orderedRouter) {
 				}
 				continue
 			}
-			active := bk.state == parking.HeadActive || (bk.state == parking.HeadDeadLettered && b.opts.HoldEntity)
+			active := bk.state == parking.HeadActive || (bk.state == parking.HeadDeadLettered && w.opts.HoldEntity)
 			if active && now.Sub(bk.since) >= staleAfter && !now.Before(bk.nextCheck) {
 				bk.every = min(max(2*bk.every, minDescribeEvery), maxDescribeEvery)
 				bk.nextCheck = now.Add(bk.every)
@@ -145,7 +142,7 @@ func (b *Bridge) checkStaleHeads(parts map[int32]*orderedRouter) {
 		}
 		r.mu.Unlock()
 	}
-	b.checkIncidentHeads(incidents)
+	w.checkIncidentHeads(incidents)
 	if len(stale) == 0 {
 		return
 	}
@@ -156,7 +153,7 @@ func (b *Bridge) checkStaleHeads(parts map[int32]*orderedRouter) {
 	defer wg.Wait()
 	for _, s := range stale {
 		select {
-		case <-b.ctx.Done():
+		case <-w.ctx.Done():
 			return
 		case <-pace.C:
 		}
@@ -165,15 +162,15 @@ func (b *Bridge) checkStaleHeads(parts map[int32]*orderedRouter) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-slots }()
-			b.describeHead(s)
+			w.describeHead(s)
 		}()
 	}
 }
 
 // staleAfter is how long a retry head may stay active before the watcher
 // describes it: its whole schedule, plus a margin for a slow worker.
-func (b *Bridge) staleAfter() time.Duration {
-	plan := b.opts.Retry.Plan(b.opts.Mode)
+func (w *headWatcher) staleAfter() time.Duration {
+	plan := w.opts.Retry.Plan(w.opts.Mode)
 	last := time.Duration(0)
 	if n := len(plan.Offsets); n > 0 {
 		last = plan.Offsets[n-1]
@@ -183,24 +180,24 @@ func (b *Bridge) staleAfter() time.Duration {
 
 // describeHead describes a retry head and records the state it is in when
 // that is not active.
-func (b *Bridge) describeHead(s staleHead) {
-	ctx, cancel := context.WithTimeout(b.ctx, b.opts.StartTimeout)
+func (w *headWatcher) describeHead(s staleHead) {
+	ctx, cancel := context.WithTimeout(w.ctx, w.opts.StartTimeout)
 	defer cancel()
-	state, err := retryHeadState(ctx, b.opts.Workflows, s.head)
+	state, err := retryHeadState(ctx, w.opts.Workflows, s.head)
 	if err != nil {
-		if b.ctx.Err() == nil {
-			b.log.Debug("cannot describe a blocked key's head, next check retries", "headWorkflowId", s.head, "error", err.Error())
+		if w.ctx.Err() == nil {
+			w.log.Debug("cannot describe a blocked key's head, next check retries", "headWorkflowId", s.head, "error", err.Error())
 		}
 		return
 	}
 	if state == parking.HeadActive {
 		return
 	}
-	if _, err := parking.SetHeadState(ctx, b.opts.Parking.Pool(), s.head, state); err != nil {
-		b.log.Debug("cannot record a blocked key's head state, next check retries", "headWorkflowId", s.head, "error", err.Error())
+	if _, err := parking.SetHeadState(ctx, w.opts.Parking.Pool(), s.head, state); err != nil {
+		w.log.Debug("cannot record a blocked key's head state, next check retries", "headWorkflowId", s.head, "error", err.Error())
 		return
 	}
-	b.log.Info("a blocked key's head settled without recording it: recorded from Temporal", "event", "projection_head_described",
+	w.log.Info("a blocked key's head settled without recording it: recorded from Temporal", "event", "projection_head_described",
 		"projectionName", s.key.Projection, "forkId", s.key.ForkID, "entityId", s.key.EntityID, "headWorkflowId", s.head, "headState", string(state))
 }
 
@@ -233,13 +230,13 @@ func retryHeadState(ctx context.Context, d contract.Describer, head string) (par
 // checkIncidentHeads records the state of incident heads whose incident no
 // longer holds (or has no row): their keys' events are released or
 // dead-lettered as the incident workflow would have had them.
-func (b *Bridge) checkIncidentHeads(ids []string) {
-	if len(ids) == 0 || b.opts.IncidentStore == nil {
+func (w *headWatcher) checkIncidentHeads(ids []string) {
+	if len(ids) == 0 || w.opts.IncidentStore == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(b.ctx, b.opts.StartTimeout)
+	ctx, cancel := context.WithTimeout(w.ctx, w.opts.StartTimeout)
 	defer cancel()
-	states, err := b.opts.IncidentStore.States(ctx, ids)
+	states, err := w.opts.IncidentStore.States(ctx, ids)
 	if err != nil {
 		return
 	}
@@ -257,16 +254,16 @@ func (b *Bridge) checkIncidentHeads(ids []string) {
 		case st == contract.IncidentDeadLettered:
 			head = parking.HeadDeadLetterAll
 		}
-		if _, err := parking.SetHeadState(ctx, b.opts.Parking.Pool(), id, head); err != nil {
-			b.log.Debug("cannot record an incident head's state, next check retries", "incidentId", id, "error", err.Error())
+		if _, err := parking.SetHeadState(ctx, w.opts.Parking.Pool(), id, head); err != nil {
+			w.log.Debug("cannot record an incident head's state, next check retries", "incidentId", id, "error", err.Error())
 		}
 	}
 }
 
 // measureOldest sets the oldest-parked-event gauge from the owned
 // partitions.
-func (b *Bridge) measureOldest(parts map[int32]*orderedRouter) {
-	ctx, cancel := context.WithTimeout(b.ctx, b.opts.StartTimeout)
+func (w *headWatcher) measureOldest(parts map[int32]*orderedRouter) {
+	ctx, cancel := context.WithTimeout(w.ctx, w.opts.StartTimeout)
 	defer cancel()
 	var oldest time.Time
 	for id, r := range parts {
@@ -276,7 +273,7 @@ func (b *Bridge) measureOldest(parts map[int32]*orderedRouter) {
 		if n == 0 {
 			continue
 		}
-		at, err := b.opts.Parking.Oldest(ctx, b.opts.Topic, id)
+		at, err := w.opts.Parking.Oldest(ctx, w.opts.Topic, id)
 		if err != nil {
 			return
 		}
@@ -288,5 +285,5 @@ func (b *Bridge) measureOldest(parts map[int32]*orderedRouter) {
 	if !oldest.IsZero() {
 		age = time.Since(oldest).Seconds()
 	}
-	b.m.parkedOldest.Set(age)
+	w.m.parkedOldest.Set(age)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/incident"
 	"github.com/causet/projection-retry/parking"
 	"github.com/causet/projection-retry/projection"
 )
@@ -36,6 +37,7 @@ import (
 type orderedRouter struct {
 	p     *partition
 	store *parking.Store
+	inc   *incident.Registry // nil when incidents are off
 
 	mu     sync.Mutex
 	keys   map[parking.Key]*blockedKey
@@ -62,7 +64,7 @@ type blockedKey struct {
 }
 
 func newOrderedRouter(p *partition) *orderedRouter {
-	return &orderedRouter{p: p, store: p.b.opts.Parking,
+	return &orderedRouter{p: p, store: p.opts.Parking, inc: p.b.inc,
 		keys: map[parking.Key]*blockedKey{}, due: map[parking.Key]bool{}, wakeCh: make(chan struct{}, 1)}
 }
 
@@ -87,11 +89,11 @@ func (r *orderedRouter) releasable(head string, state parking.HeadState) bool {
 	case parking.HeadSettled, parking.HeadDeadLetterAll:
 		return true
 	case parking.HeadDeadLettered:
-		return !r.p.b.opts.HoldEntity
+		return !r.p.opts.HoldEntity
 	case parking.HeadActive:
 		// Under policy dead-letter nothing holds: keys an incident parked
 		// under hold (the policy was switched) are released in order.
-		return parking.IsIncident(head) && !r.p.b.inc.Holding()
+		return parking.IsIncident(head) && !r.inc.Holding()
 	}
 	return false
 }
@@ -122,8 +124,8 @@ func (r *orderedRouter) open() bool {
 		}
 	}
 	r.mu.Unlock()
-	p.b.m.blockedKeys.Add(float64(len(loaded)))
-	p.b.m.parkedNow.Add(float64(r.parked))
+	p.m.blockedKeys.Add(float64(len(loaded)))
+	p.m.parkedNow.Add(float64(r.parked))
 	if len(loaded) > 0 {
 		p.log.Info("blocked keys loaded", "blockedKeys", len(loaded), "parked", r.parked)
 	}
@@ -140,8 +142,8 @@ func (r *orderedRouter) open() bool {
 func (r *orderedRouter) close() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.p.b.m.blockedKeys.Sub(float64(len(r.keys)))
-	r.p.b.m.parkedNow.Sub(float64(r.parked))
+	r.p.m.blockedKeys.Sub(float64(len(r.keys)))
+	r.p.m.parkedNow.Sub(float64(r.parked))
 	r.keys, r.parked = map[parking.Key]*blockedKey{}, 0
 }
 
@@ -173,7 +175,7 @@ func (r *orderedRouter) route(seg *segment, items []item, last *kgo.Record) bool
 	if !r.between() || !r.waitBounds(items) {
 		return false
 	}
-	if r.p.b.opts.Mode == config.ModeWorkflow {
+	if r.p.opts.Mode == config.ModeWorkflow {
 		return r.handOffOrdered(seg, items)
 	}
 	return r.applyOrdered(seg, items, last)
@@ -185,7 +187,7 @@ func (r *orderedRouter) route(seg *segment, items []item, last *kgo.Record) bool
 // drop. False when the partition stopped first.
 func (r *orderedRouter) waitBounds(items []item) bool {
 	p := r.p
-	o := p.b.opts
+	o := p.opts
 	for {
 		key, n := r.overBound(items)
 		if n == 0 {
@@ -197,7 +199,7 @@ func (r *orderedRouter) waitBounds(items []item) bool {
 		}
 		if !r.atBound {
 			r.atBound = true
-			p.b.m.parkBound.Inc()
+			p.m.parkBound.Inc()
 			attrs := []any{"event", "projection_park_bound", "parked", n}
 			if key != nil {
 				attrs = append(attrs, "projectionName", key.Projection, "forkId", key.ForkID, "entityId", key.EntityID,
@@ -222,7 +224,7 @@ func (r *orderedRouter) waitBounds(items []item) bool {
 // overBound returns the parked count at a bound (0: none is), with the key
 // at its bound (nil: the partition's).
 func (r *orderedRouter) overBound(items []item) (*parking.Key, int64) {
-	o := r.p.b.opts
+	o := r.p.opts
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.parked >= o.MaxParkedPerPartition {
@@ -344,7 +346,7 @@ func (r *orderedRouter) applyOrdered(seg *segment, items []item, last *kgo.Recor
 		// starts it afresh, so the schedule counts from the attempt that ran.
 		startedAt = time.Now().UTC()
 		for {
-			outcomes, err := p.b.opts.Engine.ApplyBatch(p.ctx, evs, projection.ApplyOptions{Hold: hold, BeforeCommit: beforeCommit, HoldAfterFailure: true})
+			outcomes, err := p.opts.Engine.ApplyBatch(p.ctx, evs, projection.ApplyOptions{Hold: hold, BeforeCommit: beforeCommit, HoldAfterFailure: true})
 			if !errors.Is(err, errRerun) || p.ctx.Err() != nil {
 				return outcomes, err
 			}
@@ -420,9 +422,9 @@ func (r *orderedRouter) handOffOrdered(seg *segment, items []item) bool {
 		added = map[parking.Key]string{}
 	)
 	for i, it := range items {
-		projs := p.b.opts.Engine.Projections(it.env.EventType)
+		projs := p.opts.Engine.Projections(it.env.EventType)
 		if len(projs) == 0 {
-			p.b.m.skipped.Inc()
+			p.m.skipped.Inc()
 		}
 		for _, proj := range projs {
 			k := keyOf(proj, &it.env)
@@ -580,7 +582,7 @@ func incidentOf(head string) string {
 // makes its fingerprint reach the threshold.
 func (r *orderedRouter) holdingIncident(ctx context.Context, tx pgx.Tx, pl *batchPlan, o projection.Result, env *event.Envelope,
 	now time.Time) (string, *contract.IncidentInput, error) {
-	inc := r.p.b.inc
+	inc := r.inc
 	if !inc.Holding() {
 		return "", nil, nil
 	}
@@ -634,7 +636,7 @@ func (r *orderedRouter) committed(pl *batchPlan) {
 			continue
 		}
 		r.keys[b.Key] = &blockedKey{head: b.Head, state: parking.HeadActive, since: now, nextCheck: now, through: b.Through}
-		p.b.m.blockedKeys.Inc()
+		p.m.blockedKeys.Inc()
 	}
 	for i, in := range pl.rows {
 		if !pl.inserted[i] {
@@ -663,8 +665,8 @@ func (r *orderedRouter) committed(pl *batchPlan) {
 	}
 	r.parked += parked
 	r.mu.Unlock()
-	p.b.m.parkedNow.Add(float64(parked))
-	p.b.m.parkedEvents.WithLabelValues("parked").Add(float64(parked))
+	p.m.parkedNow.Add(float64(parked))
+	p.m.parkedEvents.WithLabelValues("parked").Add(float64(parked))
 	for _, b := range pl.blocked {
 		attrs := []any{"event", "projection_key_blocked", "projectionName", b.Projection, "forkId", b.ForkID, "entityId", b.EntityID,
 			"headWorkflowId", b.Head}
@@ -674,7 +676,7 @@ func (r *orderedRouter) committed(pl *batchPlan) {
 		}
 		p.log.Info("key blocked: its later events are parked behind its head", attrs...)
 	}
-	if inc := p.b.inc; inc != nil {
+	if inc := r.inc; inc != nil {
 		for _, in := range pl.opened {
 			inc.Opened(in)
 		}
@@ -683,6 +685,6 @@ func (r *orderedRouter) committed(pl *batchPlan) {
 		}
 	}
 	if pl.redelivered > 0 {
-		p.b.m.parkedEvents.WithLabelValues("redelivered").Add(float64(pl.redelivered))
+		p.m.parkedEvents.WithLabelValues("redelivered").Add(float64(pl.redelivered))
 	}
 }

@@ -2,17 +2,20 @@ package starter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/projection"
 )
 
 // segment is one batch of a partition: it is done, and its offsets may be
@@ -26,21 +29,21 @@ type segment struct {
 // partition is one owned partition: a queue filled by the poll loop, a
 // worker that processes it in order, and the batches awaiting completion.
 type partition struct {
+	// handoffs (handoff.go) bring events to Temporal and the DLQ; through
+	// it the partition waits on its dependencies (waits.go).
+	*handoffs
 	b      *Bridge
 	topic  string
 	id     int32
 	log    *slog.Logger
-	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the worker and its hand-offs
+	tracer recordTracer   // tracing.go
 
 	wake   chan struct{} // records were queued
 	paused atomic.Bool   // fetching is paused (only the poll loop and callbacks change it)
 
 	router router // what becomes of the decoded events (router.go)
-	// tp is the tracer provider of the partition's traced records
-	// (tracing.go), for events released without a record.
-	tp atomic.Value
 
 	mu        sync.Mutex
 	stopping  bool // set before waiting for wg: no more sweeper checks join it
@@ -56,13 +59,14 @@ func newPartition(b *Bridge, topic string, id int32) *partition {
 	p := &partition{
 		b: b, topic: topic, id: id,
 		log:    b.log.With("topic", topic, "partition", id),
-		ctx:    ctx,
 		cancel: cancel,
+		tracer: recordTracer{topic: topic, id: id},
 		wake:   make(chan struct{}, 1),
 		done:   kgo.EpochOffset{Epoch: -1, Offset: -1},
 
 		committed: -1,
 	}
+	p.handoffs = &handoffs{waits: &waits{ctx: ctx, opts: &b.opts, m: b.m}, log: p.log, wg: &p.wg, sem: b.sem, dlq: b.dlq, tracer: &p.tracer}
 	p.router = newRouter(p)
 	p.wg.Add(1)
 	go p.run()
@@ -119,7 +123,7 @@ func (p *partition) take() []*kgo.Record {
 	for {
 		p.mu.Lock()
 		if n := len(p.queue); n > 0 {
-			n = min(n, p.b.opts.MaxPollRecords)
+			n = min(n, p.opts.MaxPollRecords)
 			recs := make([]*kgo.Record, n)
 			copy(recs, p.queue)
 			for _, r := range recs {
@@ -163,7 +167,7 @@ func (p *partition) setCommitted(offset int64) {
 		p.committed = offset
 	}
 	p.mu.Unlock()
-	p.b.m.committed.WithLabelValues(p.topic, strconv.Itoa(int(p.id))).Set(float64(offset))
+	p.m.committed.WithLabelValues(p.topic, strconv.Itoa(int(p.id))).Set(float64(offset))
 }
 
 func (p *partition) run() {
@@ -216,10 +220,6 @@ func (p *partition) decodeAhead(out chan<- *batch) {
 	}
 }
 
-func (p *partition) recordLog(rec *kgo.Record) *slog.Logger {
-	return p.log.With("offset", rec.Offset)
-}
-
 // item is a decoded event; projections are the cached catalog's answer to
 // which projections list it (the apply decides with the catalog it uses).
 type item struct {
@@ -246,7 +246,7 @@ type batch struct {
 func (p *partition) decode(recs []*kgo.Record) *batch {
 	b := p.b
 	bt := &batch{last: recs[len(recs)-1], items: make([]item, 0, len(recs))}
-	p.noteTracer(recs[0])
+	p.tracer.note(recs[0])
 	for _, rec := range recs {
 		b.m.consumed.Inc()
 		env, err := event.Decode(rec.Value)
@@ -296,10 +296,10 @@ func (p *partition) retryInput(it item, projection string, first *contract.Attem
 		Projection:   projection,
 		Key:          it.rec.Key,
 		Source:       sourceOf(it.rec),
-		Mode:         p.b.opts.Mode,
+		Mode:         p.opts.Mode,
 		FirstAttempt: first,
-		Retry:        p.b.opts.Retry,
-		ReplayWindow: p.b.opts.ReplayWindow,
+		Retry:        p.opts.Retry,
+		ReplayWindow: p.opts.ReplayWindow,
 	}
 }
 
@@ -308,4 +308,154 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// The inline apply: through database outages, isolating a batch that
+// fails as a whole, and counting outcomes.
+
+// countOutcomes counts a batch's outcomes in the metrics, and the events no
+// projection listed in the apply as skipped, and returns, in order, the
+// outcomes that still need a hand-off: failed and held pairs.
+func (p *partition) countOutcomes(items []item, outcomes []projection.Result) []projection.Result {
+	m := p.m
+	matched := make([]bool, len(items))
+	unmatched := len(items)
+	var rest []projection.Result
+	for _, o := range outcomes {
+		if !matched[o.Index] {
+			matched[o.Index] = true
+			unmatched--
+		}
+		switch o.Status {
+		case projection.StatusApplied, projection.StatusDuplicate:
+			m.applied.WithLabelValues(string(o.Status)).Inc()
+		case projection.StatusFailed:
+			m.failed.WithLabelValues(kindOf(o)).Inc()
+			rest = append(rest, o)
+		case projection.StatusHeld:
+			m.heldInline.Inc()
+			rest = append(rest, o)
+		}
+	}
+	m.skipped.Add(float64(unmatched))
+	return rest
+}
+
+// catalogRefresher is an Engine that can reload its catalog cache now.
+type catalogRefresher interface {
+	Refresh(ctx context.Context) error
+}
+
+// refreshCatalog brings the engine's catalog cache up to the database's,
+// retrying while the database is unreachable (workflow mode decides skips
+// from it). False when the partition stopped first.
+func (p *partition) refreshCatalog() bool {
+	r, ok := p.opts.Engine.(catalogRefresher)
+	if !ok {
+		return true
+	}
+	return p.until(p.log, "database", "cannot read the projection catalog", r.Refresh)
+}
+
+// isolate handles a batch that failed as a whole while the database
+// answered its probe: something in the batch, not the database, is at
+// fault. The halves are applied in order, each on its own, down to single
+// events; a single event that still fails as a whole has failed attempt 1
+// (errorKind sql) and is handed off like any failure, without blocking its
+// key: its failure could not be written with the block.
+func (p *partition) isolate(seg *segment, items []item, cause error, apply func(*segment, []item, *kgo.Record) bool) bool {
+	if len(items) > 1 {
+		h := len(items) / 2
+		p.log.Debug("batch failed as a whole while the database answers: applying its halves apart",
+			"firstOffset", items[0].rec.Offset, "lastOffset", items[len(items)-1].rec.Offset, "error", errString(cause))
+		return apply(seg, items[:h], items[h-1].rec) && apply(seg, items[h:], items[len(items)-1].rec)
+	}
+	it := items[0]
+	first := contract.FirstAttempt(time.Now().UTC(), string(contract.KindSQL), cause, 0)
+	if len(it.projections) == 0 {
+		// The cache lists no projection for it, so no retry workflow can be
+		// named: it can never be applied here, dead-letter it now.
+		r := dlq.RunRecord(contract.DeadLetterInput{Event: it.env, Key: it.rec.Key, Source: sourceOf(it.rec),
+			Attempts: []contract.Attempt{*first}}, first.StartedAt)
+		return p.publishDeadLetter(p.recordLog(it.rec), "event", it.rec.Key, r)
+	}
+	for _, proj := range it.projections {
+		p.m.failed.WithLabelValues(first.ErrorKind).Inc()
+		p.recordLog(it.rec).Warn("event fails its batch as a whole while the database answers: handed to its retry workflow",
+			"projectionName", proj, "eventId", it.env.EventID, "error", errString(cause))
+		if !p.handOff(seg, it.rec, p.retryInput(it, proj, first)) {
+			return false
+		}
+	}
+	return true
+}
+
+// verdict is what applyThroughOutage concluded about a batch.
+type verdict int
+
+const (
+	verdictDone    verdict = iota // outcomes are the events' own
+	verdictStopped                // the partition stopped first
+	verdictIsolate                // the batch fails as a whole while the database answers
+)
+
+type applyResult struct {
+	verdict verdict
+	err     error // the batch's error, with verdictIsolate
+}
+
+// maxHealthyRetries bounds the tries of a batch that fails as a whole while
+// the database answers its probe (a deadlock or a dropped connection
+// resolves on a retry); after them the batch is isolated.
+const maxHealthyRetries = 3
+
+// applyThroughOutage runs apply until its result is not a database outage
+// (the whole batch failing, or a pair failing with connection), pausing
+// the partition with capped backoff meanwhile, so an outage hands nothing
+// to Temporal and dead-letters nothing. An outage is proven by the probe:
+// while the database answers it, the batch is tried maxHealthyRetries
+// times, then isolated.
+func (p *partition) applyThroughOutage(items []item, last *kgo.Record, apply func() ([]projection.Result, error)) ([]projection.Result, applyResult) {
+	span := p.tracer.startBatchSpan(items, last)
+	defer span.End()
+	r := p.retrier(p.log, p.database())
+	for {
+		outcomes, err := apply()
+		if p.ctx.Err() != nil {
+			return nil, applyResult{verdict: verdictStopped}
+		}
+		if !isOutage(outcomes, err) {
+			if !r.outage.IsZero() {
+				p.log.Info("database reachable again: batch applied, partition resumed",
+					"event", "bridge_outage_over", "dependency", "database",
+					"firstOffset", items[0].rec.Offset, "lastOffset", last.Offset, "pausedFor", r.pausedFor())
+			}
+			return outcomes, applyResult{}
+		}
+		if err == nil {
+			err = firstConnectionError(outcomes)
+		}
+		if r.failed("database unreachable: partition paused, retrying the batch with backoff", err,
+			"firstOffset", items[0].rec.Offset, "lastOffset", last.Offset, "events", len(items)) {
+			if r.healthy >= maxHealthyRetries {
+				return nil, applyResult{verdict: verdictIsolate, err: err}
+			}
+			p.log.Debug("batch failed as a whole but the database answers: retrying it", "try", r.healthy, "error", errString(err))
+		}
+		if !r.wait() {
+			return nil, applyResult{verdict: verdictStopped}
+		}
+	}
+}
+
+// errOutage stands for a batch whose every failure was a lost connection.
+var errOutage = errors.New("database unreachable")
+
+func firstConnectionError(outcomes []projection.Result) error {
+	for _, o := range outcomes {
+		if o.Status == projection.StatusFailed && kindOf(o) == string(contract.KindConnection) && o.Err != nil {
+			return o.Err
+		}
+	}
+	return errOutage
 }

@@ -3,7 +3,6 @@ package starter
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -63,7 +62,7 @@ func (r *orderedRouter) between() bool {
 		}
 		if len(release) > 0 {
 			var m, ok bool
-			if p.b.opts.Mode == config.ModeWorkflow {
+			if p.opts.Mode == config.ModeWorkflow {
 				m, ok = r.promote(release)
 			} else {
 				m, ok = r.release(release)
@@ -209,7 +208,7 @@ func (r *orderedRouter) releaseRows(keys []parking.Blocked, rows []parking.Parke
 			in := rows[at].Retry
 			in.Mode = config.ModeInline
 			in.FirstAttempt = firstAttempt(o, startedAt)
-			in.Retry, in.ReplayWindow = p.b.opts.Retry, p.b.opts.ReplayWindow
+			in.Retry, in.ReplayWindow = p.opts.Retry, p.opts.ReplayWindow
 			heads = append(heads, parking.Blocked{Key: k, Head: in.WorkflowID(), State: parking.HeadActive, PendingStart: &in})
 			seqs = append(seqs, rows[at].Seq)
 			left[k]++
@@ -227,7 +226,7 @@ func (r *orderedRouter) releaseRows(keys []parking.Blocked, rows []parking.Parke
 	apply := func() ([]projection.Result, error) {
 		startedAt = time.Now().UTC()
 		for run := 0; ; run++ {
-			outs, err := p.b.opts.Engine.ApplyBatch(p.ctx, evs, projection.ApplyOptions{Hold: hold, BeforeCommit: beforeCommit, HoldAfterFailure: true})
+			outs, err := p.opts.Engine.ApplyBatch(p.ctx, evs, projection.ApplyOptions{Hold: hold, BeforeCommit: beforeCommit, HoldAfterFailure: true})
 			if !errors.Is(err, errRerun) || run >= maxOrderedRuns || p.ctx.Err() != nil {
 				return outs, err
 			}
@@ -246,7 +245,7 @@ func (r *orderedRouter) releaseRows(keys []parking.Blocked, rows []parking.Parke
 	}
 	r.released(left, applied, heads, drained)
 	for proj, n := range fromInc {
-		p.b.inc.CountReleased(proj, n)
+		r.inc.CountReleased(proj, n)
 	}
 	for _, h := range heads {
 		if h.PendingStart != nil && !r.startHead(*h.PendingStart) {
@@ -274,7 +273,7 @@ func (r *orderedRouter) headFailedAlone(row parking.Parked, cause error) bool {
 	in := row.Retry
 	in.Mode = config.ModeInline
 	in.FirstAttempt = contract.FirstAttempt(time.Now().UTC(), string(contract.KindSQL), cause, 0)
-	in.Retry, in.ReplayWindow = p.b.opts.Retry, p.b.opts.ReplayWindow
+	in.Retry, in.ReplayWindow = p.opts.Retry, p.opts.ReplayWindow
 	head := parking.Blocked{Key: parking.KeyOf(in), Head: in.WorkflowID(), State: parking.HeadActive, PendingStart: &in}
 	if !p.until(p.log, "database", "cannot record a released event's retry workflow as its key's head", func(ctx context.Context) error {
 		return pgx.BeginFunc(ctx, r.store.Pool(), func(tx pgx.Tx) error {
@@ -323,8 +322,8 @@ func (r *orderedRouter) released(left map[parking.Key]int64, applied int, heads 
 		if _, ok := r.keys[k]; ok {
 			delete(r.keys, k)
 			delete(r.due, k)
-			p.b.m.blockedKeys.Dec()
-			p.b.m.unblocked.WithLabelValues("released").Inc()
+			p.m.blockedKeys.Dec()
+			p.m.unblocked.WithLabelValues("released").Inc()
 		}
 	}
 	r.parked = max(r.parked-gone, 0)
@@ -333,12 +332,12 @@ func (r *orderedRouter) released(left map[parking.Key]int64, applied int, heads 
 	// the one that failed again and those behind it.
 	for _, j := range joins {
 		if j.parked > 0 {
-			p.b.inc.CountHeld(j.id, j.projection, 0, int(j.parked), nil)
+			r.inc.CountHeld(j.id, j.projection, 0, int(j.parked), nil)
 		}
 	}
-	p.b.m.parkedNow.Sub(float64(gone))
-	p.b.m.parkedEvents.WithLabelValues("released").Add(float64(applied))
-	p.b.m.parkedEvents.WithLabelValues("head").Add(float64(len(heads)))
+	p.m.parkedNow.Sub(float64(gone))
+	p.m.parkedEvents.WithLabelValues("released").Add(float64(applied))
+	p.m.parkedEvents.WithLabelValues("head").Add(float64(len(heads)))
 	if gone > 0 || len(drained) > 0 {
 		p.log.Info("parked events released", "event", "projection_parked_released", "released", applied,
 			"failedAgain", len(heads), "keysUnblocked", len(drained))
@@ -400,7 +399,7 @@ func (r *orderedRouter) deadLetterParked(keys []parking.Blocked) (more, ok bool)
 			return false, false
 		}
 		seqs = append(seqs, row.Seq)
-		p.b.inc.CountDeadLettered(in.Projection)
+		r.inc.CountDeadLettered(in.Projection)
 	}
 	var drained []parking.Key
 	if !p.until(p.log, "database", "cannot delete dead-lettered parked events", func(ctx context.Context) error {
@@ -414,7 +413,7 @@ func (r *orderedRouter) deadLetterParked(keys []parking.Blocked) (more, ok bool)
 	}) {
 		return false, false
 	}
-	p.b.m.parkedEvents.WithLabelValues("dead_lettered").Add(float64(len(rows)))
+	p.m.parkedEvents.WithLabelValues("dead_lettered").Add(float64(len(rows)))
 	left := map[parking.Key]int64{}
 	for _, row := range rows {
 		left[parking.KeyOf(row.Retry)]++
@@ -425,8 +424,8 @@ func (r *orderedRouter) deadLetterParked(keys []parking.Blocked) (more, ok bool)
 		if _, ok := r.keys[k]; ok {
 			delete(r.keys, k)
 			delete(r.due, k)
-			p.b.m.blockedKeys.Dec()
-			p.b.m.unblocked.WithLabelValues("dead_lettered").Inc()
+			p.m.blockedKeys.Dec()
+			p.m.unblocked.WithLabelValues("dead_lettered").Inc()
 		}
 	}
 	r.mu.Unlock()
@@ -511,15 +510,10 @@ func (r *orderedRouter) startHead(in contract.RetryInput) bool {
 		case handoffStopped:
 			return // the pending start stays: the next owner starts it
 		case handoffStarted:
-			p.b.m.handedOff.WithLabelValues(string(in.Mode)).Inc()
+			p.m.handedOff.WithLabelValues(string(in.Mode)).Inc()
 			logHandOff(log, in, outage)
 		}
 		r.headStarted(in, end)
 	}()
 	return true
-}
-
-func (p *partition) parkedLog(in contract.RetryInput) *slog.Logger {
-	return p.log.With("projectionName", in.Projection, "eventType", in.Event.EventType, "entityId", in.Event.EntityID,
-		"forkId", in.Event.ForkID, "eventId", in.Event.EventID, "offset", in.Source.Offset)
 }

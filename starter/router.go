@@ -35,7 +35,7 @@ type router interface {
 }
 
 func newRouter(p *partition) router {
-	if p.b.opts.ordered() {
+	if p.opts.ordered() {
 		return newOrderedRouter(p)
 	}
 	return directRouter{p}
@@ -52,7 +52,7 @@ func (directRouter) wake() <-chan struct{} { return nil }
 func (directRouter) between() bool         { return true }
 
 func (r directRouter) route(seg *segment, items []item, last *kgo.Record) bool {
-	if r.p.b.opts.Mode == config.ModeWorkflow {
+	if r.p.opts.Mode == config.ModeWorkflow {
 		return r.handOffAll(seg, items)
 	}
 	return r.applyInline(seg, items, last)
@@ -67,9 +67,9 @@ func (r directRouter) handOffAll(seg *segment, items []item) bool {
 		return false
 	}
 	for _, it := range items {
-		projs := p.b.opts.Engine.Projections(it.env.EventType)
+		projs := p.opts.Engine.Projections(it.env.EventType)
 		if len(projs) == 0 {
-			p.b.m.skipped.Inc()
+			p.m.skipped.Inc()
 		}
 		for _, proj := range projs {
 			if !p.handOff(seg, it.rec, p.retryInput(it, proj, nil)) {
@@ -91,7 +91,7 @@ func (r directRouter) applyInline(seg *segment, items []item, last *kgo.Record) 
 	var startedAt time.Time
 	outcomes, res := p.applyThroughOutage(items, last, func() ([]projection.Result, error) {
 		startedAt = time.Now().UTC()
-		return p.b.opts.Engine.ApplyBatch(p.ctx, evs)
+		return p.opts.Engine.ApplyBatch(p.ctx, evs)
 	})
 	switch res.verdict {
 	case verdictStopped:

@@ -2,6 +2,7 @@ package starter
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
@@ -41,9 +42,17 @@ func recordSpan(rec *kgo.Record) trace.Span {
 	return s
 }
 
+// recordTracer is what a partition knows of tracing: the topic-partition
+// its spans name, and the provider that traced its records.
+type recordTracer struct {
+	topic string
+	id    int32
+	tp    atomic.Value // trace.TracerProvider, once a traced record was seen
+}
+
 // startBatchSpan starts the span of applying one batch of items (last is
 // its last record): a new root, linked to each record's span.
-func (p *partition) startBatchSpan(items []item, last *kgo.Record) trace.Span {
+func (t *recordTracer) startBatchSpan(items []item, last *kgo.Record) trace.Span {
 	if len(items) == 0 {
 		return noop.Span{}
 	}
@@ -60,8 +69,8 @@ func (p *partition) startBatchSpan(items []item, last *kgo.Record) trace.Span {
 	_, span := s.TracerProvider().Tracer(tracerName).Start(context.Background(), "apply batch",
 		trace.WithNewRoot(), trace.WithLinks(links...), trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(
-			attribute.String("messaging.source.name", p.topic),
-			attribute.Int("messaging.kafka.source.partition", int(p.id)),
+			attribute.String("messaging.source.name", t.topic),
+			attribute.Int("messaging.kafka.source.partition", int(t.id)),
 			attribute.Int("messaging.batch.message_count", len(items)),
 			attribute.Int64("causet.first_offset", items[0].rec.Offset),
 			attribute.Int64("causet.last_offset", last.Offset),
@@ -140,20 +149,20 @@ func withSpan(ctx context.Context, span trace.Span) context.Context {
 	return trace.ContextWithSpan(ctx, span)
 }
 
-// tracerProvider is the provider that traced the partition's records (nil
-// until one was traced).
-func (p *partition) tracerProvider() trace.TracerProvider {
-	tp, _ := p.tp.Load().(trace.TracerProvider)
+// provider is the provider that traced the partition's records (nil until
+// one was traced).
+func (t *recordTracer) provider() trace.TracerProvider {
+	tp, _ := t.tp.Load().(trace.TracerProvider)
 	return tp
 }
 
 // noteTracer remembers the provider that traced rec, for the spans of
 // events released later without a record.
-func (p *partition) noteTracer(rec *kgo.Record) {
-	if p.tp.Load() != nil {
+func (t *recordTracer) note(rec *kgo.Record) {
+	if t.tp.Load() != nil {
 		return
 	}
 	if s := recordSpan(rec); s != nil {
-		p.tp.Store(s.TracerProvider())
+		t.tp.Store(s.TracerProvider())
 	}
 }

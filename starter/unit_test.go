@@ -173,16 +173,16 @@ func TestSegmentsCommitInOrder(t *testing.T) {
 	require.Empty(t, p.segs)
 }
 
-// A failed start or lane enqueue is classified once: Temporal refusing the
-// request dead-letters at once; throttling and timeouts (no worker takes a
-// lane's update) are outages however long they last; other failures while
-// Temporal answers its probe dead-letter after maxHealthyStartFailures.
+// A failed start is classified once: Temporal refusing the request
+// dead-letters at once; throttling and timeouts are outages however long
+// they last; other failures while Temporal answers its probe dead-letter
+// after maxHealthyStartFailures.
 func TestRetrierRefuses(t *testing.T) {
 	newRetrier := func(probe func(context.Context) error) *retrier {
-		b := &Bridge{opts: Options{StartTimeout: time.Second, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond, TemporalProbe: probe},
-			m: newMetrics(prometheus.NewRegistry())}
-		p := &partition{b: b, ctx: context.Background(), log: slog.New(slog.DiscardHandler)}
-		return p.retrier(p.log, p.temporal())
+		w := &waits{ctx: context.Background(),
+			opts: &Options{StartTimeout: time.Second, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond, TemporalProbe: probe},
+			m:    newMetrics(prometheus.NewRegistry())}
+		return w.retrier(slog.New(slog.DiscardHandler), w.temporal())
 	}
 	answers := func(context.Context) error { return nil }
 	down := func(context.Context) error { return errors.New("connection refused") }
@@ -192,7 +192,7 @@ func TestRetrierRefuses(t *testing.T) {
 	for name, err := range map[string]error{
 		"throttled":        serviceerror.NewResourceExhausted(0, "rate limit"),
 		"deadline":         context.DeadlineExceeded,
-		"server deadline":  serviceerror.NewDeadlineExceeded("update not accepted"),
+		"server deadline":  serviceerror.NewDeadlineExceeded("start not answered"),
 		"wrapped deadline": fmt.Errorf("update: %w", context.DeadlineExceeded),
 	} {
 		r := newRetrier(answers)
