@@ -188,7 +188,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		b.res.Notes = append(b.res.Notes,
 			b.queueNote(),
 			"The peer applies each polled partition batch in one transaction with the same projection engine (as the bridge does), then retries each failed event in place on the same short schedule while its partition waits, then writes it to the DLQ topic.",
-			"Events are keyed by entity; failing events have entities of their own, so entity ordering never holds successful events back.",
+			"Events are keyed by entity; outside the ordering phase failing events have entities of their own, so entity ordering parks nothing there: the ordering phase is the case where failures share keys with successful events.",
 		)
 	}
 	if b.res.ran("retrytopics") {
@@ -220,7 +220,7 @@ func (b *bench) progress(format string, args ...any) {
 func (b *bench) handoffQueue() string { return b.idleQueue }
 
 func (b *bench) queueNote() string {
-	return fmt.Sprintf("Inline and hand-off runs use task queue %q, which no worker polls: the bridge's job ends when a failure's retry workflow is durably started, and its retries do not compete with the measurement. (With CAUSET_ORDERING=entity a failure that blocks its key is started the same way; the bench's failing events have entities of their own, so no lane is needed.) Workflow mode and the schedule run use the in-process worker (default worker options from package worker).", b.idleQueue)
+	return fmt.Sprintf("Inline and hand-off runs use task queue %q, which no worker polls: the bridge's job ends when a failure's retry workflow is durably started, and its retries do not compete with the measurement. (With CAUSET_ORDERING=entity a failure that blocks its key is started the same way; in these runs no later event of its key arrives, so nothing is parked.) Workflow mode and the schedule run use the in-process worker (default worker options from package worker).", b.idleQueue)
 }
 
 // phaseNames are the phases of a run, in the order they run.

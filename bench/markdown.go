@@ -318,6 +318,6 @@ func (r *Result) orderingMarkdown(b *strings.Builder) {
 	b.WriteString("| | none | entity (default) |\n|---|---:|---:|\n")
 	fmt.Fprintf(b, "| events of keys that never fail: events/s | %.0f | %.0f |\n", x.NoneCleanEP, x.EntityCleanEP)
 	fmt.Fprintf(b, "| every successful event applied (s) | %.2f | %.2f |\n\n", x.NoneDrainS, x.EntityAllS)
-	fmt.Fprintf(b, "Releases: %d events parked behind one failing head were all applied %.2f s after it dead-lettered; %d events behind %d heads settled together (their rows' state set as the worker sets it) were applied in %.2f s (%.0f events/s).\n\n",
+	fmt.Fprintf(b, "Releases: %d events parked behind one failing head were all applied %.2f s after it dead-lettered; %d events behind %d heads settled together (their rows' state set as the worker sets it; their retry workflows wait on a queue no worker polls, so no attempt runs beside the release) were applied in %.2f s (%.0f events/s).\n\n",
 		x.HotParked, x.HotDrainS, x.WideParked, x.WideKeys, x.WideDrainS, x.WideEPS)
 }

@@ -24,7 +24,8 @@ const (
 type Ordering string
 
 const (
-	// OrderingEntity holds later events of a blocked (projection, fork, entity) in a lane.
+	// OrderingEntity parks later events of a blocked (projection, fork, entity)
+	// until its head settles.
 	OrderingEntity Ordering = "entity"
 	// OrderingNone applies later events inline at once.
 	OrderingNone Ordering = "none"

@@ -13,8 +13,7 @@ import (
 
 // Settled reports whether the retry workflow described by info no longer
 // holds its key's later events back: it is closed, or open only to wait for
-// a replay or discard decision (dead_lettered, as a lane's child that
-// reports dead_lettered lets the lane move on). A nil info (no such
+// a replay or discard decision (dead_lettered). A nil info (no such
 // workflow) is settled: there is nothing to wait for.
 func Settled(info *workflowpb.WorkflowExecutionInfo) bool {
 	if info == nil || info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {

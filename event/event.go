@@ -20,9 +20,8 @@ const MaxSize = 1 << 20
 const MaxDepth = 64
 
 // Limits of the identifying fields, in bytes. They keep a workflow ID
-// (projection-retry:<projection>:<forkId>:<eventId> or
-// projection-lane:<projection>:<forkId>:<entityId>, a projection name being at
-// most 63 bytes and each escaped field at most 3 times its length) under
+// (projection-retry:<projection>:<forkId>:<eventId>, a projection name being
+// at most 63 bytes and each escaped field at most 3 times its length) under
 // Temporal's 1000-byte ID limit, the CausetEventType, CausetEntityId and
 // CausetForkId keyword search attributes under 255 characters (SQL
 // visibility's keyword columns), and the dedupe ledger's primary key
@@ -36,10 +35,10 @@ const (
 )
 
 // MaxEncodedPayloadBytes bounds the payload as a workflow input encodes it
-// (EncodedSize). Temporal refuses a payload over 2 MiB. A retry workflow's
-// input and each of its activities' inputs hold the event once, but a lane's
-// continue-as-new input holds its 1 MiB queue budget plus the one event a
-// lane always admits, so one event must stay well under 1 MiB.
+// (EncodedSize). Temporal refuses a payload over 2 MiB: a retry workflow's
+// input and each of its activities' inputs hold the event once, beside its
+// attempts, and the headroom keeps a payload of this size far from that
+// limit.
 const MaxEncodedPayloadBytes = 512 << 10
 
 // Envelope is one event as published by causet-runtime.

@@ -337,11 +337,20 @@ RETURNING b.projection, b.fork_id, b.entity_id`, topic, partition, proj, fork, e
 }
 
 // Started clears the pending start of key's head once its retry workflow is
-// durable.
+// durable. Its commit is not waited for (synchronous_commit off): a clear
+// lost in a crash only makes the next owner start the head again, which
+// finds the running workflow, and a burst of heads does not cost one WAL
+// flush each.
 func (s *Store) Started(ctx context.Context, topic string, partition int32, k Key, head string) error {
-	_, err := s.pool.Exec(ctx, `UPDATE causet_blocked_keys SET pending_start = NULL
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit TO OFF`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `UPDATE causet_blocked_keys SET pending_start = NULL
 WHERE topic = $1 AND partition = $2 AND projection = $3 AND fork_id = $4 AND entity_id = $5 AND head_workflow_id = $6`,
-		topic, partition, k.Projection, k.ForkID, k.EntityID, head)
+			topic, partition, k.Projection, k.ForkID, k.EntityID, head)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("parking: record a started head: %w", err)
 	}

@@ -34,7 +34,7 @@ import (
 // delay that doubles up to maxDescribeEvery while it is still active, and
 // the state it is found in is recorded as the worker would have.
 const (
-	headPoll            = 500 * time.Millisecond
+	headPoll            = 100 * time.Millisecond
 	staleCheckEvery     = 2 * time.Second
 	oldestEvery         = 10 * time.Second
 	minDescribeEvery    = 5 * time.Second

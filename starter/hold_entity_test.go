@@ -83,6 +83,9 @@ func TestBridgeKafkaHoldEntityParksBehindDeadLetter(t *testing.T) {
 		"the replayed head released its key")
 	require.Zero(t, h.follows(user), "follow then unfollow: the user follows nobody")
 	require.EqualValues(t, 1, value(r.b.m.parkedEvents.WithLabelValues("released")))
+	unblocked := h.logs.lines("projection_key_unblocked")
+	require.Len(t, unblocked, 1)
+	require.Equal(t, user, unblocked[0]["entityId"])
 }
 
 // A dead-lettered follow replayed after a later unfollow of the same user,

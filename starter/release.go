@@ -338,6 +338,10 @@ func (r *orderedRouter) released(left map[parking.Key]int64, applied int, heads 
 	p.m.parkedNow.Sub(float64(gone))
 	p.m.parkedEvents.WithLabelValues("released").Add(float64(applied))
 	p.m.parkedEvents.WithLabelValues("head").Add(float64(len(heads)))
+	for _, k := range drained {
+		p.log.Info("key unblocked: its parked events are all released", "event", "projection_key_unblocked",
+			"projectionName", k.Projection, "forkId", k.ForkID, "entityId", k.EntityID)
+	}
 	if gone > 0 || len(drained) > 0 {
 		p.log.Info("parked events released", "event", "projection_parked_released", "released", applied,
 			"failedAgain", len(heads), "keysUnblocked", len(drained))
@@ -429,6 +433,10 @@ func (r *orderedRouter) deadLetterParked(keys []parking.Blocked) (more, ok bool)
 		}
 	}
 	r.mu.Unlock()
+	for _, k := range drained {
+		p.log.Info("key unblocked: its parked events are all dead-lettered", "event", "projection_key_unblocked",
+			"projectionName", k.Projection, "forkId", k.ForkID, "entityId", k.EntityID)
+	}
 	return len(rows) == releaseLimit, true
 }
 

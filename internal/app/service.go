@@ -37,7 +37,7 @@ func (s *Service) DLQProducer() (*kgo.Client, error) {
 }
 
 // NewWorker builds the Temporal worker on CAUSET_TASK_QUEUE with the retry
-// and lane workflows and the activities registered (package worker), as
+// and incident workflows and the activities registered (package worker), as
 // the Worker Deployment Version of CAUSET_WORKER_DEPLOYMENT and
 // CAUSET_WORKER_BUILD_ID when they are set: the
 // activities apply with Engine, publish dead letters with the DLQ producer
@@ -84,8 +84,8 @@ func (s *Service) NewWorker() (sdkworker.Worker, error) {
 }
 
 // BridgeOptions are the bridge's options: those of the configuration
-// (starter.OptionsFromConfig), the engine, Temporal as starter and lane
-// client, the blocked keys in PostgreSQL, the outage probes (a pool ping for
+// (starter.OptionsFromConfig), the engine, Temporal as starter, incident
+// client and head describer, the blocked keys in PostgreSQL, the outage probes (a pool ping for
 // PostgreSQL, the frontend's health check for Temporal), the logger, the
 // registry, and the Kafka TLS and SASL with the client's metrics. From the
 // first call on, /readyz also waits for the bridge built with them to be a
