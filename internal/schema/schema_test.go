@@ -1,13 +1,9 @@
 package schema_test
 
 import (
-	"bytes"
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -18,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/causet/projection-retry/internal/schema"
+	"github.com/causet/projection-retry/internal/schema/schematest"
 	"github.com/causet/projection-retry/internal/testenv"
 )
 
@@ -152,7 +149,7 @@ func TestCheckRefusesOlderAndNewerSchemas(t *testing.T) {
 func TestUpAdoptsTheReleaseBeforeMigrations(t *testing.T) {
 	ctx := ctxFor(t, 2*time.Minute)
 	pool := testenv.EmptyPostgres(t)
-	LoadBeforeMigrations(t, pool)
+	schematest.LoadBeforeMigrations(t, pool)
 	counts := func() map[string]int {
 		out := map[string]int{}
 		for _, table := range []string{"causet_projection_versions", "causet_intent_handlers", "causet_intents", "causet_events",
@@ -180,27 +177,6 @@ func TestUpAdoptsTheReleaseBeforeMigrations(t *testing.T) {
 	for table, n := range before {
 		require.Equal(t, n, after[table], table)
 	}
-}
-
-// LoadBeforeMigrations loads testdata/before-migrations.sql.gz into pool's
-// (empty) database.
-func LoadBeforeMigrations(t *testing.T, pool *pgxpool.Pool) {
-	t.Helper()
-	f, err := os.Open("testdata/before-migrations.sql.gz")
-	require.NoError(t, err)
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	require.NoError(t, err)
-	dump, err := io.ReadAll(zr)
-	require.NoError(t, err)
-	ctx := ctxFor(t, time.Minute)
-	conn, err := pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer conn.Release()
-	_, err = conn.Exec(ctx, string(bytes.TrimSpace(dump)))
-	require.NoError(t, err)
-	// The dump empties the session's search_path: this session goes.
-	conn.Hijack().Close(ctx)
 }
 
 func tableCount(t *testing.T, pool *pgxpool.Pool) int {
