@@ -262,7 +262,8 @@ func (l *Ledger) submit(ctx context.Context, st *started, in intents.Intent) (Ou
 }
 
 // envelopes builds the events of an accepted intent, without their
-// sequence numbers, and checks each is an envelope event.Decode accepts.
+// sequence numbers, and checks each is an envelope event.Decode accepts in
+// the form the ledger stores and the relay publishes.
 func envelopes(in intents.Intent, d intents.Decision, now time.Time) ([]event.Envelope, error) {
 	envs := make([]event.Envelope, len(d.Events))
 	for i, e := range d.Events {
@@ -272,8 +273,14 @@ func envelopes(in intents.Intent, d intents.Decision, now time.Time) ([]event.En
 				"intentId is %d bytes: the ID of its event %d (<intentId>:%d) would be %d bytes, more than the %d allowed",
 				len(in.IntentID), i+1, i+1, len(id), event.MaxEventIDBytes)}
 		}
+		// The payload as the ledger's jsonb will render it, so that the
+		// checks below see what the relay publishes and the bridge decodes.
+		payload, err := event.PlainNumbers(e.Payload)
+		if err != nil {
+			return nil, &intents.EvalError{Path: fmt.Sprintf("emits[%d]", i), Err: fmt.Errorf("not a valid event: %w", err)}
+		}
 		envs[i] = event.Envelope{EventID: id, EventType: e.EventType, EntityID: in.EntityID, ForkID: in.ForkID,
-			IntentID: in.IntentID, Sequence: 1, OccurredAt: now.UTC(), Payload: e.Payload}
+			IntentID: in.IntentID, Sequence: 1, OccurredAt: now.UTC(), Payload: payload}
 		raw, err := json.Marshal(envs[i])
 		if err == nil {
 			_, err = event.Decode(raw)

@@ -1,6 +1,7 @@
 package ledger_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"strings"
@@ -249,4 +250,49 @@ func TestUnavailableAfterBoundedTries(t *testing.T) {
 	_, err = l.Submit(cancelled, follow("i", "u", "a"))
 	require.ErrorAs(t, err, &ue)
 	require.Equal(t, 1, ue.Tries, "a request that has gone is not retried")
+}
+
+// A careless client's 35 KB request whose numbers the handler copies into
+// the event (5,000 × 1e-300) would be stored, and published, as a 1.5 MB
+// envelope: the intent is refused before anything is written, with the
+// reason.
+func TestEventCheckedAsStored(t *testing.T) {
+	f := setup(t, `
+intent_type: Copy
+emits: [{event_type: COPIED, payload: {xs: "intent.payload.xs"}}]
+`)
+	xs := make([]any, 5000)
+	for i := range xs {
+		xs[i] = 1e-300
+	}
+	_, err := f.ledger.Submit(f.ctx, intents.Intent{IntentID: "tiny", IntentType: "Copy", EntityID: "e", ForkID: "f",
+		Payload: map[string]any{"xs": xs}})
+	var ee *intents.EvalError
+	require.ErrorAs(t, err, &ee)
+	require.Contains(t, ee.Error(), "more than the")
+	f.requireNothingWritten(t)
+
+	// A few such numbers fit, and are stored as they were checked.
+	out, err := f.ledger.Submit(f.ctx, intents.Intent{IntentID: "few", IntentType: "Copy", EntityID: "e", ForkID: "f",
+		Payload: map[string]any{"xs": []any{1e-7, 1.5e-10}}})
+	require.NoError(t, err)
+	var stored string
+	require.NoError(t, f.pool.QueryRow(f.ctx, `SELECT envelope->>'payload' FROM causet_events WHERE intent_id = 'few'`).Scan(&stored))
+	require.JSONEq(t, string(out.Events[0].Payload), stored)
+	require.Equal(t, `{"xs":[0.0000001,0.00000000015]}`, string(out.Events[0].Payload))
+}
+
+// PlainNumbers writes numbers digit for digit as jsonb renders them.
+func TestPlainNumbersAsPostgreSQLRendersThem(t *testing.T) {
+	f := setup(t)
+	for _, tok := range []string{"1e-3", "1.50e1", "-2.5E+2", "0e-2", "-0.0e1", "12e-1", "0.001e2", "1e21", "1.234e-7",
+		"-9.999e-12", "123456789012345678e-5", "5E0", "7.0e-0", "100e-2"} {
+		var rendered string
+		require.NoError(t, f.pool.QueryRow(f.ctx, `SELECT ($1::jsonb)::text`, `{"a":`+tok+`}`).Scan(&rendered))
+		var compact bytes.Buffer
+		require.NoError(t, json.Compact(&compact, []byte(rendered)))
+		got, err := event.PlainNumbers([]byte(`{"a":` + tok + `}`))
+		require.NoError(t, err)
+		require.Equal(t, compact.String(), string(got), tok)
+	}
 }

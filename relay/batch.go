@@ -3,10 +3,12 @@ package relay
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/causet/projection-retry/event"
@@ -19,19 +21,21 @@ const slowBatch = 30 * time.Second
 
 // row is one unpublished ledger event as it goes to Kafka.
 type row struct {
-	position         int64
-	forkID, entityID string
-	value            []byte
+	position                  int64
+	eventID, forkID, entityID string
+	value                     []byte
 }
 
-// fetch reads the first Batch unpublished rows in position order (the
-// partial index causet_events_unpublished serves it).
+// fetch reads the first Batch unpublished rows in position order, skipping
+// those set aside (the partial index causet_events_unpublished serves it;
+// set-aside rows are few).
 func (r *Relay) fetch(ctx context.Context, conn *pgx.Conn) ([]row, error) {
 	ctx, cancel := context.WithTimeout(ctx, dbTimeout)
 	defer cancel()
 	rs, err := conn.Query(ctx, `
-		SELECT position, fork_id, entity_id, envelope FROM causet_events
-		WHERE published_at IS NULL ORDER BY position LIMIT $1`, r.opts.Batch)
+		SELECT position, event_id, fork_id, entity_id, envelope FROM causet_events e
+		WHERE published_at IS NULL AND NOT EXISTS (SELECT 1 FROM causet_events_set_aside s WHERE s.position = e.position)
+		ORDER BY position LIMIT $1`, r.opts.Batch)
 	if err != nil {
 		return nil, err
 	}
@@ -41,7 +45,7 @@ func (r *Relay) fetch(ctx context.Context, conn *pgx.Conn) ([]row, error) {
 			rw       row
 			envelope []byte
 		)
-		if err := rs.Scan(&rw.position, &rw.forkID, &rw.entityID, &envelope); err != nil {
+		if err := rs.Scan(&rw.position, &rw.eventID, &rw.forkID, &rw.entityID, &envelope); err != nil {
 			rs.Close()
 			return nil, err
 		}
@@ -67,25 +71,20 @@ func recordValue(envelope []byte) []byte {
 	return b
 }
 
-// produce sends rows in order and waits for every answer. It returns which
-// rows Kafka acknowledged and the first error, if any.
-func (r *Relay) produce(ctx context.Context, rows []row) ([]bool, error) {
-	acked := make([]bool, len(rows))
+// produce sends rows in order and waits for every answer: each row's
+// error, nil for those Kafka acknowledged.
+func (r *Relay) produce(ctx context.Context, rows []row) []error {
+	errs := make([]error, len(rows))
 	var (
-		mu    sync.Mutex
-		first error
-		wg    sync.WaitGroup
+		mu sync.Mutex
+		wg sync.WaitGroup
 	)
 	wg.Add(len(rows))
 	for i, rw := range rows {
 		rec := &kgo.Record{Key: []byte(rw.entityID), Value: rw.value}
 		r.cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
 			mu.Lock()
-			if err == nil {
-				acked[i] = true
-			} else if first == nil {
-				first = err
-			}
+			errs[i] = err
 			mu.Unlock()
 			wg.Done()
 		})
@@ -93,7 +92,64 @@ func (r *Relay) produce(ctx context.Context, rows []row) ([]bool, error) {
 	r.await(ctx, &wg)
 	mu.Lock()
 	defer mu.Unlock()
-	return acked, first
+	return errs
+}
+
+// refused reports an error Kafka gives a record for the record itself
+// (too large for the topic, invalid): sending it again can never succeed.
+// A broker refuses a whole batch for one such record, so a row is judged
+// on its own (judgeAlone) before it is set aside.
+func refused(err error) bool {
+	for _, e := range []error{kerr.MessageTooLarge, kerr.RecordListTooLarge, kerr.InvalidRecord, kerr.CorruptMessage, kerr.InvalidTimestamp} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// judgeAlone sends each row whose batch Kafka refused on its own, in order:
+// a row acknowledged alone was refused only with its batch; one refused
+// alone is poison. It fills errs in place and returns the poison rows'
+// indexes.
+func (r *Relay) judgeAlone(ctx context.Context, rows []row, errs []error) []int {
+	var poison []int
+	for i, err := range errs {
+		if !refused(err) || ctx.Err() != nil {
+			continue
+		}
+		errs[i] = r.produce(ctx, rows[i:i+1])[0]
+		if refused(errs[i]) {
+			poison = append(poison, i)
+		}
+	}
+	return poison
+}
+
+// setAside records the poison rows with Kafka's reason, so that the relay
+// moves on past them; `causet outbox redrive` puts them back.
+func (r *Relay) setAside(ctx context.Context, conn *pgx.Conn, rows []row, errs []error, poison []int) error {
+	if len(poison) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dbTimeout)
+	defer cancel()
+	positions, ids, reasons := make([]int64, len(poison)), make([]string, len(poison)), make([]string, len(poison))
+	for k, i := range poison {
+		positions[k], ids[k], reasons[k] = rows[i].position, rows[i].eventID, errs[i].Error()
+	}
+	_, err := conn.Exec(ctx, `INSERT INTO causet_events_set_aside (position, event_id, reason)
+		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[]) ON CONFLICT (position) DO NOTHING`, positions, ids, reasons)
+	if err != nil {
+		return err
+	}
+	for _, i := range poison {
+		r.m.setAside.Inc()
+		r.log.Error("kafka refuses this event itself: set aside, the relay moves on (causet outbox list, causet outbox redrive)",
+			"event", "relay_event_set_aside", "position", rows[i].position, "eventId", rows[i].eventID,
+			"entityId", rows[i].entityID, "forkId", rows[i].forkID, "bytes", len(rows[i].value), "error", errs[i].Error())
+	}
+	return nil
 }
 
 // await waits for the promises of a batch. Once ctx is done the records not
@@ -152,7 +208,8 @@ func allPositions(rows []row) []int64 {
 
 // ackedPrefix returns the positions of acknowledged rows that no
 // unacknowledged row of the same (fork, entity) precedes in the batch:
-// marking them keeps each entity's published rows a prefix of its sequence.
+// marking them keeps each entity's published rows a prefix of its sequence
+// (a row set aside counts as done).
 func ackedPrefix(rows []row, acked []bool) []int64 {
 	type entity struct{ fork, id string }
 	stopped := map[entity]bool{}

@@ -2,10 +2,12 @@ package relay_test
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -54,6 +56,11 @@ func newLedger(t testing.TB) *ledger {
 // (whose lock orders concurrent writers of the entity), the intent row, then
 // the events with deterministic IDs <intentId>:<n>.
 func (l *ledger) write(ctx context.Context, fork, entity string, n int) error {
+	return l.writeSized(ctx, fork, entity, n, 0)
+}
+
+// writeSized is write with each event's payload padded by pad bytes.
+func (l *ledger) writeSized(ctx context.Context, fork, entity string, n, pad int) error {
 	l.mu.Lock()
 	l.intents++
 	intentID := fmt.Sprintf("intent-%d", l.intents)
@@ -80,7 +87,7 @@ func (l *ledger) write(ctx context.Context, fork, entity string, n int) error {
 		envs[i] = event.Envelope{
 			EventID: fmt.Sprintf("%s:%d", intentID, i+1), EventType: "ITEM_ADDED", EntityID: entity, ForkID: fork,
 			IntentID: intentID, Sequence: seq, OccurredAt: now.UTC(),
-			Payload: json.RawMessage(fmt.Sprintf(`{"item": "i-%d", "qty": %d}`, seq, i+1)),
+			Payload: json.RawMessage(fmt.Sprintf(`{"item": "i-%d", "qty": %d, "pad": %q}`, seq, i+1, padding(pad))),
 		}
 	}
 	response, err := json.Marshal(map[string]any{"status": "SUCCESS", "intentId": intentID, "events": envs})
@@ -310,4 +317,14 @@ func checkTopic(t testing.TB, recs []*kgo.Record, written []event.Envelope) (res
 	}
 	require.Len(t, seen, len(want), "every event the ledger wrote is on the topic")
 	return resends
+}
+
+// padding is n characters that do not compress (the producer compresses
+// its batches).
+func padding(n int) string {
+	var b strings.Builder
+	for b.Len() < n {
+		b.WriteString(rand.Text())
+	}
+	return b.String()[:n]
 }

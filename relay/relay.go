@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -255,13 +256,26 @@ func (r *Relay) publish(ctx context.Context, conn *pgx.Conn, bo *backoff.Backoff
 			_ = backoff.Sleep(ctx, r.opts.PollInterval)
 			continue
 		}
-		acked, perr := r.produce(ctx, rows)
-		positions := allPositions(rows)
-		if perr != nil {
-			positions = nil
-			if ctx.Err() != nil {
-				positions = ackedPrefix(rows, acked)
+		errs := r.produce(ctx, rows)
+		poison := r.judgeAlone(ctx, rows, errs)
+		if err := r.setAside(ctx, conn, rows, errs, poison); err != nil {
+			return fmt.Errorf("set aside %d events Kafka refuses: %w", len(poison), err)
+		}
+		// Rows Kafka acknowledged are marked whatever happened to the
+		// others, and never sent again; a row set aside counts as done.
+		done := make([]bool, len(rows))
+		var perr error
+		for i, err := range errs {
+			done[i] = err == nil || slices.Contains(poison, i)
+			if !done[i] && perr == nil {
+				perr = err
 			}
+		}
+		positions := ackedPrefix(rows, done)
+		if len(poison) > 0 {
+			positions = slices.DeleteFunc(positions, func(p int64) bool {
+				return slices.ContainsFunc(poison, func(i int) bool { return rows[i].position == p })
+			})
 		}
 		if err := r.mark(ctx, conn, positions); err != nil {
 			return fmt.Errorf("mark %d events published (they will be sent again): %w", len(positions), err)
@@ -282,10 +296,10 @@ func (r *Relay) publish(ctx context.Context, conn *pgx.Conn, bo *backoff.Backoff
 			return nil
 		}
 		r.m.failures.Inc()
-		attrs := []any{"events", len(rows), "firstPosition", rows[0].position, "error", perr.Error()}
+		attrs := []any{"events", len(rows), "published", len(positions), "firstPosition", rows[0].position, "error", perr.Error()}
 		if failingSince.IsZero() {
 			failingSince = time.Now()
-			r.log.Warn("kafka did not acknowledge the batch, sending it again with backoff", attrs...)
+			r.log.Warn("kafka did not acknowledge the whole batch, sending the rest again with backoff", attrs...)
 		} else {
 			r.log.Debug("kafka did not acknowledge the batch: still failing", attrs...)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/causet/projection-retry/event"
 	"github.com/causet/projection-retry/internal/testenv"
 )
 
@@ -201,5 +202,43 @@ func TestRelayKafkaDatabaseRestart(t *testing.T) {
 	n += l.writeMany(t, 10, 3)
 	l.waitAllPublished(t, 30*time.Second)
 	require.Zero(t, checkTopic(t, topicRecords(t, brokers, topic), l.events()))
+	require.Equal(t, float64(n), rr.metric(t, publishedTotal))
+}
+
+// An event Kafka refuses for itself (too large for the topic) is set aside
+// with the reason: every other event, before and after it, its own
+// entity's included, is published once, in order, and the relay goes on.
+func TestRelayKafkaSetsAsidePoisonEvent(t *testing.T) {
+	l := newLedger(t)
+	brokers := testenv.Kafka(t)
+	topic := testenv.Topic(t, "causet.events.v1")
+	limit := "4096"
+	testenv.CreateTopicWithConfig(t, brokers, topic, 3, map[string]*string{"max.message.bytes": &limit})
+
+	ctx := ctxFor(t, time.Minute)
+	n := l.writeMany(t, 20, 4)
+	require.NoError(t, l.writeSized(ctx, "main", "e-1", 1, 20_000))
+	poison := l.events()[len(l.events())-1]
+	n += l.writeMany(t, 20, 4)
+	rr := start(t, fastOptions(t, l, brokers, topic))
+	require.Eventually(t, func() bool { return l.unpublished(t) == 1 && rr.metric(t, "causet_relay_set_aside_events") == 1 },
+		30*time.Second, 20*time.Millisecond, "every event published but the poison one, which is set aside")
+
+	var reason string
+	require.NoError(t, l.pool.QueryRow(ctx, `SELECT reason FROM causet_events_set_aside WHERE event_id = $1`, poison.EventID).Scan(&reason))
+	require.Contains(t, reason, "MESSAGE_TOO_LARGE")
+	require.Equal(t, 1.0, rr.metric(t, "causet_relay_set_aside_total"))
+	require.Zero(t, rr.metric(t, lagEvents), "the backlog does not count it")
+	recs := topicRecords(t, brokers, topic)
+	require.Len(t, recs, n, "the others, each once")
+	last := map[string]int64{}
+	for _, rec := range recs {
+		env, err := event.Decode(rec.Value)
+		require.NoError(t, err)
+		require.NotEqual(t, poison.EventID, env.EventID)
+		key := env.ForkID + "/" + env.EntityID
+		require.Greater(t, env.Sequence, last[key], "%s in order", key)
+		last[key] = env.Sequence
+	}
 	require.Equal(t, float64(n), rr.metric(t, publishedTotal))
 }

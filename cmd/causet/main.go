@@ -26,6 +26,7 @@ type cli struct {
 	DLQ         dlqCmd         `cmd:"" name:"dlq" help:"Read and replay dead letters."`
 	Blocked     blockedCmd     `cmd:"" help:"List the keys entity ordering holds: each (projection, fork, entity) waiting behind its head (a retry workflow or an incident), with how many events are parked behind it."`
 	Incidents   incidentsCmd   `cmd:"" help:"List, show and resolve incidents: one per systemic failure of a projection (CAUSET_INCIDENT_*)."`
+	Outbox      outboxCmd      `cmd:"" help:"The events the outbox relay set aside because Kafka refuses them: list them, send them again."`
 	Produce     produceCmd     `cmd:"" help:"Produce JSON-line event envelopes (FILE or stdin) to CAUSET_EVENTS_TOPIC, keyed by entityId."`
 	Submit      submitCmd      `cmd:"" help:"Submit JSON-line intents (FILE or stdin) to the causet runtime at CAUSET_RUNTIME_ADDR (or --url), with the client's safe retries; one line per outcome."`
 	Bench       benchCmd       `cmd:"" help:"Measure the pipeline against the PostgreSQL ceiling, workflow mode and the in-place-retry peer in one run; write results to --out."`

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/causet/projection-retry/relay"
+)
+
+// outboxCmd inspects and re-drives the events the outbox relay set aside
+// because Kafka refuses them.
+type outboxCmd struct {
+	List    outboxListCmd    `cmd:"" help:"List the events the relay set aside (Kafka refuses them for themselves), with the reason."`
+	Redrive outboxRedriveCmd `cmd:"" help:"Put set-aside events back in the outbox so that the relay sends them again (after raising the topic's max.message.bytes, say)."`
+}
+
+type outboxListCmd struct {
+	Limit int  `default:"100" help:"At most this many events, oldest first, 1-10000."`
+	JSON  bool `name:"json" help:"Print JSON lines instead of a table."`
+}
+
+// outboxOut is where causet outbox prints (tests replace it).
+var outboxOut io.Writer = os.Stdout
+
+func (c outboxListCmd) Run(ctx context.Context) error {
+	if c.Limit < 1 || c.Limit > 10_000 {
+		return fmt.Errorf("--limit=%d is invalid: want 1 to 10000", c.Limit)
+	}
+	pool, err := documentsPool(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	events, err := relay.ListSetAside(ctx, pool, c.Limit)
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		enc := json.NewEncoder(outboxOut)
+		for _, e := range events {
+			if err := enc.Encode(e); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if len(events) == 0 {
+		fmt.Fprintln(outboxOut, "no events set aside")
+		return nil
+	}
+	tw := tabwriter.NewWriter(outboxOut, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "POSITION\tEVENT\tTYPE\tFORK\tENTITY\tBYTES\tSET ASIDE\tREASON")
+	for _, e := range events {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", e.Position, e.EventID, e.EventType, e.ForkID, e.EntityID, e.Bytes,
+			e.SetAsideAt.UTC().Format(time.RFC3339), e.Reason)
+	}
+	return tw.Flush()
+}
+
+type outboxRedriveCmd struct {
+	EventIDs []string `arg:"" optional:"" name:"event-id" help:"The events to send again."`
+	All      bool     `help:"Every event set aside."`
+}
+
+func (c outboxRedriveCmd) Run(ctx context.Context) error {
+	if len(c.EventIDs) == 0 && !c.All {
+		return fmt.Errorf("name the events to send again, or --all")
+	}
+	if len(c.EventIDs) > 0 && c.All {
+		return fmt.Errorf("name events or --all, not both")
+	}
+	pool, err := documentsPool(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	n, err := relay.Redrive(ctx, pool, c.EventIDs)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(outboxOut, "%d events back in the outbox: the relay sends them again, after the later events of their entities it published meanwhile\n", n)
+	return nil
+}
