@@ -69,6 +69,10 @@ func New(opts Options) (*Bridge, error) {
 		TaskQueue: opts.TaskQueue, Timeout: opts.StartTimeout, IRVersion: b.irVersion, Logger: b.log, Registerer: opts.Registerer,
 	})
 	b.ctx, b.cancel = context.WithCancel(context.Background())
+	// The group may assign partitions before New returns, and each keeps the
+	// publisher: it exists first, its client is set below (records are
+	// published only once Run polls).
+	b.dlq = &dlq.Publisher{Topic: opts.DLQTopic}
 	kopts := []kgo.Opt{
 		kgo.SeedBrokers(opts.Brokers...),
 		kgo.ConsumerGroup(opts.Group),
@@ -97,7 +101,7 @@ func New(opts Options) (*Bridge, error) {
 		return nil, fmt.Errorf("starter: kafka client: %w", err)
 	}
 	b.cl = cl
-	b.dlq = &dlq.Publisher{Client: cl, Topic: opts.DLQTopic}
+	b.dlq.Client = cl
 	return b, nil
 }
 

@@ -229,13 +229,13 @@ func (workflowsOnly) RegisterDynamicActivity(any, activity.DynamicRegisterOption
 func (workflowsOnly) RegisterNexusService(*nexus.Service)                          {}
 
 // TestTracingReplaysRecordedHistories: the recorded histories (written
-// without tracing headers) replay with the tracing interceptors installed,
-// which create no activity or lane-release spans while replaying.
+// without tracing headers) replay with the tracing interceptor installed,
+// which creates no activity span while replaying.
 func TestTracingReplaysRecordedHistories(t *testing.T) {
 	tr, sr := recorded(t)
 	ics, err := tr.TemporalInterceptors()
 	require.NoError(t, err)
-	require.Len(t, ics, 2, "the SDK's tracing interceptor, then the held events' one")
+	require.Len(t, ics, 1, "the SDK's tracing interceptor")
 	var wis []interceptor.WorkerInterceptor
 	for _, ic := range ics {
 		wi, ok := ic.(interceptor.WorkerInterceptor)
@@ -258,7 +258,6 @@ func TestTracingReplaysRecordedHistories(t *testing.T) {
 	var run int
 	for _, s := range sr.Started() {
 		require.False(t, strings.HasPrefix(s.Name(), "StartActivity:"), "span %s while replaying", s.Name())
-		require.False(t, strings.HasPrefix(s.Name(), "ReleaseFromLane:"), "span %s while replaying", s.Name())
 		if strings.HasPrefix(s.Name(), "RunWorkflow:") {
 			run++
 		}
