@@ -252,7 +252,11 @@ func (w *writePath) record(s intentSpec) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []any{s.id, s.typ, s.entity, intentFork, int64(1), []string{env.EventID}, []string{env.EventType}, []string{string(raw)}, w.versions[s.typ]}, nil
+	hash, err := ledger.RequestHash(intents.Intent{IntentType: s.typ, EntityID: s.entity, ForkID: intentFork, Payload: s.payload})
+	if err != nil {
+		return nil, err
+	}
+	return []any{s.id, s.typ, s.entity, intentFork, int64(1), []string{env.EventID}, []string{env.EventType}, []string{string(raw)}, w.versions[s.typ], hash}, nil
 }
 
 // checkRecorded checks RecordSQL's answer for s.
@@ -280,12 +284,14 @@ func (w *writePath) stepwise(ctx context.Context, s intentSpec) error {
 	}
 	err = pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
 		var now time.Time
-		if err := tx.QueryRow(ctx, ledger.LockSQL, ledger.IntentLockClass, s.id).Scan(&now); err != nil {
+		var locked bool
+		if err := tx.QueryRow(ctx, ledger.LockSQL, ledger.IntentLockClass, s.id).Scan(&locked, &now); err != nil {
 			return err
 		}
 		var status, rule, reason, resp string
 		var version int
-		if err := tx.QueryRow(ctx, ledger.LookupSQL, s.id).Scan(&status, &rule, &reason, &version, &resp); !errors.Is(err, pgx.ErrNoRows) {
+		var hash []byte
+		if err := tx.QueryRow(ctx, ledger.LookupSQL, s.id).Scan(&status, &rule, &reason, &version, &resp, &hash); !errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("lookup: %v, want no rows", err)
 		}
 		if s.typ == "FollowArtist" {

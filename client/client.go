@@ -390,6 +390,11 @@ func (c *Client) post(ctx context.Context, body []byte) (Result, kind, error) {
 		}
 		return Result{}, lost, err
 	}
+	if code == http.StatusGatewayTimeout {
+		// The runtime sent COMMIT and lost its answer: the outcome is
+		// unknown, as with no answer at all.
+		return Result{}, lost, httpError(http.MethodPost, intentsPath, code, b)
+	}
 	if code/100 != 2 {
 		return Result{}, classify(code), httpError(http.MethodPost, intentsPath, code, b)
 	}
@@ -428,9 +433,11 @@ func (c *Client) get(ctx context.Context, intentID string) (IntentStatus, kind, 
 	return IntentStatus{}, final, fmt.Errorf("GET %s: %d answer with status %q, want %s, %s or %s", path, code, a.Status, StateUnknown, StateSucceeded, StateRejected)
 }
 
-// classify sorts an error status: 5xx and 429 mean nothing was written.
+// classify sorts an error status: 5xx (but 504, which POST reads as an
+// unknown outcome), 429 and 409 (the same intentId in progress) mean
+// nothing was written by this request: ask again.
 func classify(code int) kind {
-	if code >= 500 || code == http.StatusTooManyRequests {
+	if code >= 500 || code == http.StatusTooManyRequests || code == http.StatusConflict {
 		return retryable
 	}
 	return final

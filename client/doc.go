@@ -8,11 +8,13 @@
 //	-------------------------------------------  ------------------------------------------------------------
 //	200 {"status":"SUCCESS"}                     returns the Result; never re-submits (the events are in the ledger)
 //	200 {"status":"REJECTED"}                    returns the Result; never re-submits (rules are deterministic)
-//	400, 422 (any 4xx but 429)                   returns an *HTTPError; never re-submits (it would fail the same way)
-//	5xx                                          nothing was written: re-submits after a backoff
-//	429                                          nothing was written: re-submits after a backoff
+//	400, 422 (any 4xx but 409, 429)              returns an *HTTPError; never re-submits (it would fail the same way)
+//	5xx but 504                                  nothing was written: re-submits after a backoff
+//	409, 429                                     nothing was written (409: the same intentId is in progress):
+//	                                               re-submits after a backoff
 //	no connection (dial failed)                  the request never left: re-submits after a backoff
-//	timeout, connection lost, unreadable 200     outcome unknown: asks GET /v1/intents/{intentId}, then
+//	504, timeout, connection lost,               outcome unknown (504: the runtime sent COMMIT and lost its
+//	  unreadable 200                               answer): asks GET /v1/intents/{intentId}, then
 //	                                               "succeeded" → returns SUCCESS and its events, never re-submits
 //	                                               "rejected"  → returns REJECTED, its rule and reason, never re-submits
 //	                                               "unknown"   → re-submits after a backoff (counts as a try)

@@ -22,6 +22,8 @@ const (
 	hangAfter               // record the intent, then never answer
 	resetBefore             // reset the connection, nothing written
 	resetAfter              // record the intent, then reset the connection
+	unknown504              // record the intent, then answer 504: the commit's answer was lost
+	inProgress409           // 409: the same intentId is in progress, nothing written by this request
 )
 
 // fakeRuntime is the runtime's HTTP API over an in-memory ledger. Scripts
@@ -102,6 +104,9 @@ func (f *fakeRuntime) submit(w http.ResponseWriter, r *http.Request) {
 	case throttle:
 		writeJSON(w, http.StatusTooManyRequests, map[string]any{"error": "slow down"})
 		return
+	case inProgress409:
+		writeJSON(w, http.StatusConflict, map[string]any{"error": "a request with this intentId is in progress"})
+		return
 	case hangBefore:
 		hang(r)
 		return
@@ -126,6 +131,9 @@ func (f *fakeRuntime) submit(w http.ResponseWriter, r *http.Request) {
 		return
 	case resetAfter:
 		reset(f.t, w)
+		return
+	case unknown504:
+		writeJSON(w, http.StatusGatewayTimeout, map[string]any{"error": "the ledger did not confirm the commit: the outcome is unknown"})
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

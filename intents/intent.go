@@ -96,8 +96,40 @@ func (in Intent) Validate() error {
 			return invalid("%s is not valid UTF-8", f.name)
 		}
 	}
+	if err := CheckIntentID(in.IntentID); err != nil {
+		return err
+	}
 	if in.Payload == nil {
 		return invalid("payload is required and must be a JSON object")
+	}
+	return nil
+}
+
+// IntentIDCharacters are the characters an intentId may hold: it is a path
+// segment of GET /v1/intents/{id} and part of its events' IDs, so it needs
+// no escaping anywhere.
+const IntentIDCharacters = "A-Z a-z 0-9 - _ . : ~ @"
+
+// CheckIntentID checks an intentId: 1 to event.MaxIntentIDBytes of
+// IntentIDCharacters, not "." or ".." (a path segment that means another
+// path), so that its status can always be read back.
+func CheckIntentID(id string) error {
+	switch {
+	case id == "":
+		return invalid("intentId is required and must be a non-empty string")
+	case len(id) > event.MaxIntentIDBytes:
+		return invalid("intentId is %d bytes, more than the %d allowed", len(id), event.MaxIntentIDBytes)
+	case id == "." || id == "..":
+		return invalid("intentId %q is a relative path segment: its status could never be read", id)
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case c >= utf8.RuneSelf:
+			return invalid("intentId has a non-ASCII character at byte %d: it may hold only %s", i, IntentIDCharacters)
+		case !('A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || strings.IndexByte("-_.:~@", c) >= 0):
+			return invalid("intentId has %q at byte %d: it may hold only %s", rune(c), i, IntentIDCharacters)
+		}
 	}
 	return nil
 }

@@ -228,6 +228,9 @@ emits:
 func TestIntentValidate(t *testing.T) {
 	ok := intent("T", map[string]any{})
 	require.NoError(t, ok.Validate())
+	for _, id := range []string{"01JE7Z4K3M", "order-42:retry_1", "a.b", "...", "user@example~1", strings.Repeat("x", 200)} {
+		require.NoError(t, intents.CheckIntentID(id), id)
+	}
 	for _, tc := range []struct {
 		change func(*intents.Intent)
 		want   string
@@ -240,6 +243,13 @@ func TestIntentValidate(t *testing.T) {
 		{func(in *intents.Intent) { in.ForkID = "a\x00b" }, "forkId contains NUL"},
 		{func(in *intents.Intent) { in.EntityID = "\xff" }, "entityId is not valid UTF-8"},
 		{func(in *intents.Intent) { in.Payload = nil }, "payload is required"},
+		{func(in *intents.Intent) { in.IntentID = "." }, `intentId "." is a relative path segment`},
+		{func(in *intents.Intent) { in.IntentID = ".." }, `intentId ".." is a relative path segment`},
+		{func(in *intents.Intent) { in.IntentID = " order-1" }, `intentId has ' ' at byte 0`},
+		{func(in *intents.Intent) { in.IntentID = "order-1\n" }, `intentId has '\n' at byte 7`},
+		{func(in *intents.Intent) { in.IntentID = "a/b" }, `intentId has '/' at byte 1`},
+		{func(in *intents.Intent) { in.IntentID = "a\x01" }, `intentId has '\x01' at byte 1`},
+		{func(in *intents.Intent) { in.IntentID = "café" }, `intentId has a non-ASCII character at byte 3`},
 	} {
 		in := ok
 		tc.change(&in)

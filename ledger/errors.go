@@ -37,6 +37,33 @@ func unavailable(op string, err error) error {
 	return &UnavailableError{Op: op, Tries: 1, Err: err}
 }
 
+// OutcomeUnknownError is a commit whose answer was lost: COMMIT was sent,
+// so the intent may be recorded or not. Status (GET /v1/intents/{id})
+// tells which; a re-submission with the same intentId is answered with the
+// recorded outcome if it was recorded, so it is safe either way.
+type OutcomeUnknownError struct {
+	IntentID string
+	Err      error
+}
+
+func (e *OutcomeUnknownError) Error() string {
+	return fmt.Sprintf("ledger: the commit of intent %s got no answer, its outcome is unknown: %v", e.IntentID, e.Err)
+}
+
+func (e *OutcomeUnknownError) Unwrap() error { return e.Err }
+
+// ReusedError is an intentId recorded for another request (another type,
+// entity, fork or payload): its recorded outcome is not this request's.
+type ReusedError struct{ IntentID string }
+
+func (e *ReusedError) Error() string {
+	return fmt.Sprintf("intentId %s was already used for a different request (another intent type, entity, fork or payload): use a new intentId for a new intent", e.IntentID)
+}
+
+// ErrInProgress is an intentId whose first request is still being recorded:
+// ask again once it has answered.
+var ErrInProgress = errors.New("a request with this intentId is in progress: ask again (its outcome is then the recorded one)")
+
 // decideError sorts a Decider's error: the request's and the handler's
 // faults pass through; a read the database refuses for the handler's own
 // reasons is the handler's fault; anything else is the database's.

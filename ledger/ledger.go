@@ -1,7 +1,9 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -140,6 +142,7 @@ func (l *Ledger) Submit(ctx context.Context, in intents.Intent) (Outcome, error)
 type started struct {
 	conn      *pgxpool.Conn
 	now       time.Time
+	locked    bool // the intent ID's lock was free
 	rec       recordedRow
 	found     bool
 	committed bool
@@ -157,9 +160,9 @@ func (l *Ledger) begin(ctx context.Context, in intents.Intent) (*started, error)
 	st := &started{conn: conn, found: true}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(LockSQL, IntentLockClass, in.IntentID).QueryRow(func(row pgx.Row) error { return row.Scan(&st.now) })
+	b.Queue(LockSQL, IntentLockClass, in.IntentID).QueryRow(func(row pgx.Row) error { return row.Scan(&st.locked, &st.now) })
 	b.Queue(LookupSQL, in.IntentID).QueryRow(func(row pgx.Row) error {
-		err := row.Scan(&st.rec.status, &st.rec.rule, &st.rec.reason, &st.rec.version, &st.rec.body)
+		err := row.Scan(&st.rec.status, &st.rec.rule, &st.rec.reason, &st.rec.version, &st.rec.body, &st.rec.hash)
 		if errors.Is(err, pgx.ErrNoRows) {
 			st.found = false
 			return nil
@@ -176,15 +179,17 @@ func (l *Ledger) begin(ctx context.Context, in intents.Intent) (*started, error)
 // The ledger's statements, exported so that measurements (causet bench's
 // direct-insert ceiling) issue exactly these.
 const (
-	// LockSQL serializes one intent ID. Its lookup must be a later
-	// statement: a statement's snapshot predates the lock it waits for.
-	LockSQL   = "SELECT now() FROM pg_advisory_xact_lock($1, hashtext($2))"
-	LookupSQL = `SELECT status, COALESCE(rule, ''), COALESCE(reason, ''), handler_version, response::text
+	// LockSQL takes one intent ID's lock if it is free: a second request
+	// while the first is recorded is told so (ErrInProgress) rather than
+	// queued. Its lookup must be a later statement: a statement's snapshot
+	// predates the lock it takes.
+	LockSQL   = "SELECT pg_try_advisory_xact_lock($1, hashtext($2)), now()"
+	LookupSQL = `SELECT status, COALESCE(rule, ''), COALESCE(reason, ''), handler_version, response::text, request_hash
 FROM causet_intents WHERE intent_id = $1`
 	// IntentSQL records an intent without events: a rejected one, or an
 	// accepted one whose handler emitted none.
-	IntentSQL = `INSERT INTO causet_intents (intent_id, intent_type, entity_id, fork_id, status, rule, reason, handler_version, response)
-VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''), NULLIF($7, ''), $8, $9) RETURNING response::text`
+	IntentSQL = `INSERT INTO causet_intents (intent_id, intent_type, entity_id, fork_id, status, rule, reason, handler_version, response, request_hash)
+VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''), NULLIF($7, ''), $8, $9, $10) RETURNING response::text`
 	// RecordSQL records an accepted intent with its $5 events in one
 	// statement: it takes the entity's next $5 sequence numbers (the
 	// upsert's row lock serializes the writers of one (fork, entity) until
@@ -203,14 +208,24 @@ VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''), NULLIF($7, ''), $8, $9) RETURNING re
 	FROM seq, unnest($6::text[], $7::text[], $8::text[]) WITH ORDINALITY AS e(id, typ, env, n)
 	RETURNING sequence, envelope
 )
-INSERT INTO causet_intents (intent_id, intent_type, entity_id, fork_id, status, handler_version, response)
+INSERT INTO causet_intents (intent_id, intent_type, entity_id, fork_id, status, handler_version, response, request_hash)
 SELECT $1, $2, $3, $4, 'succeeded', $9,
-	jsonb_build_object('status', 'SUCCESS', 'intentId', $1::text, 'events', (SELECT jsonb_agg(envelope ORDER BY sequence) FROM ev))
+	jsonb_build_object('status', 'SUCCESS', 'intentId', $1::text, 'events', (SELECT jsonb_agg(envelope ORDER BY sequence) FROM ev)), $10
 RETURNING response::text, (SELECT last_sequence FROM seq)`
 )
 
 func (l *Ledger) submit(ctx context.Context, st *started, in intents.Intent) (Outcome, error) {
+	if !st.locked {
+		return Outcome{}, ErrInProgress
+	}
+	hash, err := RequestHash(in)
+	if err != nil {
+		return Outcome{}, err
+	}
 	if st.found {
+		if st.rec.hash != nil && !bytes.Equal(st.rec.hash, hash) {
+			return Outcome{}, &ReusedError{IntentID: in.IntentID}
+		}
 		return st.rec.outcome(in.IntentID)
 	}
 	d, err := l.decider.Decide(ctx, in, intents.NewReader(st.conn))
@@ -223,7 +238,7 @@ func (l *Ledger) submit(ctx context.Context, st *started, in intents.Intent) (Ou
 			return Outcome{}, fmt.Errorf("encode response: %w", err)
 		}
 		out := Outcome{IntentID: in.IntentID, Status: StatusRejected, HandlerVersion: d.HandlerVersion, Rule: d.Rule, Reason: d.Reason}
-		return out, recordIntent(ctx, st, in, RecordedRejected, &out, body)
+		return out, recordIntent(ctx, st, in, RecordedRejected, &out, body, hash)
 	}
 	envs, err := envelopes(in, d, st.now)
 	if err != nil {
@@ -236,7 +251,7 @@ func (l *Ledger) submit(ctx context.Context, st *started, in intents.Intent) (Ou
 		if err != nil {
 			return Outcome{}, fmt.Errorf("encode response: %w", err)
 		}
-		return out, recordIntent(ctx, st, in, RecordedSucceeded, &out, body)
+		return out, recordIntent(ctx, st, in, RecordedSucceeded, &out, body, hash)
 	}
 	ids, types, texts := make([]string, n), make([]string, n), make([]string, n)
 	for i := range envs {
@@ -249,9 +264,9 @@ func (l *Ledger) submit(ctx context.Context, st *started, in intents.Intent) (Ou
 	var stored string
 	var last int64
 	b := &pgx.Batch{}
-	b.Queue(RecordSQL, in.IntentID, in.IntentType, in.EntityID, in.ForkID, n, ids, types, texts, d.HandlerVersion).
+	b.Queue(RecordSQL, in.IntentID, in.IntentType, in.EntityID, in.ForkID, n, ids, types, texts, d.HandlerVersion, hash).
 		QueryRow(func(row pgx.Row) error { return row.Scan(&stored, &last) })
-	if err := commit(ctx, st, b); err != nil {
+	if err := commit(ctx, st, b, in.IntentID); err != nil {
 		return Outcome{}, err
 	}
 	for i := range envs {
@@ -295,22 +310,24 @@ func envelopes(in intents.Intent, d intents.Decision, now time.Time) ([]event.En
 // recordIntent inserts and commits the intent row of an intent without
 // events; out.Body becomes the response as stored (jsonb's rendering),
 // which is what every later answer replays.
-func recordIntent(ctx context.Context, st *started, in intents.Intent, status string, out *Outcome, body []byte) error {
+func recordIntent(ctx context.Context, st *started, in intents.Intent, status string, out *Outcome, body, hash []byte) error {
 	var stored string
 	b := &pgx.Batch{}
 	b.Queue(IntentSQL, in.IntentID, in.IntentType, in.EntityID, in.ForkID, status,
-		out.Rule, out.Reason, out.HandlerVersion, string(body)).QueryRow(func(row pgx.Row) error { return row.Scan(&stored) })
-	if err := commit(ctx, st, b); err != nil {
+		out.Rule, out.Reason, out.HandlerVersion, string(body), hash).QueryRow(func(row pgx.Row) error { return row.Scan(&stored) })
+	if err := commit(ctx, st, b, in.IntentID); err != nil {
 		return err
 	}
 	out.Body = []byte(stored)
 	return nil
 }
 
-// commit sends b's writes and COMMIT in one round trip. A failed write
-// skips the COMMIT (the pipeline stops at the first error), so the
-// transaction is rolled back, with nothing written.
-func commit(ctx context.Context, st *started, b *pgx.Batch) error {
+// commit sends b's writes and COMMIT in one round trip. A write that
+// PostgreSQL refuses skips the COMMIT (the pipeline stops at the first
+// error), so the transaction is rolled back, with nothing written. Any
+// other failure once the batch may have left — a lost connection, a
+// timeout — leaves the outcome unknown: PostgreSQL may have committed.
+func commit(ctx context.Context, st *started, b *pgx.Batch, intentID string) error {
 	b.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
 		if tag.String() != "COMMIT" {
 			return fmt.Errorf("transaction ended with %s", tag)
@@ -318,16 +335,35 @@ func commit(ctx context.Context, st *started, b *pgx.Batch) error {
 		st.committed = true
 		return nil
 	})
-	if err := st.conn.SendBatch(ctx, b).Close(); err != nil {
+	err := st.conn.SendBatch(ctx, b).Close()
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &pgErr), pgconn.SafeToRetry(err):
 		return unavailable("record intent", err)
 	}
-	return nil
+	st.committed = true // the connection is gone or unusable: no ROLLBACK on it
+	return &OutcomeUnknownError{IntentID: intentID, Err: err}
+}
+
+// RequestHash is the fingerprint of a request recorded with its intent:
+// SHA-256 of its type, entity, fork and payload (its keys sorted, as
+// encoding/json writes a map).
+func RequestHash(in intents.Intent) ([]byte, error) {
+	b, err := json.Marshal([]any{in.IntentType, in.EntityID, in.ForkID, in.Payload})
+	if err != nil {
+		return nil, fmt.Errorf("fingerprint the request: %w", err)
+	}
+	h := sha256.Sum256(b)
+	return h[:], nil
 }
 
 // recordedRow is an intent's row in causet_intents.
 type recordedRow struct {
 	status, rule, reason, body string
 	version                    int
+	hash                       []byte // nil for intents recorded before fingerprints
 }
 
 // outcome is the recorded outcome of intentID, replayed.

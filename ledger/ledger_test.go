@@ -4,7 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -115,11 +120,19 @@ func TestSubmitRecordsEventsAndReplays(t *testing.T) {
 	require.Nil(t, published)
 	require.JSONEq(t, string(body.Events[0]), stored)
 
-	again, err := f.ledger.Submit(f.ctx, follow("i-1", "user-1", "someone-else"))
+	again, err := f.ledger.Submit(f.ctx, follow("i-1", "user-1", "artist-9"))
 	require.NoError(t, err)
 	require.True(t, again.Replayed)
 	require.Equal(t, string(out.Body), string(again.Body), "the recorded body, byte for byte")
 	require.Equal(t, out.Events[0].EventID, again.Events[0].EventID)
+
+	// The same intentId with another request is refused, not answered with
+	// the first request's outcome.
+	for _, other := range []intents.Intent{follow("i-1", "user-1", "someone-else"), follow("i-1", "user-2", "artist-9")} {
+		_, err = f.ledger.Submit(f.ctx, other)
+		var re *ledger.ReusedError
+		require.ErrorAs(t, err, &re)
+	}
 	require.Equal(t, 1, f.count(t, "causet_intents"))
 	require.Equal(t, 1, f.count(t, "causet_events"))
 }
@@ -295,4 +308,94 @@ func TestPlainNumbersAsPostgreSQLRendersThem(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, compact.String(), string(got), tok)
 	}
+}
+
+// commitCutter is a TCP proxy to PostgreSQL that, once armed, drops both
+// connections when the server's CommandComplete for COMMIT comes through:
+// the transaction is committed, and its answer is lost.
+type commitCutter struct {
+	ln    net.Listener
+	armed atomic.Bool
+	cut   atomic.Int32
+}
+
+func newCommitCutter(t *testing.T, upstream string) *commitCutter {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	c := &commitCutter{ln: ln}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			client, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			server, err := net.Dial("tcp", upstream)
+			if err != nil {
+				_ = client.Close()
+				continue
+			}
+			go func() { _, _ = io.Copy(server, client); _ = server.Close() }()
+			go func() {
+				defer client.Close()
+				defer server.Close()
+				commitDone := []byte("C\x00\x00\x00\x0bCOMMIT\x00")
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := server.Read(buf)
+					if n > 0 {
+						if c.armed.Load() && bytes.Contains(buf[:n], commitDone) {
+							c.cut.Add(1)
+							return
+						}
+						if _, werr := client.Write(buf[:n]); werr != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return c
+}
+
+// The answer to COMMIT is lost after PostgreSQL committed: the outcome is
+// reported unknown, never "nothing was written", and the status then says
+// the intent succeeded; re-submitting gets the recorded answer.
+func TestCommitAnswerLostIsOutcomeUnknown(t *testing.T) {
+	f := setup(t)
+	cfg := f.pool.Config().Copy()
+	cutter := newCommitCutter(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
+	host, port, err := net.SplitHostPort(cutter.ln.Addr().String())
+	require.NoError(t, err)
+	p, err := strconv.Atoi(port)
+	require.NoError(t, err)
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(p)
+	proxied, err := pgxpool.NewWithConfig(f.ctx, cfg)
+	require.NoError(t, err)
+	defer proxied.Close()
+	cat, err := intents.NewCatalog(f.ctx, proxied, nil)
+	require.NoError(t, err)
+	l := ledger.New(proxied, cat)
+
+	cutter.armed.Store(true)
+	_, err = l.Submit(f.ctx, follow("lost-1", "user-1", "artist-9"))
+	var ou *ledger.OutcomeUnknownError
+	require.ErrorAs(t, err, &ou, "%v", err)
+	require.Equal(t, "lost-1", ou.IntentID)
+	var ue *ledger.UnavailableError
+	require.False(t, errors.As(err, &ue), "not 'nothing was written'")
+	require.EqualValues(t, 1, cutter.cut.Load())
+
+	st, err := f.ledger.Status(f.ctx, "lost-1")
+	require.NoError(t, err)
+	require.Equal(t, ledger.RecordedSucceeded, st.Status, "it was committed")
+	again, err := f.ledger.Submit(f.ctx, follow("lost-1", "user-1", "artist-9"))
+	require.NoError(t, err)
+	require.True(t, again.Replayed)
+	require.Equal(t, 1, f.count(t, "causet_events"))
 }

@@ -32,11 +32,14 @@ const (
 	outcomeInvalid       = "invalid"
 	outcomeUnprocessable = "unprocessable"
 	outcomeUnavailable   = "unavailable"
+	outcomeUnknown       = "unknown"
+	outcomeReused        = "reused"
+	outcomeInProgress    = "in_progress"
 	outcomeError         = "error"
 )
 
 var outcomes = []string{outcomeSuccess, outcomeRejected, outcomeReplayed, outcomeInvalid,
-	outcomeUnprocessable, outcomeUnavailable, outcomeError}
+	outcomeUnprocessable, outcomeUnavailable, outcomeUnknown, outcomeReused, outcomeInProgress, outcomeError}
 
 // requestFields are the fields of a POST /v1/intents body, matched exactly
 // (encoding/json alone would match "INTENTID" too).
@@ -111,13 +114,26 @@ func failure(code int, outcome, msg string) answer {
 	return answer{outcome: outcome, code: code, body: body, err: msg}
 }
 
-// failed maps a catalog or ledger error to its answer. Whatever the error,
-// the ledger's transaction was rolled back: nothing was written.
+// failed maps a catalog or ledger error to its answer. Every answer but
+// 504 means that nothing was written; 504 means that the commit was sent
+// and its answer lost, so that the outcome is unknown.
 func (s *Server) failed(err error) answer {
 	var ie *intents.InvalidError
 	var ee *intents.EvalError
 	var ue *ledger.UnavailableError
+	var ou *ledger.OutcomeUnknownError
+	var re *ledger.ReusedError
 	switch {
+	case errors.As(err, &ou):
+		a := failure(http.StatusGatewayTimeout, outcomeUnknown, fmt.Sprintf(
+			"the ledger did not confirm the commit: the outcome is unknown; check GET /v1/intents/%s before re-submitting "+
+				"(re-submitting with the same intentId is safe: it gets the recorded outcome if there is one)", ou.IntentID))
+		a.err = err.Error()
+		return a
+	case errors.As(err, &re):
+		return failure(http.StatusUnprocessableEntity, outcomeReused, re.Error())
+	case errors.Is(err, ledger.ErrInProgress):
+		return failure(http.StatusConflict, outcomeInProgress, err.Error())
 	case errors.As(err, &ie), errors.Is(err, intents.ErrUnknownIntentType):
 		return failure(http.StatusBadRequest, outcomeInvalid, err.Error())
 	case errors.As(err, &ee):

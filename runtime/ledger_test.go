@@ -67,15 +67,15 @@ func TestResubmissionReplaysTheRecordedBody(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, "REJECTED", decode(t, rejected).Status)
 
-	for _, resubmit := range []string{
-		first,
-		intentBody(t, "r-1", "FollowArtist", "user-1", map[string]any{"artistId": "another"}), // the ID decides
-	} {
-		code, again := f.post(t, resubmit)
-		require.Equal(t, http.StatusOK, code)
-		require.Equal(t, string(body), string(again), "byte for byte")
-	}
-	code, again := f.post(t, intentBody(t, "r-2", "UnfollowArtist", "user-1", map[string]any{"artistId": "nobody"}))
+	code, again := f.post(t, first)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, string(body), string(again), "byte for byte")
+	// The same intentId with another request: refused, nothing written.
+	code, reused := f.post(t, intentBody(t, "r-1", "FollowArtist", "user-1", map[string]any{"artistId": "another"}))
+	require.Equal(t, http.StatusUnprocessableEntity, code, "%s", reused)
+	require.Contains(t, string(reused), "intentId r-1 was already used for a different request")
+	require.Equal(t, 1.0, f.metric(t, "causet_runtime_intents_total", "reused"))
+	code, again = f.post(t, intentBody(t, "r-2", "UnfollowArtist", "user-1", map[string]any{"artistId": "nobody"}))
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, string(rejected), string(again))
 
@@ -84,7 +84,7 @@ func TestResubmissionReplaysTheRecordedBody(t *testing.T) {
 	var last int64
 	require.NoError(t, f.pool.QueryRow(f.ctx, "SELECT last_sequence FROM causet_entity_sequences").Scan(&last))
 	require.Equal(t, int64(1), last, "a replay takes no sequence number")
-	require.Equal(t, 3.0, f.metric(t, "causet_runtime_intents_total", "replayed"))
+	require.Equal(t, 2.0, f.metric(t, "causet_runtime_intents_total", "replayed"))
 	require.Equal(t, 1.0, f.metric(t, "causet_runtime_intents_total", "success"))
 	require.Equal(t, 1.0, f.metric(t, "causet_runtime_intents_total", "rejected"))
 }
@@ -150,14 +150,32 @@ func TestConcurrentSubmissionsOfOneIntent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	// A request that finds the first still being recorded is told so (409,
+	// nothing written); every other one gets the recorded answer.
+	var recorded string
+	inProgress := 0
 	for i := range n {
-		require.Equal(t, http.StatusOK, codes[i], answers[i])
-		require.Equal(t, answers[0], answers[i], "50 identical answers")
+		switch codes[i] {
+		case http.StatusConflict:
+			inProgress++
+			require.Contains(t, answers[i], "a request with this intentId is in progress")
+		case http.StatusOK:
+			if recorded == "" {
+				recorded = answers[i]
+			}
+			require.Equal(t, recorded, answers[i], "identical answers")
+		default:
+			t.Fatalf("answer %d: %d %s", i, codes[i], answers[i])
+		}
 	}
+	code, again := f.post(t, body)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, recorded, string(again))
 	require.Equal(t, 1, f.count(t, "causet_intents"))
 	require.Equal(t, 1, f.count(t, "causet_events"), "one ledger write")
 	require.Equal(t, 1.0, f.metric(t, "causet_runtime_intents_total", "success"))
-	require.Equal(t, float64(n-1), f.metric(t, "causet_runtime_intents_total", "replayed"))
+	require.Equal(t, float64(inProgress), f.metric(t, "causet_runtime_intents_total", "in_progress"))
+	require.Equal(t, float64(n-inProgress), f.metric(t, "causet_runtime_intents_total", "replayed"))
 }
 
 func TestConcurrentIntentsOnOneEntityGetConsecutiveSequences(t *testing.T) {
@@ -217,10 +235,18 @@ func TestStatusEndpoint(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	require.JSONEq(t, `{"intentId":"nope","status":"unknown"}`, string(body))
 
-	id := "user-1:follow/artist-9" // ':' and an escaped '/' are part of the ID
+	// An intentId that could never be read back is refused when submitted.
+	for _, bad := range []string{"user-1:follow/artist-9", ".", "..", " padded", "tab\there"} {
+		code, body := f.post(t, intentBody(t, bad, "FollowArtist", "user-1", map[string]any{"artistId": "artist-9"}))
+		require.Equal(t, http.StatusBadRequest, code, "%q: %s", bad, body)
+		require.Contains(t, string(body), "intentId")
+	}
+	require.Zero(t, f.count(t, "causet_intents"))
+
+	id := "user-1:follow.artist-9@2026~1" // every character an intentId may have beyond letters and digits
 	code, posted := f.post(t, intentBody(t, id, "FollowArtist", "user-1", map[string]any{"artistId": "artist-9"}))
 	require.Equal(t, http.StatusOK, code)
-	code, body = f.do(t, http.MethodGet, "/v1/intents/user-1:follow%2Fartist-9", "")
+	code, body = f.do(t, http.MethodGet, "/v1/intents/"+id, "")
 	require.Equal(t, http.StatusOK, code, "%s", body)
 	var st struct {
 		IntentID, Status string
