@@ -14,16 +14,16 @@ import (
 type step int
 
 const (
-	serve       step = iota // answer as the runtime would
-	fail503                 // 503, nothing written
-	fail500                 // 500, nothing written
-	throttle                // 429, nothing written
-	hangBefore              // write nothing and never answer (the client times out)
-	hangAfter               // record the intent, then never answer
-	resetBefore             // reset the connection, nothing written
-	resetAfter              // record the intent, then reset the connection
-	unknown504              // record the intent, then answer 504: the commit's answer was lost
-	inProgress409           // 409: the same intentId is in progress, nothing written by this request
+	serve         step = iota // answer as the runtime would
+	fail503                   // 503, nothing written
+	fail500                   // 500, nothing written
+	throttle                  // 429, nothing written
+	hangBefore                // write nothing and never answer (the client times out)
+	hangAfter                 // record the intent, then never answer
+	resetBefore               // reset the connection, nothing written
+	resetAfter                // record the intent, then reset the connection
+	unknown504                // record the intent, then answer 504: the commit's answer was lost
+	inProgress409             // 409: the same intentId is in progress, nothing written by this request
 )
 
 // fakeRuntime is the runtime's HTTP API over an in-memory ledger. Scripts
