@@ -193,11 +193,7 @@ func MaintainDedupe(ctx context.Context, pool *pgxpool.Pool, horizon time.Durati
 		return 0, 0, fmt.Errorf("maintain the dedupe ledger: %w", err)
 	}
 	missing := missingHours(existing, lo, hi)
-	// IF NOT EXISTS: another process may have created one since the listing.
-	if _, err := eachHourLocked(ctx, pool, missing, "create", func(h int32) string {
-		return fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s PARTITION OF causet_projection_applied FOR VALUES IN (%d)",
-			pgx.Identifier{DedupePartition(h)}.Sanitize(), h)
-	}); err != nil {
+	if _, err := eachHourLocked(ctx, pool, missing, "create", createHour); err != nil {
 		return 0, 0, fmt.Errorf("maintain the dedupe ledger: %w", err)
 	}
 	var expired []int32
@@ -218,7 +214,11 @@ ON CONFLICT (id) DO UPDATE SET lo = EXCLUDED.lo, hi = EXCLUDED.hi, horizon = EXC
 			return err
 		}
 		dropBelow := DedupeHour(now.Add(-horizon - DedupeGrace))
-		for _, h := range current {
+		detached, err := detachedHours(ctx, tx)
+		if err != nil {
+			return err
+		}
+		for _, h := range append(current, detached...) {
 			if h < dropBelow {
 				expired = append(expired, h)
 			}
@@ -228,11 +228,8 @@ ON CONFLICT (id) DO UPDATE SET lo = EXCLUDED.lo, hi = EXCLUDED.hi, horizon = EXC
 	if err != nil {
 		return 0, 0, fmt.Errorf("maintain the dedupe ledger: %w", err)
 	}
-	// The window has moved past the expired hours: drop them, a day per
-	// transaction too (a ledger left unmaintained for long has many).
-	dropped, err = eachHourLocked(ctx, pool, expired, "drop", func(h int32) string {
-		return "DROP TABLE IF EXISTS " + pgx.Identifier{DedupePartition(h)}.Sanitize()
-	})
+	// The window has moved past the expired hours: detach and drop them.
+	dropped, err = dropHours(ctx, pool, expired)
 	if err != nil {
 		return dropped, 0, fmt.Errorf("maintain the dedupe ledger: %w", err)
 	}
@@ -266,6 +263,20 @@ func missingHours(have []int32, lo, hi int32) []int32 {
 	return out
 }
 
+// Partition DDL must never hold up an apply. Applies insert into the
+// ledger's parent (ROW EXCLUSIVE); CREATE TABLE … PARTITION OF and DROP
+// TABLE of a partition want ACCESS EXCLUSIVE on it, and a DDL waiting
+// behind a long reader (a pg_dump) queues every insert behind itself. So a
+// new hour is created as a table of its own and attached (SHARE UPDATE
+// EXCLUSIVE on the parent, which neither inserts nor readers conflict
+// with), an expired one is detached concurrently before it is dropped, and
+// every DDL gives up after dedupeLockTimeout (the next run tries again: the
+// hours are made a day ahead and dropped two days late).
+const (
+	dedupeLockTimeout   = "2s"
+	dedupeDetachTimeout = "30s"
+)
+
 // underMaintenanceLock runs fn in a transaction that holds the dedupe
 // maintenance lock, so concurrent maintainers take turns.
 func underMaintenanceLock(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
@@ -273,21 +284,24 @@ func underMaintenanceLock(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.T
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", dedupeLockKey); err != nil {
 			return err
 		}
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+dedupeLockTimeout+"'"); err != nil {
+			return err
+		}
 		return fn(tx)
 	})
 }
 
-// eachHourLocked runs stmt(h) for each of hours, dedupeHoursPerTx of them
-// per transaction under the maintenance lock (what: "create" or "drop", for
-// the error). It returns how many hours' transactions committed.
-func eachHourLocked(ctx context.Context, pool *pgxpool.Pool, hours []int32, what string, stmt func(h int32) string) (int, error) {
+// eachHourLocked runs do for each of hours, dedupeHoursPerTx of them per
+// transaction under the maintenance lock (what: "create", for the error).
+// It returns how many hours' transactions committed.
+func eachHourLocked(ctx context.Context, pool *pgxpool.Pool, hours []int32, what string, do func(context.Context, pgx.Tx, int32) error) (int, error) {
 	done := 0
 	for len(hours) > 0 {
 		chunk := hours[:min(dedupeHoursPerTx, len(hours))]
 		hours = hours[len(chunk):]
 		if err := underMaintenanceLock(ctx, pool, func(tx pgx.Tx) error {
 			for _, h := range chunk {
-				if _, err := tx.Exec(ctx, stmt(h)); err != nil {
+				if err := do(ctx, tx, h); err != nil {
 					return fmt.Errorf("%s dedupe partition for %s: %w", what, DedupeHourStart(h).Format(time.RFC3339), err)
 				}
 			}
@@ -298,6 +312,92 @@ func eachHourLocked(ctx context.Context, pool *pgxpool.Pool, hours []int32, what
 		done += len(chunk)
 	}
 	return done, nil
+}
+
+// createHour creates hour h's partition, as a table of its own attached to
+// the ledger (IF NOT EXISTS and the attachment check: another maintainer
+// may have made it since the listing).
+func createHour(ctx context.Context, tx pgx.Tx, h int32) error {
+	name := pgx.Identifier{DedupePartition(h)}.Sanitize()
+	if _, err := tx.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+name+" (LIKE causet_projection_applied INCLUDING DEFAULTS)"); err != nil {
+		return err
+	}
+	var attached bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = $1::regclass)`, DedupePartition(h)).Scan(&attached); err != nil {
+		return err
+	}
+	if attached {
+		return nil
+	}
+	_, err := tx.Exec(ctx, fmt.Sprintf("ALTER TABLE causet_projection_applied ATTACH PARTITION %s FOR VALUES IN (%d)", name, h))
+	return err
+}
+
+// detachedHours are hours whose partition was detached, or left pending
+// detachment, by a maintenance run that did not finish: they are dropped
+// with the expired ones.
+func detachedHours(ctx context.Context, q pgstore.Querier) ([]int32, error) {
+	rows, err := q.Query(ctx, `SELECT substring(c.relname FROM '^causet_projection_applied_h([0-9]+)$')::int
+FROM pg_class c
+WHERE c.relnamespace = 'public'::regnamespace AND c.relkind = 'r' AND c.relname ~ '^causet_projection_applied_h[0-9]+$'
+AND NOT EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = c.oid AND NOT i.inhdetachpending)
+ORDER BY 1`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int32])
+}
+
+// dropHours detaches (concurrently: it waits for older transactions, not
+// for locks that inserts hold) and drops the partitions of hours, under
+// the maintenance lock held by a session of its own, since DETACH
+// CONCURRENTLY runs outside a transaction. An hour whose detachment or drop
+// times out is left for the next run. It returns how many it dropped.
+func dropHours(ctx context.Context, pool *pgxpool.Pool, hours []int32) (int, error) {
+	if len(hours) == 0 {
+		return 0, nil
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", dedupeLockKey); err != nil {
+		return 0, err
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := conn.Exec(rctx, "SELECT pg_advisory_unlock($1); RESET lock_timeout; RESET statement_timeout", dedupeLockKey); err != nil {
+			conn.Hijack().Close(rctx) // a session that may still hold the lock is not pooled again
+		}
+	}()
+	if _, err := conn.Exec(ctx, "SET lock_timeout = '"+dedupeLockTimeout+"'; SET statement_timeout = '"+dedupeDetachTimeout+"'"); err != nil {
+		return 0, err
+	}
+	dropped := 0
+	for _, h := range hours {
+		name := pgx.Identifier{DedupePartition(h)}.Sanitize()
+		var state string
+		if err := conn.QueryRow(ctx, `SELECT CASE WHEN i.inhrelid IS NULL THEN 'detached' WHEN i.inhdetachpending THEN 'pending' ELSE 'attached' END
+FROM pg_class c LEFT JOIN pg_inherits i ON i.inhrelid = c.oid WHERE c.oid = to_regclass($1)`, DedupePartition(h)).Scan(&state); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				continue // dropped by another maintainer
+			}
+			return dropped, err
+		}
+		stmts := map[string][]string{
+			"attached": {"ALTER TABLE causet_projection_applied DETACH PARTITION " + name + " CONCURRENTLY"},
+			"pending":  {"ALTER TABLE causet_projection_applied DETACH PARTITION " + name + " FINALIZE"},
+		}[state]
+		for _, stmt := range append(stmts, "DROP TABLE IF EXISTS "+name) {
+			if _, err := conn.Exec(ctx, stmt); err != nil {
+				return dropped, fmt.Errorf("drop dedupe partition for %s (%s): %w", DedupeHourStart(h).Format(time.RFC3339), stmt, err)
+			}
+		}
+		dropped++
+	}
+	return dropped, nil
 }
 
 // DedupeHourPartitions lists the hour buckets that have partitions, in order.

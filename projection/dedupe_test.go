@@ -546,3 +546,54 @@ WHERE relname ~ '^causet_projection_applied_h[0-9]+$' GROUP BY xmin::text`)
 	require.Zero(t, dropped, "a second run drops nothing")
 	require.Len(t, f.hourPartitions(t), total, "and creates nothing")
 }
+
+// A long reader of the ledger (a pg_dump holds ACCESS SHARE on every
+// partition for its whole run) while maintenance creates and drops hour
+// partitions: applies keep flowing, maintenance leaves what it cannot lock
+// for its next run, and finishes once the reader has gone.
+func TestMaintainDedupeNeverBlocksAppliesBehindALongReader(t *testing.T) {
+	f := setup(t, "artist_stats")
+	f.deploy(t, "artist_stats")
+	f.maintain(t, horizon14d)
+	// One hour ahead is missing (to be created), and a shorter horizon
+	// expires the oldest days (to be dropped).
+	ahead := f.hourPartitions(t)[len(f.hourPartitions(t))-1]
+	_, err := f.pool.Exec(f.ctx, "DROP TABLE "+projection.DedupePartition(ahead))
+	require.NoError(t, err)
+	const short = 48 * time.Hour
+
+	reader, err := f.pool.Begin(f.ctx)
+	require.NoError(t, err)
+	var n int
+	require.NoError(t, reader.QueryRow(f.ctx, "SELECT count(*) FROM causet_projection_applied").Scan(&n))
+
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := projection.MaintainDedupe(f.ctx, f.pool, short)
+		done <- err
+	}()
+	// While the reader holds its locks and maintenance runs, every apply
+	// goes through: before, the first DDL queued them all behind the reader.
+	for i := range 20 {
+		ctx, cancel := context.WithTimeout(f.ctx, 5*time.Second)
+		res, err := f.engine.Apply(ctx, "artist_stats", playedAt(fmt.Sprintf("during-%d", i), time.Now()))
+		cancel()
+		require.NoError(t, err, "apply %d behind the long reader", i)
+		requireApplied(t, res)
+	}
+	err = <-done
+	require.Error(t, err, "the expired hours cannot be dropped while the reader holds them")
+	require.Contains(t, err.Error(), "drop dedupe partition")
+	require.Contains(t, f.hourPartitions(t), ahead, "the missing hour was created and attached despite the reader")
+
+	require.NoError(t, reader.Rollback(f.ctx))
+	f.maintain(t, short)
+	st, err := projection.ReadDedupeStats(f.ctx, f.pool)
+	require.NoError(t, err)
+	dropBelow := hourOf(st.MaintainedAt.Add(-short - projection.DedupeGrace))
+	require.Equal(t, hourStart(dropBelow), st.OldestHour, "the next run dropped what the reader held")
+	var leftovers int
+	require.NoError(t, f.pool.QueryRow(f.ctx, `SELECT count(*) FROM pg_class WHERE relname ~ '^causet_projection_applied_h[0-9]+$'
+AND relkind = 'r' AND NOT EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = pg_class.oid)`).Scan(&leftovers))
+	require.Zero(t, leftovers, "no detached table left behind")
+}
