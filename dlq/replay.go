@@ -168,6 +168,11 @@ const (
 	Duplicate Outcome = "duplicate"
 	// Skipped: the record holds no valid event (invalid_event).
 	Skipped Outcome = "skipped"
+	// Refused: replaying could apply the event twice or undo a decision —
+	// its run is gone and it was dead-lettered longer ago than the dedupe
+	// horizon (it may have been replayed and applied since, and the ledger
+	// no longer remembers it), or its run was discarded. Force replays it.
+	Refused Outcome = "refused"
 	// Failed: the record could not be read or Temporal refused the action.
 	Failed Outcome = "failed"
 )
@@ -185,7 +190,7 @@ type Result struct {
 
 // Summary counts outcomes.
 type Summary struct {
-	Signalled, Restarted, AlreadySucceeded, Duplicates, Skipped, Failed int
+	Signalled, Restarted, AlreadySucceeded, Duplicates, Skipped, Refused, Failed int
 }
 
 // Acted is how many records were signalled or restarted.
@@ -203,6 +208,8 @@ func (s *Summary) add(o Outcome) {
 		s.Duplicates++
 	case Skipped:
 		s.Skipped++
+	case Refused:
+		s.Refused++
 	case Failed:
 		s.Failed++
 	}
@@ -226,8 +233,14 @@ type ReplayerOptions struct {
 	// counts both (it cannot see a signal's sender). Optional.
 	Identity string
 	// Force applies each replayed event even when its entity has since
-	// applied a later one (the replay is refused otherwise).
+	// applied a later one, and restarts a run that was discarded or that
+	// Temporal no longer knows past the dedupe horizon (each is refused
+	// otherwise).
 	Force bool
+	// DedupeHorizon is CAUSET_DEDUPE_HORIZON: a dead letter whose run is gone
+	// and that is older than this is not restarted without Force. Optional,
+	// defaults to the default horizon.
+	DedupeHorizon time.Duration
 	// DryRun looks up every workflow but signals and starts nothing.
 	DryRun bool
 	// Rate bounds signals and starts per second. Optional, 0 means unbounded.
@@ -254,6 +267,9 @@ func (o *ReplayerOptions) validate() error {
 		return fmt.Errorf("dlq replayer: rate %g is negative", o.Rate)
 	case o.Limit < 0:
 		return fmt.Errorf("dlq replayer: limit %d is negative", o.Limit)
+	}
+	if o.DedupeHorizon == 0 {
+		o.DedupeHorizon = config.DefaultDedupeHorizon
 	}
 	if o.Retry == (config.Retry{}) {
 		o.Retry = config.DefaultRetry()
@@ -314,7 +330,7 @@ func (r *Replayer) Replay(ctx context.Context, it Item) (Result, error) {
 		return res, ctx.Err()
 	}
 	r.sum.add(res.Outcome)
-	if res.Outcome == Failed || res.Outcome == Skipped {
+	if res.Outcome == Failed || res.Outcome == Skipped || res.Outcome == Refused {
 		r.o.Logger.Warn("dlq replay", "outcome", res.Outcome, "workflowId", res.WorkflowID,
 			"partition", it.Partition, "offset", it.Offset, "error", res.Err)
 	} else if res.Outcome != Duplicate {
@@ -357,6 +373,10 @@ func (r *Replayer) replay(ctx context.Context, it Item) Result {
 		}
 		res.Before = st
 		var act Outcome
+		if refused := r.refuses(it.Record, st); refused != nil && !r.o.Force {
+			res.Outcome, res.Err = Refused, refused
+			return res
+		}
 		switch {
 		case st.Open && st.State == contract.StateDeadLettered && !st.PendingTask:
 			act = Signalled
@@ -403,6 +423,20 @@ func (r *Replayer) replay(ctx context.Context, it Item) Result {
 			return res
 		}
 	}
+}
+
+// refuses says why restarting the record's run, as it stands, could apply
+// its event twice or undo an operator's decision; nil when it cannot.
+func (r *Replayer) refuses(rec Record, st WorkflowState) error {
+	switch {
+	case !st.Found && !rec.DeadLetteredAt.IsZero() && time.Since(rec.DeadLetteredAt) > r.o.DedupeHorizon:
+		return fmt.Errorf("its run is gone and it was dead-lettered %s ago, more than the dedupe horizon (%s): if it was replayed since, "+
+			"the ledger no longer remembers it and it would apply twice; replay with --force if it never applied",
+			time.Since(rec.DeadLetteredAt).Round(time.Hour), r.o.DedupeHorizon)
+	case st.Found && !st.Open && st.State == contract.StateDiscarded:
+		return errors.New("it was discarded: replay with --force to undo that decision")
+	}
+	return nil
 }
 
 // restart starts a fresh run of the record's workflow ID in workflow mode

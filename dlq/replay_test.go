@@ -123,7 +123,7 @@ func TestReplayerDecisions(t *testing.T) {
 	ctx := context.Background()
 
 	want := map[string]dlq.Outcome{
-		"dead": dlq.Signalled, "expired": dlq.Restarted, "discarded": dlq.Restarted, "gone": dlq.Restarted,
+		"dead": dlq.Signalled, "expired": dlq.Restarted, "discarded": dlq.Refused, "gone": dlq.Restarted,
 		"done": dlq.AlreadyDone, "retrying": dlq.AlreadyDone, "replaying": dlq.AlreadyDone, "signalled": dlq.AlreadyDone,
 	}
 	for _, e := range []string{"dead", "expired", "discarded", "gone", "done", "retrying", "replaying", "signalled"} {
@@ -146,9 +146,9 @@ func TestReplayerDecisions(t *testing.T) {
 	require.Equal(t, dlq.Skipped, res.Outcome)
 	require.ErrorIs(t, res.Err, dlq.ErrNotReplayable)
 
-	require.Equal(t, dlq.Summary{Signalled: 1, Restarted: 3, AlreadySucceeded: 4, Duplicates: 1, Skipped: 1, Failed: 1}, rp.Summary())
+	require.Equal(t, dlq.Summary{Signalled: 1, Restarted: 2, AlreadySucceeded: 4, Duplicates: 1, Skipped: 1, Refused: 1, Failed: 1}, rp.Summary())
 	require.Equal(t, []string{id("dead") + " replay fixed alice"}, f.signals, "the signal says who and why")
-	require.Len(t, f.starts, 3)
+	require.Len(t, f.starts, 2)
 	o := f.starts[0]
 	require.Equal(t, id("expired"), o.ID)
 	require.Equal(t, "tq", o.TaskQueue)
@@ -165,16 +165,58 @@ func TestReplayerDecisions(t *testing.T) {
 	require.Equal(t, contract.Source{Topic: "events", Partition: 2, Offset: 9}, in.Source)
 	require.Equal(t, &contract.OperatorSignal{Identity: "alice", Reason: "fixed"}, in.Replay, "so does a restarted run's input")
 
-	// Replaying again: everything is in progress now, nothing more happens.
+	// Replaying again: everything is in progress now, nothing more happens;
+	// the discarded run stays discarded.
 	rp2, err := dlq.NewReplayer(dlq.ReplayerOptions{Client: f, TaskQueue: "tq"})
 	require.NoError(t, err)
 	for _, e := range []string{"dead", "expired", "discarded", "gone", "done", "retrying", "replaying"} {
 		res, err := rp2.Replay(ctx, item(t, e, 0))
 		require.NoError(t, err)
+		if e == "discarded" {
+			require.Equal(t, dlq.Refused, res.Outcome, e)
+			require.ErrorContains(t, res.Err, "it was discarded: replay with --force")
+			continue
+		}
 		require.Equal(t, dlq.AlreadyDone, res.Outcome, e)
 	}
 	require.Len(t, f.signals, 1)
-	require.Len(t, f.starts, 3)
+	require.Len(t, f.starts, 2)
+
+	// --force undoes the discard.
+	rp3, err := dlq.NewReplayer(dlq.ReplayerOptions{Client: f, TaskQueue: "tq", Force: true})
+	require.NoError(t, err)
+	res, err = rp3.Replay(ctx, item(t, "discarded", 0))
+	require.NoError(t, err)
+	require.Equal(t, dlq.Restarted, res.Outcome)
+}
+
+// A dead letter whose run Temporal no longer knows (retention) and that is
+// older than the dedupe horizon may have been replayed and applied since:
+// the ledger no longer remembers it, so restarting it could apply it twice.
+// It is refused without --force; a younger one is restarted.
+func TestReplayerRefusesGoneRunsPastTheDedupeHorizon(t *testing.T) {
+	f := &fakeTemporal{runs: map[string]*fakeRun{}}
+	rp, err := dlq.NewReplayer(dlq.ReplayerOptions{Client: f, TaskQueue: "tq", DedupeHorizon: 24 * time.Hour})
+	require.NoError(t, err)
+	ctx := context.Background()
+	old := item(t, "old", 0)
+	old.Record.DeadLetteredAt = time.Now().Add(-25 * time.Hour)
+	res, err := rp.Replay(ctx, old)
+	require.NoError(t, err)
+	require.Equal(t, dlq.Refused, res.Outcome)
+	require.ErrorContains(t, res.Err, "more than the dedupe horizon (24h0m0s)")
+	young := item(t, "young", 1)
+	young.Record.DeadLetteredAt = time.Now().Add(-23 * time.Hour)
+	res, err = rp.Replay(ctx, young)
+	require.NoError(t, err)
+	require.Equal(t, dlq.Restarted, res.Outcome)
+	require.Len(t, f.starts, 1)
+
+	forced, err := dlq.NewReplayer(dlq.ReplayerOptions{Client: f, TaskQueue: "tq", DedupeHorizon: 24 * time.Hour, Force: true})
+	require.NoError(t, err)
+	res, err = forced.Replay(ctx, old)
+	require.NoError(t, err)
+	require.Equal(t, dlq.Restarted, res.Outcome)
 }
 
 func TestReplayerDryRunLimitAndErrors(t *testing.T) {

@@ -223,3 +223,45 @@ func TestBridgeKafkaOversizedKeyIsInvalid(t *testing.T) {
 	require.EqualValues(t, 1, total(r.b.m.deadLettered))
 	require.Zero(t, s.calls.Load())
 }
+
+// staleCatalog is an engine whose cache missed a deploy until it is
+// refreshed, and whose batches fail as a whole while the database answers.
+type staleCatalog struct {
+	EngineFunc
+	refreshed atomic.Bool
+}
+
+func (s *staleCatalog) Refresh(context.Context) error {
+	s.refreshed.Store(true)
+	return nil
+}
+
+// An event that fails its batch alone is handed to the projections the
+// catalog lists now, not to those a cache a deploy behind listed when the
+// batch was decoded (which named none: the event would have been
+// dead-lettered as matching nothing).
+func TestBridgeKafkaLoneFailureUsesTheCurrentCatalog(t *testing.T) {
+	h := newHarness(t, harnessOptions{partitions: 1, noTemporal: true})
+	engine := &staleCatalog{}
+	engine.EngineFunc = EngineFunc{
+		Pool: h.pool,
+		ProjectionsFunc: func(string) []string {
+			if engine.refreshed.Load() {
+				return []string{"artist_stats"}
+			}
+			return nil
+		},
+		ApplyBatchFunc: func(context.Context, []event.Envelope) ([]projection.Result, error) {
+			return nil, errors.New("batch refused as a whole")
+		},
+	}
+	starter := newRecordingStarter(nil)
+	o := h.plainOptions(starter)
+	o.Engine = engine
+	r := h.start(o)
+	h.produce(envRecord(0, played(h.prefix+"1", "artist-1", 1, 1)))
+	h.waitCommittedToEnd(30 * time.Second)
+	require.Equal(t, map[string]int{contract.RetryWorkflowID("artist_stats", "production", h.prefix+"1"): 1}, starter.ids(),
+		"handed to the projection deployed since")
+	require.Zero(t, total(r.b.m.deadLettered), "not dead-lettered as matching nothing")
+}

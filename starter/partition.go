@@ -372,6 +372,13 @@ func (p *partition) isolate(seg *segment, items []item, cause error, apply func(
 	}
 	it := items[0]
 	first := contract.FirstAttempt(time.Now().UTC(), string(contract.KindSQL), cause, 0)
+	// Which projections list it is decided by the catalog as it is now, not
+	// by the cache read when the batch was decoded: a projection deployed
+	// since would miss the event.
+	if !p.refreshCatalog() {
+		return false
+	}
+	it.projections = p.opts.Engine.Projections(it.env.EventType)
 	if len(it.projections) == 0 {
 		// The cache lists no projection for it, so no retry workflow can be
 		// named: it can never be applied here, dead-letter it now.

@@ -311,7 +311,7 @@ func (c *dlqReplayCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	}
 	defer tc.Close()
 	rp, err := dlq.NewReplayer(dlq.ReplayerOptions{
-		Client: tc.Client, TaskQueue: cfg.TaskQueue, Retry: cfg.Retry, ReplayWindow: cfg.DLQReplayWindow,
+		Client: tc.Client, TaskQueue: cfg.TaskQueue, Retry: cfg.Retry, ReplayWindow: cfg.DLQReplayWindow, DedupeHorizon: cfg.DedupeHorizon,
 		Reason: c.Reason, Identity: c.replayIdentity(), Force: c.Force, DryRun: c.DryRun, Rate: perSec, Limit: c.Limit,
 		Propagator: tracing.Default().TextMapPropagator(),
 	})
@@ -334,7 +334,7 @@ func runReplay(ctx context.Context, r *dlq.Reader, rp *dlq.Replayer, dry bool, o
 	err := r.Read(ctx, func(it dlq.Item) error {
 		res, err := rp.Replay(ctx, it)
 		switch res.Outcome {
-		case dlq.Failed, dlq.Skipped:
+		case dlq.Failed, dlq.Skipped, dlq.Refused:
 			failures = append(failures, res)
 		}
 		if dry && res.Outcome != "" && res.Outcome != dlq.Duplicate {
@@ -357,8 +357,8 @@ func runReplay(ctx context.Context, r *dlq.Reader, rp *dlq.Replayer, dry bool, o
 	if dry {
 		verb = " (dry run: nothing was signalled or started)"
 	}
-	fmt.Fprintf(out, "replay summary%s: signalled %d, restarted %d, already succeeded or in progress %d, failed %d, skipped %d (invalid_event), duplicate records %d\n",
-		verb, s.Signalled, s.Restarted, s.AlreadySucceeded, s.Failed, s.Skipped, s.Duplicates)
+	fmt.Fprintf(out, "replay summary%s: signalled %d, restarted %d, already succeeded or in progress %d, failed %d, skipped %d (invalid_event), refused %d (discarded, or gone past the dedupe horizon: --force), duplicate records %d\n",
+		verb, s.Signalled, s.Restarted, s.AlreadySucceeded, s.Failed, s.Skipped, s.Refused, s.Duplicates)
 	if limited {
 		fmt.Fprintln(out, "stopped at --limit; run again to continue")
 	}

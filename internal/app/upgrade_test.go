@@ -164,7 +164,8 @@ ORDER BY e.position LIMIT 1`).Scan(&dupEnv, &dupArtist, &dupPlays))
 	// The release's dead letters replay: their runs are gone from this
 	// Temporal, so each is started again, and the follow applies now that
 	// its column exists.
-	r, err := dlq.NewReplayer(dlq.ReplayerOptions{Client: svc.Temporal.Client, TaskQueue: env["CAUSET_TASK_QUEUE"], Reason: "upgrade test"})
+	r, err := dlq.NewReplayer(dlq.ReplayerOptions{Client: svc.Temporal.Client, TaskQueue: env["CAUSET_TASK_QUEUE"], Reason: "upgrade test",
+		DedupeHorizon: 87600 * time.Hour}) // the test's horizon, as causet dlq replay reads it from CAUSET_DEDUPE_HORIZON
 	require.NoError(t, err)
 	var follow *schematest.DeadLetter
 	for i, d := range schematest.DeadLetters(t) {
