@@ -32,7 +32,14 @@ import (
 type Client interface {
 	SignalWithStartWorkflow(ctx context.Context, workflowID string, signalName string, signalArg any, options client.StartWorkflowOptions, workflow any, workflowArgs ...any) (client.WorkflowRun, error)
 	SignalWorkflow(ctx context.Context, workflowID string, runID string, signalName string, arg any) error
+	DescribeWorkflow(ctx context.Context, workflowID, runID string) (*client.WorkflowExecutionDescription, error)
 }
+
+// LivenessInterval is how often the registry checks that each incident
+// whose row holds or releases events has a running workflow: one that
+// ended (its history failed, an operator terminated it) is started again
+// from the row, so a hold never stalls without a workflow to end it.
+const LivenessInterval = 30 * time.Second
 
 // RefreshInterval is how often the registry reads the incidents' states,
 // reports their events and looks for IR deploys.
@@ -71,8 +78,9 @@ type Registry struct {
 	o   RegistryOptions
 	det *Detector
 
-	mu   sync.Mutex
-	byFP map[string]*known // fingerprint ID → incident
+	mu        sync.Mutex
+	byFP      map[string]*known // fingerprint ID → incident
+	lastAlive time.Time         // the last liveness check
 
 	Metrics Metrics
 }
@@ -88,6 +96,9 @@ type known struct {
 	// open (dead-letter) incident quiet for a window is forgotten here.
 	lastFailure time.Time
 	irVersion   int
+	// restart is the input of a new run, for an incident whose row holds
+	// events while its workflow has ended.
+	restart *contract.IncidentInput
 }
 
 // NewRegistry returns the registry of o; nil (incidents off) when the
@@ -323,6 +334,7 @@ func (r *Registry) refresh(parent context.Context) {
 		r.o.Logger.Debug("cannot read incidents, next refresh retries", "error", err.Error())
 		return
 	}
+	ended := r.endedWorkflows(ctx, active)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	seen := map[string]bool{}
@@ -334,6 +346,10 @@ func (r *Registry) refresh(parent context.Context) {
 			r.byFP[row.Input.Fingerprint] = k
 		}
 		k.state = row.State
+		if ended[row.ID] {
+			in := row.RestartInput(now)
+			k.restart, k.started = &in, false
+		}
 	}
 	for fp := range r.byFP {
 		if !seen[fp] {
@@ -341,6 +357,30 @@ func (r *Registry) refresh(parent context.Context) {
 			r.det.Forget(fp)
 		}
 	}
+}
+
+// endedWorkflows reports, every LivenessInterval, which of the active rows'
+// incidents have no running workflow.
+func (r *Registry) endedWorkflows(ctx context.Context, active []Row) map[string]bool {
+	if time.Since(r.lastAlive) < LivenessInterval || len(active) == 0 {
+		return nil
+	}
+	r.lastAlive = time.Now()
+	ended := map[string]bool{}
+	for _, row := range active {
+		d, err := r.o.Client.DescribeWorkflow(ctx, row.ID, "")
+		switch {
+		case isNotFound(err):
+		case err != nil:
+			continue // asked again at the next check
+		case d.Status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+			continue
+		}
+		ended[row.ID] = true
+		r.o.Logger.Warn("incident holds events but its workflow has ended: starting a new run from its row",
+			"event", "projection_incident_restarted", "incidentId", row.ID, "state", string(row.State))
+	}
+	return ended
 }
 
 // flush starts the workflows of incidents not yet known to exist and
@@ -358,7 +398,7 @@ func (r *Registry) flush(parent context.Context) {
 	r.mu.Lock()
 	now := time.Now().UTC()
 	for _, k := range r.byFP {
-		if k.state != contract.IncidentOpen && k.state != contract.IncidentHolding {
+		if k.state != contract.IncidentOpen && k.state != contract.IncidentHolding && k.restart == nil {
 			continue
 		}
 		s := send{k: k, start: !k.started}
@@ -410,13 +450,28 @@ func (r *Registry) signal(ctx context.Context, k *known, f contract.IncidentFail
 	if !start {
 		return c.SignalWorkflow(ctx, k.id, "", contract.SignalIncidentFailures, f)
 	}
-	_, err := c.SignalWithStartWorkflow(ctx, k.id, contract.SignalIncidentFailures, f, client.StartWorkflowOptions{
-		ID:                    k.id,
-		TaskQueue:             r.o.TaskQueue,
-		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		TypedSearchAttributes: contract.IncidentSearchAttributes(k.in.Projection, k.state),
-	}, contract.IncidentWorkflowName, k.in)
+	in := k.in
+	if k.restart != nil {
+		in = *k.restart
+	}
+	_, err := SignalWithStart(ctx, c, r.o.TaskQueue, k.id, k.state, in, contract.SignalIncidentFailures, f)
+	if err == nil {
+		k.restart = nil
+	}
 	return err
+}
+
+// SignalWithStart signals incident id's workflow, starting a run with in
+// first if none is running (a closed run is replaced).
+func SignalWithStart(ctx context.Context, c interface {
+	SignalWithStartWorkflow(ctx context.Context, workflowID string, signalName string, signalArg any, options client.StartWorkflowOptions, workflow any, workflowArgs ...any) (client.WorkflowRun, error)
+}, taskQueue, id string, state contract.IncidentState, in contract.IncidentInput, signal string, arg any) (client.WorkflowRun, error) {
+	return c.SignalWithStartWorkflow(ctx, id, signal, arg, client.StartWorkflowOptions{
+		ID:                    id,
+		TaskQueue:             taskQueue,
+		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		TypedSearchAttributes: contract.IncidentSearchAttributes(in.Projection, state),
+	}, contract.IncidentWorkflowName, in)
 }
 
 func (r *Registry) irVersion(projection string) int {

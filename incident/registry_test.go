@@ -2,6 +2,7 @@ package incident_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
@@ -11,12 +12,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
 	"github.com/causet/projection-retry/incident"
+	"github.com/causet/projection-retry/internal/testenv"
 )
 
 // recordingClient records the registry's starts and signals.
@@ -32,6 +35,10 @@ func (c *recordingClient) SignalWithStartWorkflow(_ context.Context, _ string, _
 	c.starts = append(c.starts, args[0].(contract.IncidentInput))
 	c.reports = append(c.reports, arg.(contract.IncidentFailures))
 	return nil, nil
+}
+
+func (c *recordingClient) DescribeWorkflow(context.Context, string, string) (*client.WorkflowExecutionDescription, error) {
+	return nil, serviceerror.NewNotFound("no such workflow")
 }
 
 func (c *recordingClient) SignalWorkflow(_ context.Context, _ string, _ string, _ string, arg any) error {
@@ -85,4 +92,38 @@ func TestRegistryOpensAtThresholdAndReports(t *testing.T) {
 		events += f.Events
 	}
 	require.Equal(t, 5, events, "the threshold's events and the two after it, each once")
+}
+
+// A row holding events whose workflow has ended (its history failed, an
+// operator terminated it): the registry starts a new run from the row,
+// carrying the time it opened, instead of leaving the hold with nothing to
+// end it.
+func TestRegistryRestartsAHoldWhoseWorkflowEnded(t *testing.T) {
+	pool := testenv.Postgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	in := contract.IncidentInput{Projection: "p", Fingerprint: "00000000000000ab", Policy: config.IncidentHold, ErrorKind: "sql", Error: "boom"}
+	id := contract.IncidentWorkflowID(in.Projection, in.Fingerprint)
+	b, err := json.Marshal(in)
+	require.NoError(t, err)
+	opened := time.Now().Add(-time.Hour).UTC().Truncate(time.Microsecond)
+	_, err = pool.Exec(ctx, `INSERT INTO causet_incidents (id, projection, fingerprint, state, input, opened_at) VALUES ($1, $2, $3, 'holding', $4, $5)`,
+		id, in.Projection, in.Fingerprint, b, opened)
+	require.NoError(t, err)
+
+	c := &recordingClient{}
+	r := incident.NewRegistry(incident.RegistryOptions{
+		Incidents: config.Incidents{Threshold: 3, Window: time.Minute, Policy: config.IncidentHold},
+		Store:     incident.NewStore(pool), Client: c, TaskQueue: "q", Timeout: 5 * time.Second,
+	})
+	runCtx, stop := context.WithTimeout(ctx, incident.RefreshInterval+time.Second)
+	defer stop()
+	r.Run(runCtx)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	require.Len(t, c.starts, 1, "one new run")
+	st := c.starts[0].Status
+	require.NotNil(t, st)
+	require.Equal(t, contract.IncidentHolding, st.State)
+	require.True(t, st.FirstSeen.Equal(opened), "first seen %s, want %s", st.FirstSeen, opened)
 }

@@ -3,7 +3,9 @@ package incident
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -25,9 +27,10 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 // Row is an incident as the bridges see it.
 type Row struct {
-	ID    string
-	State contract.IncidentState
-	Input contract.IncidentInput
+	ID       string
+	State    contract.IncidentState
+	Input    contract.IncidentInput
+	OpenedAt time.Time
 }
 
 // Open records a holding incident in tx, unless it is already holding or
@@ -51,18 +54,52 @@ WHERE causet_incidents.state IN ('resolved', 'dead_lettered', 'holding')`, id, i
 
 // Active lists the incidents that hold or release events.
 func (s *Store) Active(ctx context.Context) ([]Row, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id, state, input FROM causet_incidents WHERE state IN ('holding', 'releasing')`)
+	rows, err := s.pool.Query(ctx, `SELECT id, state, input, opened_at FROM causet_incidents WHERE state IN ('holding', 'releasing')`)
 	if err != nil {
 		return nil, fmt.Errorf("incident: list active incidents: %w", err)
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Row, error) {
 		var x Row
 		var in []byte
-		if err := r.Scan(&x.ID, &x.State, &in); err != nil {
+		if err := r.Scan(&x.ID, &x.State, &in, &x.OpenedAt); err != nil {
 			return x, err
 		}
 		return x, json.Unmarshal(in, &x.Input)
 	})
+}
+
+// Get returns incident id's row; found is false when it has none.
+func (s *Store) Get(ctx context.Context, id string) (row Row, found bool, err error) {
+	var in []byte
+	err = s.pool.QueryRow(ctx, `SELECT id, state, input, opened_at FROM causet_incidents WHERE id = $1`, id).
+		Scan(&row.ID, &row.State, &in, &row.OpenedAt)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return Row{}, false, nil
+	case err != nil:
+		return Row{}, false, fmt.Errorf("incident: read %s: %w", id, err)
+	}
+	return row, true, json.Unmarshal(in, &row.Input)
+}
+
+// RestartInput is the input of a new run of the row's incident, whose
+// workflow ended while the row still holds (or releases) its events: it
+// carries the row's state and the time it opened, and a releasing row is
+// marked resolved, so that the run finishes the release rather than probe.
+func (r Row) RestartInput(now time.Time) contract.IncidentInput {
+	in := r.Input
+	st := contract.IncidentStatus{
+		State: r.State, Projection: in.Projection, Fingerprint: in.Fingerprint, Policy: in.Policy,
+		ErrorKind: in.ErrorKind, SQLState: in.SQLState, Error: in.Error, Pattern: in.Pattern,
+		FirstSeen: r.OpenedAt.UTC(), LastSeen: r.OpenedAt.UTC(),
+	}
+	if r.State == contract.IncidentReleasing {
+		at := now.UTC()
+		st.ResolvedAt, st.ResolvedBy = &at, "restarted"
+		st.Reason = "its workflow ended while the release was under way; a new run finishes it"
+	}
+	in.Status = &st
+	return in
 }
 
 // States returns the state of each incident of ids that has a row.

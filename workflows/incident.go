@@ -65,6 +65,15 @@ var incidentActivity = workflow.ActivityOptions{
 	RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second, MaximumAttempts: 5},
 }
 
+// incidentStateActivity moves the incident's row: it is retried until it
+// succeeds (a database outage at resolution only delays the release), as
+// the DLQ publish is, for a failed move would leave the row holding with no
+// run to move it.
+var incidentStateActivity = workflow.ActivityOptions{
+	StartToCloseTimeout: time.Minute,
+	RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second},
+}
+
 // probeUntilResolved waits and probes until a probe succeeds or an operator
 // decides. It returns cont when the run continued as new.
 func (w *incidentRun) probeUntilResolved(ctx workflow.Context) (bool, error) {
@@ -226,6 +235,9 @@ func operatorName(s contract.OperatorSignal) string {
 // none is left; under policy dead-letter there is nothing held.
 func (w *incidentRun) finish(ctx workflow.Context) error {
 	actx := workflow.WithActivityOptions(ctx, incidentActivity)
+	if workflow.GetVersion(ctx, "incident-state-until-done", workflow.DefaultVersion, 1) >= 1 {
+		actx = workflow.WithActivityOptions(ctx, incidentStateActivity)
+	}
 	next := contract.IncidentReleasing
 	final := contract.IncidentResolved
 	if w.deadLetterAll {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,11 +13,13 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/contract"
+	"github.com/causet/projection-retry/incident"
 	"github.com/causet/projection-retry/internal/app"
 )
 
@@ -154,7 +157,7 @@ func signalIncident(ctx context.Context, logger *slog.Logger, id, signal, reason
 	if !strings.HasPrefix(id, "projection-incident:") {
 		return fmt.Errorf("%q is not an incident ID: want projection-incident:<projection>:<fingerprint> (causet incidents list)", id)
 	}
-	_, tc, err := dialIncidents(ctx, logger)
+	cfg, tc, err := dialIncidents(ctx, logger)
 	if err != nil {
 		return err
 	}
@@ -162,11 +165,42 @@ func signalIncident(ctx context.Context, logger *slog.Logger, id, signal, reason
 	if identity == "" {
 		identity = "causet-incidents:" + userAtHost()
 	}
-	if err := tc.Client.SignalWorkflow(ctx, id, "", signal, contract.OperatorSignal{Identity: identity, Reason: reason}); err != nil {
+	arg := contract.OperatorSignal{Identity: identity, Reason: reason}
+	err = tc.Client.SignalWorkflow(ctx, id, "", signal, arg)
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		// Its workflow ended while its row still holds events: a new run,
+		// started from the row, takes the decision.
+		restarted, rerr := restartIncident(ctx, cfg, tc, id, signal, arg)
+		if rerr != nil {
+			return fmt.Errorf("signal %s to %s: %w (and %w)", signal, id, err, rerr)
+		}
+		if restarted {
+			fmt.Fprintf(incidentsOut, "%s: %s sent to a new run (its workflow had ended while it held events)\n", id, signal)
+			return nil
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("signal %s to %s: %w", signal, id, err)
 	}
 	fmt.Fprintf(incidentsOut, "%s: %s sent\n", id, signal)
 	return nil
+}
+
+// restartIncident starts a new run of incident id from its row with signal,
+// when the row still holds or releases events; false when it does not.
+func restartIncident(ctx context.Context, cfg config.Config, tc *app.Temporal, id, signal string, arg contract.OperatorSignal) (bool, error) {
+	pool, err := documentsPool(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer pool.Close()
+	row, found, err := incident.NewStore(pool).Get(ctx, id)
+	if err != nil || !found || (row.State != contract.IncidentHolding && row.State != contract.IncidentReleasing) {
+		return false, err
+	}
+	_, err = incident.SignalWithStart(ctx, tc.Client, cfg.TaskQueue, id, row.State, row.RestartInput(time.Now()), signal, arg)
+	return err == nil, err
 }
 
 func userAtHost() string {

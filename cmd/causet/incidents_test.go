@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
@@ -100,3 +101,54 @@ func TestIncidentsCommands(t *testing.T) {
 }
 
 func regexpMatch(s, pattern string) bool { return regexp.MustCompile(pattern).MatchString(s) }
+
+// An incident whose workflow ended (terminated here) while its row still
+// holds events: resolve starts a new run from the row, which keeps the time
+// the incident opened, and the decision goes through.
+func TestIncidentsResolveRestartsAnEndedRun(t *testing.T) {
+	srv := testenv.Temporal(t)
+	tq := testenv.TaskQueue(t)
+	url := testenv.PostgresURL(t)
+	t.Setenv("DATABASE_URL", url)
+	t.Setenv("TEMPORAL_ADDRESS", srv.HostPort)
+	t.Setenv("TEMPORAL_NAMESPACE", srv.Namespace)
+	t.Setenv("CAUSET_TASK_QUEUE", tq)
+
+	w := sdkworker.New(srv.Client, tq, sdkworker.Options{})
+	w.RegisterWorkflowWithOptions(workflows.ProjectionIncidentWorkflow, workflow.RegisterOptions{Name: contract.IncidentWorkflowName})
+	w.RegisterActivityWithOptions(func(context.Context, contract.IncidentInput) (contract.ProbeResult, error) {
+		return contract.ProbeResult{Error: "still failing"}, nil
+	}, activity.RegisterOptions{Name: contract.ProbeIncidentActivity})
+	w.RegisterActivityWithOptions(func(context.Context, workflows.SetIncidentStateInput) error { return nil },
+		activity.RegisterOptions{Name: contract.SetIncidentStateActivity})
+	w.RegisterActivityWithOptions(func(context.Context, string) error { return nil }, activity.RegisterOptions{Name: contract.AwaitIncidentReleasedActivity})
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
+
+	fp := strings.ReplaceAll(tq, "-", "")[:16]
+	in := contract.IncidentInput{Projection: "artist_followers", Fingerprint: fp, Policy: config.IncidentHold, ErrorKind: "sql",
+		Error: "boom", Pattern: "boom", Sample: event.Envelope{EventID: "e1", EventType: "E", EntityID: "u1", ForkID: "production", Payload: []byte(`{}`)},
+		Retry: config.Retry{MaxAttempts: 5, Initial: time.Second, Multiplier: 1, Max: time.Second}}
+	id := contract.IncidentWorkflowID(in.Projection, fp)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	defer pool.Close()
+	b, err := json.Marshal(in)
+	require.NoError(t, err)
+	opened := time.Now().Add(-3 * time.Hour).UTC().Truncate(time.Microsecond)
+	_, err = pool.Exec(ctx, `INSERT INTO causet_incidents (id, projection, fingerprint, state, input, opened_at) VALUES ($1, $2, $3, 'holding', $4, $5)`,
+		id, in.Projection, fp, b, opened)
+	require.NoError(t, err)
+	_, err = srv.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: tq}, contract.IncidentWorkflowName, in)
+	require.NoError(t, err)
+	require.NoError(t, srv.Client.TerminateWorkflow(ctx, id, "", "its history failed"))
+
+	require.Equal(t, id+": resolve sent to a new run (its workflow had ended while it held events)\n",
+		runIncidents(t, "resolve", id, "--reason", "fixed", "--identity", "bob@ops"))
+	var st contract.IncidentStatus
+	require.NoError(t, srv.Client.GetWorkflow(ctx, id, "").Get(ctx, &st))
+	require.Equal(t, contract.IncidentResolved, st.State)
+	require.Equal(t, "bob@ops", st.ResolvedBy)
+	require.True(t, st.FirstSeen.Equal(opened), "the new run keeps when the incident opened: %s, want %s", st.FirstSeen, opened)
+}
