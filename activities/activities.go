@@ -15,6 +15,7 @@ import (
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/incident"
 	"github.com/causet/projection-retry/parking"
 	"github.com/causet/projection-retry/projection"
 	"github.com/causet/projection-retry/workflows"
@@ -51,6 +52,10 @@ type Activities struct {
 	// lettered before its dead letter is published, settled when discarded
 	// or its window ends. Optional: without it nothing is recorded.
 	Heads *parking.Store
+	// Holds finds the holding incident a run's last failure belongs to
+	// (CAUSET_INCIDENT_POLICY=hold): such a run joins the hold instead of
+	// being dead-lettered. Optional: without it no run joins a hold.
+	Holds *incident.Store
 }
 
 func (a *Activities) logger() *slog.Logger {
@@ -256,6 +261,42 @@ func (a *Activities) behind(ctx context.Context, workflowID string) int64 {
 		return 0
 	}
 	return n
+}
+
+// JoinIncidentHold returns the holding incident the run's last failure
+// belongs to, "" when none holds it.
+func (a *Activities) JoinIncidentHold(ctx context.Context, in contract.JoinHoldInput) (string, error) {
+	if a.Holds == nil {
+		return "", nil
+	}
+	return a.Holds.HoldingFor(ctx, in.Projection, in.ErrorKind, in.Error)
+}
+
+// AwaitIncidentEnded waits until incident id no longer holds, and returns
+// where it went: releasing or resolved (its events apply now), or
+// dead_lettered. An incident without a row counts as resolved.
+func (a *Activities) AwaitIncidentEnded(ctx context.Context, id string) (contract.IncidentState, error) {
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		states, err := a.Holds.States(ctx, []string{id})
+		if err != nil {
+			return "", err
+		}
+		st, ok := states[id]
+		activity.RecordHeartbeat(ctx, string(st))
+		switch {
+		case !ok:
+			return contract.IncidentResolved, nil
+		case st != contract.IncidentHolding:
+			return st, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 // SettleHead records that the retry workflow workflowID no longer holds its

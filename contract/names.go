@@ -30,6 +30,11 @@ const (
 	// SettleHeadActivity records that a dead-lettered run no longer holds
 	// its key (discarded, or its replay window ended).
 	SettleHeadActivity = "SettleHead"
+	// JoinIncidentHoldActivity finds the holding incident a run's last
+	// failure belongs to (policy hold); AwaitIncidentEndedActivity waits
+	// until that incident no longer holds.
+	JoinIncidentHoldActivity   = "JoinIncidentHold"
+	AwaitIncidentEndedActivity = "AwaitIncidentEnded"
 )
 
 // State is a retry workflow's state, also its CausetRetryState search attribute.
@@ -41,6 +46,11 @@ const (
 	StateReplaying    State = "replaying"
 	StateSucceeded    State = "succeeded"
 	StateDiscarded    State = "discarded"
+	// StateHeld: its schedule ran out while an incident holds its failure
+	// (policy hold): it waits with the incident's events instead of being
+	// dead-lettered, and runs its schedule again once the incident is
+	// resolved (dead-lettered if the incident dead-letters everything).
+	StateHeld State = "held"
 )
 
 // Search attributes (Keyword) set at start and upserted on every state change.

@@ -35,6 +35,14 @@ type Attempt struct {
 	WaitingBehind int64 `json:"waitingBehind,omitempty"`
 }
 
+// JoinHoldInput is a run's last failure, as JoinIncidentHold matches it
+// against the holding incidents of its projection.
+type JoinHoldInput struct {
+	Projection string `json:"projection"`
+	ErrorKind  string `json:"errorKind"`
+	Error      string `json:"error"`
+}
+
 // FirstAttempt is the record of a failed attempt 1 run by the bridge.
 func FirstAttempt(startedAt time.Time, kind string, err error, irVersion int) *Attempt {
 	a := &Attempt{Number: 1, StartedAt: startedAt, ErrorKind: kind, IRVersion: irVersion}
@@ -140,6 +148,8 @@ type Status struct {
 	// WaitingBehind is how many later events of the key were parked behind
 	// this run at its last failed attempt (entity ordering).
 	WaitingBehind int64 `json:"waitingBehind,omitempty"`
+	// HeldBy is the incident a held run waits for (state held).
+	HeldBy string `json:"heldBy,omitempty"`
 }
 
 // OperatorSignal is the optional payload of the replay and discard signals.

@@ -102,6 +102,25 @@ func (r Row) RestartInput(now time.Time) contract.IncidentInput {
 	return in
 }
 
+// HoldingFor returns the incident holding projection's failures of kind
+// whose error has the pattern of errText ("" when none): a retry run whose
+// schedule ran out with such a failure joins the hold. Runs keep only the
+// error's text, so it is matched by pattern and kind (SQLSTATE, which the
+// text implies, aside).
+func (s *Store) HoldingFor(ctx context.Context, projection, kind, errText string) (string, error) {
+	var id string
+	err := s.pool.QueryRow(ctx, `SELECT id FROM causet_incidents
+WHERE projection = $1 AND state = 'holding' AND input->>'errorKind' = $2 AND input->>'pattern' = $3
+ORDER BY opened_at LIMIT 1`, projection, kind, Pattern(errText)).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("incident: find the hold of %s: %w", projection, err)
+	}
+	return id, nil
+}
+
 // States returns the state of each incident of ids that has a row.
 func (s *Store) States(ctx context.Context, ids []string) (map[string]contract.IncidentState, error) {
 	out := make(map[string]contract.IncidentState, len(ids))

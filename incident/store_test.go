@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/causet/projection-retry/contract"
@@ -71,4 +72,38 @@ func TestStoreOpensOnceAndMovesItsKeys(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, ok, "a resolved incident stays resolved")
 	require.Equal(t, parking.HeadSettled, state(), "a settled head is never taken back")
+}
+
+// A run's last failure is matched to a holding incident of its projection
+// by error kind and the pattern of its text (values stripped).
+func TestHoldingForMatchesByKindAndPattern(t *testing.T) {
+	pool := testenv.Postgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := incident.NewStore(pool)
+	in := contract.IncidentInput{Projection: "p", Fingerprint: "00000000000000cd", ErrorKind: "sql",
+		Pattern: incident.Pattern(`null value in column "email" violates not-null constraint, row 42`)}
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := s.Open(ctx, tx, in)
+		return err
+	}))
+	id := contract.IncidentWorkflowID("p", in.Fingerprint)
+	for _, tc := range []struct {
+		projection, kind, text, want string
+	}{
+		{"p", "sql", `null value in column "email" violates not-null constraint, row 7`, id},
+		{"p", "ir_eval", `null value in column "email" violates not-null constraint, row 7`, ""},
+		{"p", "sql", `null value in column "name" violates not-null constraint, row 7`, ""},
+		{"q", "sql", `null value in column "email" violates not-null constraint, row 7`, ""},
+	} {
+		got, err := s.HoldingFor(ctx, tc.projection, tc.kind, tc.text)
+		require.NoError(t, err)
+		require.Equal(t, tc.want, got, "%+v", tc)
+	}
+	ok, err := s.SetState(ctx, id, contract.IncidentReleasing, contract.IncidentHolding)
+	require.NoError(t, err)
+	require.True(t, ok)
+	got, err := s.HoldingFor(ctx, "p", "sql", `null value in column "email" violates not-null constraint, row 7`)
+	require.NoError(t, err)
+	require.Empty(t, got, "only a holding incident takes runs")
 }

@@ -120,7 +120,7 @@ func BenchmarkBridgeInline(b *testing.B) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			h := newHarness(b, harnessOptions{partitions: 1})
-			h.startWorker() // lanes need a worker to take their events
+			h.startWorker() // the retry workflows of failures run
 			o := h.options(nil)
 			o.Ordering = tc.ordering
 			if n, err := strconv.Atoi(os.Getenv("BENCH_MAX_POLL_RECORDS")); err == nil {

@@ -60,6 +60,8 @@ type harness struct {
 	// prefix makes this test's event IDs (and so workflow IDs) unique on
 	// the Temporal server shared by every test of the binary.
 	prefix string
+	// workers are the Temporal workers the test started.
+	workers []interface{ Stop() }
 }
 
 type harnessOptions struct {

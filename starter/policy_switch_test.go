@@ -96,8 +96,11 @@ func TestBridgeKafkaIncidentPolicySwitchedWhileParked(t *testing.T) {
 	require.NotEmpty(t, heldUsers)
 	r1.stop(t)
 
+	// The operator switches the policy of every process: the worker's runs
+	// no longer join holds either.
 	o.Incidents.Policy = config.IncidentDeadLetter
 	o.Registerer = prometheus.NewRegistry()
+	h.restartWorker(false)
 	r2 := h.start(o)
 	require.Eventually(t, func() bool { return len(heldBy(incidentID)) == 0 }, 30*time.Second, 100*time.Millisecond,
 		"no key stays behind the incident under dead-letter")

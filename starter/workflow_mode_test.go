@@ -18,29 +18,48 @@ import (
 	"github.com/causet/projection-retry/worker"
 )
 
-// startWorker runs the Temporal worker on the harness's task queue.
+// startWorker runs the Temporal worker on the harness's task queue, as
+// under CAUSET_INCIDENT_POLICY=hold (its runs join holding incidents; only
+// the incident tests have any).
 func (h *harness) startWorker() {
 	h.t.Helper()
-	h.startWorkerOn(h.taskQueue)
+	h.startWorkerOn(h.taskQueue, true)
 }
 
-// startWorkerOn runs the Temporal worker on queue.
-func (h *harness) startWorkerOn(queue string) {
+// restartWorker stops the test's workers and starts one whose runs join
+// holding incidents or not (policy hold or dead-letter).
+func (h *harness) restartWorker(joinHolds bool) {
 	h.t.Helper()
+	for _, w := range h.workers {
+		w.Stop()
+	}
+	h.workers = nil
+	h.startWorkerOn(h.taskQueue, joinHolds)
+}
+
+// startWorkerOn runs the Temporal worker on queue; joinHolds is whether its
+// runs join holding incidents (policy hold).
+func (h *harness) startWorkerOn(queue string, joinHolds bool) {
+	h.t.Helper()
+	a := &activities.Activities{
+		Applier:   h.engine,
+		Publisher: &dlq.Publisher{Client: h.producer, Topic: h.dlqTopic},
+		Logger:    h.logger,
+		Heads:     parking.NewStore(h.pool),
+	}
+	if joinHolds {
+		a.Holds = incident.NewStore(h.pool)
+	}
 	w, err := worker.New(worker.Options{
-		Client:    h.temporal.Client,
-		TaskQueue: queue,
-		Activities: &activities.Activities{
-			Applier:   h.engine,
-			Publisher: &dlq.Publisher{Client: h.producer, Topic: h.dlqTopic},
-			Logger:    h.logger,
-			Heads:     parking.NewStore(h.pool),
-		},
-		Incidents: &activities.Incidents{Prober: h.engine, Store: incident.NewStore(h.pool)},
+		Client:     h.temporal.Client,
+		TaskQueue:  queue,
+		Activities: a,
+		Incidents:  &activities.Incidents{Prober: h.engine, Store: incident.NewStore(h.pool)},
 	})
 	require.NoError(h.t, err)
 	require.NoError(h.t, w.Start())
 	h.t.Cleanup(w.Stop)
+	h.workers = append(h.workers, w)
 }
 
 // status queries a retry workflow's status.

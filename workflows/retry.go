@@ -62,6 +62,10 @@ const (
 	// changeSettleHead records, when a dead-lettered run is discarded or its
 	// window ends, that it no longer holds its key (SettleHead).
 	changeSettleHead = "settle-head"
+	// changeJoinHold lets a run whose schedule ran out with a failure a
+	// holding incident has (policy hold) wait with the incident's events
+	// instead of being dead-lettered.
+	changeJoinHold = "join-hold"
 )
 
 // SettleUnreported marks as timed out every attempt in attempts that started
@@ -116,6 +120,19 @@ func ProjectionRetryWorkflow(ctx workflow.Context, in contract.RetryInput) (cont
 	replay := workflow.GetSignalChannel(ctx, contract.SignalReplay)
 	discard := workflow.GetSignalChannel(ctx, contract.SignalDiscard)
 	for !ok {
+		end, err := r.joinHold(ctx)
+		if err != nil {
+			return r.status, err
+		}
+		if end == contract.IncidentReleasing || end == contract.IncidentResolved {
+			// The incident's fix is this event's too: the whole schedule again.
+			r.status.ReplayCount++
+			if err := r.setState(ctx, contract.StateReplaying); err != nil {
+				return r.status, err
+			}
+			ok = r.runSchedule(ctx, in.Retry.Plan(config.ModeWorkflow), r.status.ReplayCount, time.Time{})
+			continue
+		}
 		if err := r.deadLetter(ctx); err != nil {
 			return r.status, err
 		}
@@ -321,6 +338,46 @@ func (r *retryRun) deadLetter(ctx workflow.Context) error {
 	}
 	r.status.DLQ = &at
 	return nil
+}
+
+// joinHold, once the schedule has run out, asks whether a holding incident
+// has this run's last failure (policy hold). If one has, the run waits in
+// state held until the incident no longer holds, and returns where it went
+// (releasing or resolved: run again; dead_lettered: dead-letter); "" when no
+// incident holds the failure.
+func (r *retryRun) joinHold(ctx workflow.Context) (contract.IncidentState, error) {
+	n := len(r.status.Attempts)
+	if n == 0 || workflow.GetVersion(ctx, changeJoinHold, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return "", nil
+	}
+	last := r.status.Attempts[n-1]
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: publishTimeout,
+		RetryPolicy:         deadLetterRetry,
+	})
+	var id string
+	if err := workflow.ExecuteActivity(actx, contract.JoinIncidentHoldActivity,
+		contract.JoinHoldInput{Projection: r.in.Projection, ErrorKind: last.ErrorKind, Error: last.Error}).Get(ctx, &id); err != nil {
+		return "", err
+	}
+	if id == "" {
+		return "", nil
+	}
+	r.status.HeldBy = id
+	if err := r.setState(ctx, contract.StateHeld); err != nil {
+		return "", err
+	}
+	wctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 24 * time.Hour,
+		HeartbeatTimeout:    30 * time.Second,
+		RetryPolicy:         deadLetterRetry,
+	})
+	var end contract.IncidentState
+	if err := workflow.ExecuteActivity(wctx, contract.AwaitIncidentEndedActivity, id).Get(ctx, &end); err != nil {
+		return "", err
+	}
+	r.status.HeldBy = ""
+	return end, nil
 }
 
 // settleHead lets the key a dead letter held (CAUSET_DLQ_HOLD_ENTITY) go:

@@ -110,6 +110,8 @@ func newHarnessApply(t *testing.T, a *activities.Activities, publisher *fakePubl
 	h.env.RegisterActivityWithOptions(apply, activity.RegisterOptions{Name: contract.ApplyProjectionActivity})
 	h.env.RegisterActivityWithOptions(a.PublishDeadLetter, activity.RegisterOptions{Name: contract.PublishDeadLetterActivity})
 	h.env.RegisterActivityWithOptions(a.SettleHead, activity.RegisterOptions{Name: contract.SettleHeadActivity})
+	h.env.RegisterActivityWithOptions(a.JoinIncidentHold, activity.RegisterOptions{Name: contract.JoinIncidentHoldActivity})
+	h.env.RegisterActivityWithOptions(a.AwaitIncidentEnded, activity.RegisterOptions{Name: contract.AwaitIncidentEndedActivity})
 	h.env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
 		if info.ActivityType.Name == contract.ApplyProjectionActivity {
 			h.mu.Lock()
@@ -558,4 +560,46 @@ func TestTimedOutAttemptBeforeSuccessIsKept(t *testing.T) {
 	require.Equal(t, "attempt timed out after 1m0s", s.Attempts[1].Error)
 	require.False(t, s.Attempts[1].StartedAt.IsZero())
 	require.Empty(t, s.Attempts[2].Error)
+}
+
+// Under CAUSET_INCIDENT_POLICY=hold a run whose schedule runs out with the
+// failure a holding incident has joins the hold: state held, no dead
+// letter; once the incident is resolved the run goes through its schedule
+// again and applies. If the incident dead-letters everything, so does the
+// run.
+func TestRunJoinsAHoldingIncident(t *testing.T) {
+	const incidentID = "projection-incident:artist_followers:00000000000000aa"
+	for _, end := range []contract.IncidentState{contract.IncidentResolved, contract.IncidentDeadLettered} {
+		t.Run(string(end), func(t *testing.T) {
+			h := newHarness(t, 5, 0) // the whole first schedule fails, the next attempt applies
+			var joined contract.JoinHoldInput
+			h.env.OnActivity(contract.JoinIncidentHoldActivity, mock.Anything, mock.Anything).Return(
+				func(_ context.Context, in contract.JoinHoldInput) (string, error) {
+					joined = in
+					return incidentID, nil
+				})
+			h.env.OnActivity(contract.AwaitIncidentEndedActivity, mock.Anything, incidentID).After(time.Hour).Return(end, nil)
+			h.env.RegisterDelayedCallback(func() {
+				s := h.status(t)
+				require.Equal(t, contract.StateHeld, s.State, "held, not dead-lettered")
+				require.Equal(t, incidentID, s.HeldBy)
+				require.Nil(t, s.DLQ)
+			}, 30*time.Minute)
+			h.env.ExecuteWorkflow(contract.RetryWorkflowName, input(config.ModeWorkflow, config.DefaultRetry()))
+			require.True(t, h.env.IsWorkflowCompleted())
+			require.NoError(t, h.env.GetWorkflowError())
+			require.Equal(t, contract.JoinHoldInput{Projection: "artist_followers", ErrorKind: "sql",
+				Error: `column "followed_at" of relation "artist_followers" does not exist`}, joined)
+			var st contract.Status
+			require.NoError(t, h.env.GetWorkflowResult(&st))
+			if end == contract.IncidentResolved {
+				require.Equal(t, contract.StateSucceeded, st.State)
+				require.Empty(t, h.publisher.records, "a run held by an incident is never dead-lettered")
+				require.Equal(t, 1, st.ReplayCount, "the second schedule, after the incident")
+				return
+			}
+			require.Equal(t, contract.StateDeadLettered, st.State, "dead-lettered with the incident (then its window ended)")
+			require.Len(t, h.publisher.records, 1)
+		})
+	}
 }

@@ -8,6 +8,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/causet/projection-retry/activities"
+	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/incident"
 	"github.com/causet/projection-retry/parking"
@@ -52,18 +53,23 @@ func (s *Service) NewWorker() (sdkworker.Worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	acts := &activities.Activities{
+		Applier: s.Engine,
+		Publisher: &dlq.Publisher{Client: producer, Topic: s.Config.DLQTopic,
+			ConsumerGroup: s.Config.ConsumerGroup},
+		Logger:  s.Logger,
+		Metrics: activities.NewMetrics(s.Registry),
+		Heads:   parking.NewStore(s.Pool),
+	}
+	if s.Config.Incidents.Policy == config.IncidentHold {
+		// A run whose failure a holding incident has waits with it.
+		acts.Holds = incident.NewStore(s.Pool)
+	}
 	w, err := worker.New(worker.Options{
-		Client:    s.Temporal.Client,
-		TaskQueue: s.Config.TaskQueue,
-		Activities: &activities.Activities{
-			Applier: s.Engine,
-			Publisher: &dlq.Publisher{Client: producer, Topic: s.Config.DLQTopic,
-				ConsumerGroup: s.Config.ConsumerGroup},
-			Logger:  s.Logger,
-			Metrics: activities.NewMetrics(s.Registry),
-			Heads:   parking.NewStore(s.Pool),
-		},
-		Incidents: &activities.Incidents{Prober: s.Engine, Store: incident.NewStore(s.Pool)},
+		Client:     s.Temporal.Client,
+		TaskQueue:  s.Config.TaskQueue,
+		Activities: acts,
+		Incidents:  &activities.Incidents{Prober: s.Engine, Store: incident.NewStore(s.Pool)},
 		Version: sdkworker.WorkerDeploymentVersion{
 			DeploymentName: s.Config.WorkerVersioning.DeploymentName,
 			BuildID:        s.Config.WorkerVersioning.BuildID,
