@@ -124,7 +124,8 @@ type Client struct {
 	multiplier     float64
 	maxBackoff     time.Duration
 	requestTimeout time.Duration
-	err            error // a bad base URL or option, returned by every call
+	token          string // the bearer token, when the runtime requires one
+	err            error  // a bad base URL or option, returned by every call
 
 	// Seams for tests: the wait between tries and its jitter.
 	sleep  func(context.Context, time.Duration) error
@@ -193,6 +194,13 @@ func WithRequestTimeout(d time.Duration) Option {
 		}
 		c.requestTimeout = d
 	}
+}
+
+// WithToken sends token as the bearer token of every request (the runtime's
+// CAUSET_RUNTIME_TOKENS: scope write to submit, read for status). A 401 or
+// 403 is final: the client never re-submits it.
+func WithToken(token string) Option {
+	return func(c *Client) { c.token = token }
 }
 
 // New returns a client of the runtime at baseURL (http://host:port or
@@ -461,6 +469,9 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte) (int,
 		return 0, nil, err
 	}
 	req.Header.Set("Accept", "application/json")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}

@@ -235,7 +235,7 @@ func TestReliability13WritePathPostgresOutage(t *testing.T) {
 	testenv.StopPostgres(t)
 	stoppedAt := time.Now()
 	t.Logf("PostgreSQL stopped")
-	require.Eventually(t, func() bool { return httpStatus(w.rtURL+"/readyz") == http.StatusServiceUnavailable },
+	require.Eventually(t, func() bool { return httpStatus("http://"+w.rt.metrics+"/readyz") == http.StatusServiceUnavailable },
 		30*time.Second, 100*time.Millisecond, "/readyz while PostgreSQL is down")
 
 	// C: a client whose retries outlast the outage, started now.
@@ -337,7 +337,10 @@ func postOnce(base string, ins []client.Intent, callers int) ([]int, []time.Dura
 				body, _ := json.Marshal(map[string]any{"intentId": in.IntentID, "intentType": in.IntentType,
 					"entityId": in.EntityID, "forkId": in.ForkID, "payload": in.Payload})
 				t0 := time.Now()
-				resp, err := hc.Post(base+"/v1/intents", "application/json", bytes.NewReader(body))
+				req, _ := http.NewRequest(http.MethodPost, base+"/v1/intents", bytes.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Authorization", "Bearer "+wpToken)
+				resp, err := hc.Do(req)
 				took[k] = time.Since(t0)
 				if err != nil {
 					codes[k] = -1

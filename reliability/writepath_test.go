@@ -134,15 +134,18 @@ func newWritePath(t *testing.T, o stackOptions) *writePath {
 	return &writePath{stack: s, gen: wpIntents{prefix: s.prefix, users: 300, artists: 40}}
 }
 
-// startRuntime starts `causet runtime` on a free port and waits until it
-// is ready. Its /metrics is on the same address.
+// wpToken is the runtime's bearer token in the scenarios (both scopes).
+const wpToken = "reliability-0123456789abcdef0123456789abcdef"
+
+// startRuntime starts `causet runtime` on a free port, with a bearer token
+// as production requires one, and waits until it is ready (its /readyz and
+// /metrics are on CAUSET_METRICS_ADDR, apart from the API).
 func (w *writePath) startRuntime() *proc {
 	w.t.Helper()
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(w.t))
-	p := w.start("runtime", map[string]string{"CAUSET_RUNTIME_ADDR": addr}, "runtime")
-	p.metrics = addr
+	p := w.start("runtime", map[string]string{"CAUSET_RUNTIME_ADDR": addr, "CAUSET_RUNTIME_TOKENS": "scenarios write,read " + wpToken}, "runtime")
 	w.rt, w.rtURL = p, "http://"+addr
-	require.Eventually(w.t, func() bool { return httpStatus(w.rtURL+"/readyz") == http.StatusOK }, time.Minute, 100*time.Millisecond,
+	require.Eventually(w.t, func() bool { return httpStatus("http://"+p.metrics+"/readyz") == http.StatusOK }, time.Minute, 100*time.Millisecond,
 		"runtime not ready:\n%s", p.logTail(20))
 	return p
 }
@@ -154,7 +157,7 @@ func (w *writePath) relay() *proc { return w.start("relay", nil, "relay") }
 func (w *writePath) client(callers int, opts ...client.Option) *client.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = callers
-	return client.New(w.rtURL, append([]client.Option{client.WithHTTPClient(&http.Client{Transport: tr})}, opts...)...)
+	return client.New(w.rtURL, append([]client.Option{client.WithHTTPClient(&http.Client{Transport: tr}), client.WithToken(wpToken)}, opts...)...)
 }
 
 // runtimeCount is causet_runtime_intents_total{status=…} of the runtime.
@@ -169,6 +172,7 @@ func httpStatus(url string) int {
 	if err != nil {
 		return -1
 	}
+	req.Header.Set("Authorization", "Bearer "+wpToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return -1

@@ -19,6 +19,8 @@ import (
 
 // Defaults of Options.
 const (
+	// TokensReloadInterval is how often a token file is checked for changes.
+	TokensReloadInterval   = 5 * time.Second
 	DefaultIntentTimeout   = 30 * time.Second
 	DefaultShutdownTimeout = 10 * time.Second
 	DefaultRefreshInterval = 5 * time.Second
@@ -28,6 +30,9 @@ const (
 type Options struct {
 	// Catalog holds the intent handlers; Ledger decides with it. Required.
 	Catalog *intents.Catalog
+	// Auth are the bearer tokens the API accepts (POST needs scope write,
+	// GET scope read); nil serves without authentication (AuthFromEnv).
+	Auth *Tokens
 	// Ledger records intents. Required.
 	Ledger *ledger.Ledger
 	// Ready answers /readyz (a pool's Ping); nil is always ready.
@@ -37,7 +42,7 @@ type Options struct {
 	Logger *slog.Logger
 	// Registerer, when set, gets the server's metrics.
 	Registerer prometheus.Registerer
-	// Gatherer, when set, is served as GET /metrics.
+	// Gatherer, when set, is served as GET /metrics by OpsHandler.
 	Gatherer prometheus.Gatherer
 	// IntentTimeout bounds one intent, the ledger's retries included
 	// (DefaultIntentTimeout); past it the answer is 503.
@@ -57,6 +62,7 @@ type Server struct {
 	logger  *slog.Logger
 	metrics *metrics
 	handler http.Handler
+	ops     http.Handler
 }
 
 // New builds the server and registers its metrics.
@@ -82,26 +88,34 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{opts: opts, logger: opts.Logger, metrics: m}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/intents", s.submit)
+	mux.HandleFunc("POST /v1/intents", s.require(ScopeWrite, s.submit))
 	mux.HandleFunc("/v1/intents", methodNotAllowed(http.MethodPost))
-	mux.HandleFunc("GET /v1/intents/{intentId}", s.status)
+	mux.HandleFunc("GET /v1/intents/{intentId}", s.require(ScopeRead, s.status))
 	mux.HandleFunc("/v1/intents/{intentId}", methodNotAllowed(http.MethodGet))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	mux.HandleFunc("GET /readyz", s.ready)
-	if opts.Gatherer != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}))
-	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
 	})
 	s.handler = s.accessLog(mux)
+	// Health and metrics answer on a listener of their own (the process's
+	// CAUSET_METRICS_ADDR), never on the API's, and need no token.
+	ops := http.NewServeMux()
+	ops.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	ops.HandleFunc("GET /readyz", s.ready)
+	if opts.Gatherer != nil {
+		ops.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}))
+	}
+	s.ops = ops
 	return s, nil
 }
 
-// Handler is the server's handler, with its access log.
+// Handler is the API's handler (/v1/intents), with its access log and, with
+// Auth, its bearer tokens.
 func (s *Server) Handler() http.Handler { return s.handler }
+
+// OpsHandler serves /healthz, /readyz (Ready) and /metrics (Gatherer).
+func (s *Server) OpsHandler() http.Handler { return s.ops }
 
 // Serve serves on ln until ctx ends, refreshing the catalog every
 // RefreshInterval, then stops accepting and waits up to ShutdownTimeout for
@@ -119,6 +133,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	go s.opts.Catalog.Watch(watchCtx, s.opts.RefreshInterval)
+	if s.opts.Auth != nil {
+		go s.opts.Auth.WatchFile(watchCtx, TokensReloadInterval, s.logger)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

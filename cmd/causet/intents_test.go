@@ -45,14 +45,17 @@ func TestIntentsNeedDatabaseURL(t *testing.T) {
 }
 
 func TestRuntimeRefusesBadEnv(t *testing.T) {
+	const tokens = "CAUSET_RUNTIME_TOKENS=ops write,read 0123456789abcdef0123456789abcdef"
 	for _, tc := range []struct {
 		env  []string
 		want string
 	}{
-		{nil, "causet: DATABASE_URL is not set: want a PostgreSQL URL such as postgres://user@host:5432/db"},
+		{nil, "causet: CAUSET_RUNTIME_TOKENS_FILE (or CAUSET_RUNTIME_TOKENS) is required"},
+		{[]string{"CAUSET_RUNTIME_TOKENS=ops write short"}, "causet: CAUSET_RUNTIME_TOKENS: token ops is 5 characters, fewer than the 32 required"},
+		{[]string{tokens}, "causet: DATABASE_URL is not set: want a PostgreSQL URL such as postgres://user@host:5432/db"},
 		{[]string{"DATABASE_URL=postgres://u:secret@127.0.0.1:1/db", "CAUSET_RUNTIME_ADDR=8080"},
 			`causet: CAUSET_RUNTIME_ADDR="8080" is invalid: want host:port, such as 127.0.0.1:8080`},
-		{[]string{"DATABASE_URL=postgres://u:secret@127.0.0.1:1/db", "CAUSET_IR_COST_LIMIT=5"},
+		{[]string{"DATABASE_URL=postgres://u:secret@127.0.0.1:1/db", "CAUSET_IR_COST_LIMIT=5", tokens},
 			`causet: CAUSET_IR_COST_LIMIT="5" is invalid: want an integer from 1000 to 1000000000`},
 	} {
 		_, stderr, code := runBinary(t, tc.env, "runtime")
@@ -60,7 +63,7 @@ func TestRuntimeRefusesBadEnv(t *testing.T) {
 		require.True(t, strings.HasPrefix(strings.TrimSpace(stderr), tc.want), stderr)
 		require.Len(t, strings.Split(strings.TrimSpace(stderr), "\n"), 1, "one line: %q", stderr)
 	}
-	_, stderr, code := runBinary(t, []string{"DATABASE_URL=postgres://u:hunter2@127.0.0.1:1/db?connect_timeout=2"}, "runtime")
+	_, stderr, code := runBinary(t, []string{"DATABASE_URL=postgres://u:hunter2@127.0.0.1:1/db?connect_timeout=2", "CAUSET_RUNTIME_AUTH=none"}, "runtime")
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "cannot reach PostgreSQL at 127.0.0.1:1")
 	require.NotContains(t, stderr, "hunter2")

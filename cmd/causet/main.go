@@ -28,7 +28,7 @@ type cli struct {
 	Incidents   incidentsCmd   `cmd:"" help:"List, show and resolve incidents: one per systemic failure of a projection (CAUSET_INCIDENT_*)."`
 	Outbox      outboxCmd      `cmd:"" help:"The events the outbox relay set aside because Kafka refuses them: list them, send them again."`
 	Produce     produceCmd     `cmd:"" help:"Produce JSON-line event envelopes (FILE or stdin) to CAUSET_EVENTS_TOPIC, keyed by entityId."`
-	Submit      submitCmd      `cmd:"" help:"Submit JSON-line intents (FILE or stdin) to the causet runtime at CAUSET_RUNTIME_ADDR (or --url), with the client's safe retries; one line per outcome."`
+	Submit      submitCmd      `cmd:"" help:"Submit JSON-line intents (FILE or stdin) to the causet runtime at CAUSET_RUNTIME_ADDR (or --url), with the client's safe retries (its bearer token from CAUSET_RUNTIME_TOKEN); one line per outcome."`
 	Bench       benchCmd       `cmd:"" help:"Measure the pipeline against the PostgreSQL ceiling, workflow mode and the in-place-retry peer in one run; write results to --out."`
 	Migrate     migrateCmd     `cmd:"" help:"Apply, show and print the database's schema migrations (DATABASE_URL); every process checks the version at start."`
 	Relay       relayCmd       `cmd:"" help:"Run the outbox relay: publish the ledger's unpublished events to CAUSET_EVENTS_TOPIC in order, then mark them published."`

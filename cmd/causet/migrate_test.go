@@ -68,7 +68,7 @@ func TestProcessesRefuseOlderAndNewerSchemas(t *testing.T) {
 
 	for _, args := range commands {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
-			base := []string{"CAUSET_METRICS_ADDR=127.0.0.1:0", "CAUSET_RUNTIME_ADDR=127.0.0.1:0", "KAFKA_BROKERS=127.0.0.1:1"}
+			base := []string{"CAUSET_METRICS_ADDR=127.0.0.1:0", "CAUSET_RUNTIME_ADDR=127.0.0.1:0", "KAFKA_BROKERS=127.0.0.1:1", "CAUSET_RUNTIME_AUTH=none"}
 			_, stderr, code := runBinary(t, append(base, "DATABASE_URL="+older), args...)
 			require.Equal(t, 1, code, stderr)
 			lines := strings.Split(strings.TrimSpace(stderr), "\n")

@@ -20,15 +20,28 @@ func (runtimeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	auth, err := runtime.AuthFromEnv(os.LookupEnv)
+	if err != nil {
+		return err
+	}
 	svc, err := openWritePath(ctx, logger)
 	if err != nil {
 		return err
 	}
 	defer svc.Close()
-	rt, err := svc.NewRuntime(ctx, app.RuntimeOptions{Addr: addr})
+	if auth == nil {
+		logger.Warn("the runtime's API has no authentication (CAUSET_RUNTIME_AUTH=none): whoever reaches it writes intents")
+	}
+	rt, err := svc.NewRuntime(ctx, app.RuntimeOptions{Addr: addr, Auth: auth})
 	if err != nil {
 		return err
 	}
+	// /metrics, /healthz and /readyz on CAUSET_METRICS_ADDR, apart from the API.
+	stopMetrics, err := svc.ServeMetrics()
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	return rt.Run(ctx)
 }
 

@@ -34,6 +34,8 @@ const maxIntentLine = 1 << 20
 type submitCmd struct {
 	File string `arg:"" optional:"" name:"file" help:"JSON lines, one intent per line: {\"intentId\"?,\"intentType\",\"entityId\",\"forkId\",\"payload\"} (default or \"-\": stdin). A missing intentId gets a random one."`
 	URL  string `name:"url" help:"The runtime's base URL (default: http:// and CAUSET_RUNTIME_ADDR, else 127.0.0.1:8080)."`
+	// The bearer token comes from the environment, never a flag (a flag
+	// shows in the process list).
 }
 
 // submitLine is one input line; every field but intentId is the runtime's to
@@ -67,7 +69,7 @@ func (c submitCmd) Run(ctx context.Context) error {
 		return err
 	}
 	defer closeIn()
-	cl := client.New(base)
+	cl := client.New(base, client.WithToken(os.Getenv("CAUSET_RUNTIME_TOKEN")))
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 0, 64*1024), maxIntentLine)
 	var line, succeeded, rejected, failed int

@@ -21,6 +21,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -42,7 +43,7 @@ var processes = map[string]string{
 	"bridge":  "CAUSET_METRICS_ADDR",
 	"worker":  "CAUSET_METRICS_ADDR",
 	"relay":   "CAUSET_METRICS_ADDR",
-	"runtime": "CAUSET_RUNTIME_ADDR",
+	"runtime": "CAUSET_METRICS_ADDR",
 }
 
 // rendered is one kustomization's output, decoded.
@@ -54,6 +55,7 @@ type rendered struct {
 	configMaps  map[string]*corev1.ConfigMap
 	services    map[string]*corev1.Service
 	secrets     map[string]*corev1.Secret
+	policies    map[string]*networkingv1.NetworkPolicy
 }
 
 // kinds is what the manifests may hold: apiVersion/kind to a new value of
@@ -65,6 +67,7 @@ var kinds = map[string]func() any{
 	"v1/ConfigMap":                           func() any { return new(corev1.ConfigMap) },
 	"v1/Service":                             func() any { return new(corev1.Service) },
 	"v1/Secret":                              func() any { return new(corev1.Secret) },
+	"networking.k8s.io/v1/NetworkPolicy":     func() any { return new(networkingv1.NetworkPolicy) },
 }
 
 // kustomizations are the base and every overlay.
@@ -88,7 +91,8 @@ func render(t *testing.T, dir string) *rendered {
 	out := &rendered{dir: dir,
 		deployments: map[string]*appsv1.Deployment{}, pdbs: map[string]*policyv1.PodDisruptionBudget{},
 		hpas: map[string]*autoscalingv2.HorizontalPodAutoscaler{}, configMaps: map[string]*corev1.ConfigMap{},
-		services: map[string]*corev1.Service{}, secrets: map[string]*corev1.Secret{}}
+		services: map[string]*corev1.Service{}, secrets: map[string]*corev1.Secret{},
+		policies: map[string]*networkingv1.NetworkPolicy{}}
 	for _, r := range m.Resources() {
 		b, err := r.MarshalJSON()
 		require.NoError(t, err)
@@ -115,6 +119,8 @@ func render(t *testing.T, dir string) *rendered {
 			out.services[name] = o
 		case *corev1.Secret:
 			out.secrets[name] = o
+		case *networkingv1.NetworkPolicy:
+			out.policies[name] = o
 		}
 	}
 	return out
@@ -215,6 +221,13 @@ func TestKubernetesEnvNamesAreRead(t *testing.T) {
 			}
 		}
 		for name, s := range r.secrets {
+			if strings.HasPrefix(name, "causet-runtime-tokens") {
+				// Mounted as a file (CAUSET_RUNTIME_TOKENS_FILE), not an environment.
+				require.Contains(t, s.Data, "tokens", "%s: Secret %s", r.dir, name)
+				_, err := runtime.ParseTokens(string(s.Data["tokens"]), name)
+				require.NoError(t, err, "%s: Secret %s", r.dir, name)
+				continue
+			}
 			for k := range s.Data {
 				require.True(t, allowedEnv(k), "%s: Secret %s holds %s, which no causet process reads", r.dir, name, k)
 			}
@@ -354,8 +367,11 @@ func TestKubernetesSecurityContext(t *testing.T) {
 			if cs.RunAsUser != nil {
 				require.Equal(t, uid, *cs.RunAsUser, where)
 			}
-			// The processes write no files: no volume, not even for /tmp.
-			require.Empty(t, c.VolumeMounts, where)
+			// The processes write no files: no volume, not even for /tmp; the
+			// runtime reads its tokens from a secret, read-only.
+			for _, m := range c.VolumeMounts {
+				require.True(t, m.ReadOnly && m.Name == "runtime-tokens", "%s: volume %s", where, m.Name)
+			}
 
 			require.False(t, c.Resources.Requests.Cpu().IsZero(), "%s: CPU request", where)
 			require.False(t, c.Resources.Requests.Memory().IsZero(), "%s: memory request", where)

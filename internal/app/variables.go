@@ -18,7 +18,8 @@ var VariablePrefixes = []string{"TEMPORAL_GRPC_META_", "OTEL_"}
 
 // Variables returns the name of every environment variable that `causet
 // worker`, `bridge`, `runtime` and `relay` read, sorted: config.Variables(),
-// CAUSET_RUNTIME_ADDR (runtime.AddrFromEnv), CAUSET_RELAY_* (relay.LoadSettings)
+// CAUSET_RUNTIME_ADDR and CAUSET_RUNTIME_AUTH, _TOKENS_FILE, _TOKENS
+// (runtime.AddrFromEnv, AuthFromEnv), CAUSET_RELAY_* (relay.LoadSettings)
 // and the Temporal client's TEMPORAL_* (contrib/envconfig, as DialTemporal
 // reads them), beside the families of VariablePrefixes. All but config's are
 // recorded from their readers with an empty environment, so the list cannot
@@ -30,6 +31,7 @@ func Variables() []string {
 	}
 	record := func(k string) (string, bool) { seen[k] = true; return "", false }
 	_, _ = runtime.AddrFromEnv(record)
+	_, _ = runtime.AuthFromEnv(record)
 	_, _ = relay.LoadSettings(record)
 	_, _ = envconfig.LoadClientConfigProfile(envconfig.LoadClientConfigProfileOptions{EnvLookup: recordEnv(record)})
 	out := make([]string, 0, len(seen))

@@ -40,6 +40,9 @@ type RuntimeOptions struct {
 	// Logger is the server's (its intent_outcome lines and access log).
 	// Nil: the service's.
 	Logger *slog.Logger
+	// Auth are the bearer tokens of the API (runtime.AuthFromEnv); nil
+	// serves it without authentication.
+	Auth *runtime.Tokens
 }
 
 // Runtime is the write path's HTTP server (package runtime) on the service's
@@ -74,6 +77,7 @@ func (s *Service) NewRuntime(ctx context.Context, o RuntimeOptions) (*Runtime, e
 	}
 	l := ledger.New(s.Pool, catalog, ledger.WithLogger(o.Logger))
 	srv, err := runtime.New(runtime.Options{
+		Auth:       o.Auth,
 		Catalog:    catalog,
 		Ledger:     l,
 		Ready:      s.Pool.Ping,
