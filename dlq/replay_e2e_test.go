@@ -130,27 +130,31 @@ func TestKafkaReplayEndToEnd(t *testing.T) {
 	}
 	require.Zero(t, rows())
 
-	replay := func(dry bool) dlq.Summary {
+	replay := func(dry, force bool) dlq.Summary {
 		t.Helper()
 		r, err := dlq.NewReader(ctx, dlq.ReaderOptions{Brokers: brokers, Topic: dlqTopic, Filter: dlq.Filter{Projection: "artist_followers"}})
 		require.NoError(t, err)
 		defer r.Close()
 		rp, err := dlq.NewReplayer(dlq.ReplayerOptions{
 			Client: srv.Client, TaskQueue: tq, Retry: fastRetry, ReplayWindow: time.Hour,
-			Reason: "IR v2 drops followed_at", DryRun: dry, Rate: 50,
+			Reason: "IR v2 drops followed_at", DryRun: dry, Rate: 50, Force: force,
 		})
 		require.NoError(t, err)
 		require.NoError(t, r.Read(ctx, func(it dlq.Item) error {
 			res, err := rp.Replay(ctx, it)
-			require.NoError(t, res.Err)
+			if res.Outcome != dlq.Refused {
+				require.NoError(t, res.Err)
+			}
 			return err
 		}))
 		return rp.Summary()
 	}
 
-	// The fix, then a dry run that only reports.
+	// The fix, then a dry run that only reports: without --force the
+	// discarded dead letter stays discarded.
 	deploy(fixedIR)
-	require.Equal(t, dlq.Summary{Signalled: 1, Restarted: 2}, replay(true))
+	require.Equal(t, dlq.Summary{Signalled: 1, Restarted: 1, Refused: 1}, replay(true, false))
+	require.Equal(t, dlq.Summary{Signalled: 1, Restarted: 2}, replay(true, true))
 	time.Sleep(300 * time.Millisecond)
 	require.Zero(t, rows())
 
@@ -158,8 +162,8 @@ func TestKafkaReplayEndToEnd(t *testing.T) {
 	// Temporal; a second replay meanwhile neither signals again nor starts
 	// another run.
 	w.Stop()
-	require.Equal(t, dlq.Summary{Signalled: 1, Restarted: 2}, replay(false))
-	require.Equal(t, dlq.Summary{AlreadySucceeded: 3}, replay(false))
+	require.Equal(t, dlq.Summary{Signalled: 1, Restarted: 2}, replay(false, true))
+	require.Equal(t, dlq.Summary{AlreadySucceeded: 3}, replay(false, true))
 	w = startWorker()
 	t.Cleanup(w.Stop)
 	succeeded := func(s dlq.WorkflowState) bool { return !s.Open && s.State == contract.StateSucceeded }
@@ -183,7 +187,7 @@ func TestKafkaReplayEndToEnd(t *testing.T) {
 	require.Equal(t, "IR v2 drops followed_at", status.LastReplayReason)
 
 	// A second identical replay: nothing to do, no new run.
-	require.Equal(t, dlq.Summary{AlreadySucceeded: 3}, replay(false))
+	require.Equal(t, dlq.Summary{AlreadySucceeded: 3}, replay(false, true))
 	for _, c := range cases {
 		st, err := dlq.LookupState(ctx, srv.Client, c.id)
 		require.NoError(t, err)

@@ -17,6 +17,9 @@ type evt struct {
 	fails     bool  // payload.d = 0: fails every attempt
 	partition int32
 	offset    int64
+	// occurredAt, when set, is the envelope's occurredAt (which routes its
+	// dedupe row to that hour's partition); else a fixed time.
+	occurredAt time.Time
 }
 
 // entities is how many entities the generated stream spreads over. All of
@@ -90,8 +93,12 @@ func (s *stack) record(e evt) *kgo.Record {
 	if e.fails {
 		d = 0
 	}
-	v := fmt.Sprintf(`{"eventId":%q,"eventType":"REL_EVENT","entityId":%q,"forkId":"production","sequence":%d,"occurredAt":"2026-12-02T12:00:00Z","payload":{"one":1,"d":%d}}`,
-		e.id, e.entity, e.seq, d)
+	at := "2026-12-02T12:00:00Z"
+	if !e.occurredAt.IsZero() {
+		at = e.occurredAt.UTC().Format(time.RFC3339Nano)
+	}
+	v := fmt.Sprintf(`{"eventId":%q,"eventType":"REL_EVENT","entityId":%q,"forkId":"production","sequence":%d,"occurredAt":%q,"payload":{"one":1,"d":%d}}`,
+		e.id, e.entity, e.seq, at, d)
 	return &kgo.Record{Partition: e.partition, Key: []byte(e.entity), Value: []byte(v)}
 }
 

@@ -2,6 +2,7 @@ package reliability
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -169,4 +170,18 @@ func (p *proc) metric(name string) float64 {
 		}
 	}
 	return sum
+}
+
+// causetOutput runs `causet <args...>` with the stack's environment to its
+// end and returns what it printed on stdout.
+func (s *stack) causetOutput(args ...string) (string, error) {
+	s.t.Helper()
+	cmd := exec.Command(s.bin, args...)
+	cmd.Env = s.procEnv(nil)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("causet %s: %w: %s", strings.Join(args, " "), err, errOut.String())
+	}
+	return out.String(), nil
 }

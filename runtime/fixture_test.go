@@ -130,6 +130,14 @@ func (f *fixture) do(t *testing.T, method, path, body string) (int, []byte) {
 	return rec.Code, rec.Body.Bytes()
 }
 
+// ready asks the operations listener's /readyz.
+func (f *fixture) ready(t *testing.T) int {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	f.server.OpsHandler().ServeHTTP(rec, httptest.NewRequestWithContext(f.ctx, http.MethodGet, "/readyz", nil))
+	return rec.Code
+}
+
 func (f *fixture) post(t *testing.T, body string) (int, []byte) {
 	t.Helper()
 	return f.do(t, http.MethodPost, "/v1/intents", body)

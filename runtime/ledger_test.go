@@ -103,7 +103,7 @@ func TestPostgresOutage(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, code, "%s", answer)
 	require.Equal(t, "the ledger is unavailable; re-submitting this intent is safe", decode(t, answer).Error)
 	require.GreaterOrEqual(t, time.Since(start), testWaits[0]+testWaits[1], "after the bounded retries")
-	code, _ = f.do(t, http.MethodGet, "/readyz", "")
+	code = f.ready(t)
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	code, _ = f.do(t, http.MethodGet, "/v1/intents/during", "")
 	require.Equal(t, http.StatusServiceUnavailable, code)
@@ -130,7 +130,7 @@ func TestPostgresOutage(t *testing.T) {
 	require.NoError(t, check.QueryRow(f.ctx, "SELECT count(*) FROM causet_intents WHERE intent_id = 'during'").Scan(&nIntents))
 	require.NoError(t, check.QueryRow(f.ctx, "SELECT count(*) FROM causet_events WHERE intent_id = 'during'").Scan(&events))
 	require.Equal(t, []int{1, 1}, []int{nIntents, events}, "succeeded once")
-	code, _ = f.do(t, http.MethodGet, "/readyz", "")
+	code = f.ready(t)
 	require.Equal(t, http.StatusOK, code)
 }
 

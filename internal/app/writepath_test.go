@@ -121,7 +121,9 @@ func TestWritePathKafka(t *testing.T) {
 		_, m := httpGet(t, "http://"+metricsAddr+"/metrics")
 		return strings.Contains(m, "causet_relay_published_total 1")
 	}, 10*time.Second, 20*time.Millisecond)
-	for _, url := range []string{"http://" + metricsAddr + "/metrics", "http://" + rtAddr + "/metrics"} {
+	code, _ := httpGet(t, "http://"+rtAddr+"/metrics")
+	require.Equal(t, http.StatusNotFound, code, "the API's listener serves no metrics")
+	for _, url := range []string{"http://" + metricsAddr + "/metrics"} {
 		code, m := httpGet(t, url)
 		require.Equal(t, http.StatusOK, code)
 		require.Contains(t, m, `causet_runtime_intents_total{status="success"} 1`, url)
