@@ -2,13 +2,13 @@
 # Reliability suite: kills, outages, broker faults, bad input, hot keys, lost
 # lanes and fuzzing, with nothing lost. See RELIABILITY.md.
 #
-#   scripts/reliability.sh            full profile: scenarios 1-7 and 9-14, each
+#   scripts/reliability.sh            full profile: scenarios 1-7 and 9-16, each
 #                                     in both orderings where it applies (entity,
 #                                     the default, and none), + 8 security tests
 #                                     + the two fuzzers; about an hour on 2 cores
-#   scripts/reliability.sh --short    CI profile: scenarios 1-3 and 9-14 in the
+#   scripts/reliability.sh --short    CI profile: scenarios 1-3 and 9-16 in the
 #                                     default configuration (entity ordering), 7
-#                                     in both, smaller sizes, + the fuzzers; ~14 min
+#                                     in both, smaller sizes, + the fuzzers; ~11 min
 #
 # Environment: FUZZTIME (default 30s), RELIABILITY_RUN (a -run pattern that
 # replaces the profile's), CAUSET_RELIABILITY_ORDERINGS (e.g. "entity,none":
