@@ -318,6 +318,15 @@ func (r *Result) orderingMarkdown(b *strings.Builder) {
 	b.WriteString("| | none | entity (default) |\n|---|---:|---:|\n")
 	fmt.Fprintf(b, "| events of keys that never fail: events/s | %.0f | %.0f |\n", x.NoneCleanEP, x.EntityCleanEP)
 	fmt.Fprintf(b, "| every successful event applied (s) | %.2f | %.2f |\n\n", x.NoneDrainS, x.EntityAllS)
+	if len(x.Rounds) > 1 {
+		fmt.Fprintf(b, "Medians of %d rounds, none then entity in each:\n\n", len(x.Rounds))
+		b.WriteString("| round | none: clean events/s | entity: clean events/s | entity/none | none: every success (s) | entity: every success (s) |\n|---:|---:|---:|---:|---:|---:|\n")
+		for i, r := range x.Rounds {
+			fmt.Fprintf(b, "| %d | %.0f | %.0f | %.2f | %.2f | %.2f |\n", i+1, r.NoneCleanEP, r.EntityCleanEP,
+				ratio(r.EntityCleanEP, r.NoneCleanEP), r.NoneDrainS, r.EntityAllS)
+		}
+		b.WriteString("\n")
+	}
 	fmt.Fprintf(b, "Releases: %d events parked behind one failing head were all applied %.2f s after it dead-lettered; %d events behind %d heads settled together (their rows' state set as the worker sets it; their retry workflows wait on a queue no worker polls, so no attempt runs beside the release) were applied in %.2f s (%.0f events/s).\n\n",
 		x.HotParked, x.HotDrainS, x.WideParked, x.WideKeys, x.WideDrainS, x.WideEPS)
 }
