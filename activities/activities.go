@@ -133,10 +133,12 @@ func (a *Activities) ApplyProjection(ctx context.Context, in workflows.ApplyInpu
 		a.Metrics.deadLettered(in.Projection, string(kind))
 	}
 	activity.RecordHeartbeat(ctx, attempts)
+	// The message is the error's; its Go chain is not sent as the failure's
+	// cause, which would repeat the same text a level deeper per wrapper.
 	if nonRetryable {
-		return workflows.ApplyOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), string(kind), err, attempts)
+		return workflows.ApplyOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), string(kind), nil, attempts)
 	}
-	return workflows.ApplyOutput{}, temporal.NewApplicationErrorWithCause(err.Error(), string(kind), err, attempts)
+	return workflows.ApplyOutput{}, temporal.NewApplicationError(err.Error(), string(kind), attempts)
 }
 
 func nextDelay(in workflows.ApplyInput, number int) (time.Duration, bool) {
