@@ -45,6 +45,13 @@ const LivenessInterval = 30 * time.Second
 // reports their events and looks for IR deploys.
 const RefreshInterval = 2 * time.Second
 
+// DefaultReportInterval is how often, at most, an incident's workflow is
+// told of new failing events: its history grows by a signal per report, so
+// counts are batched rather than sent at every refresh. The first report,
+// a deploy, and a report that takes the held events to
+// CAUSET_INCIDENT_MAX_HELD go at once.
+const DefaultReportInterval = 30 * time.Second
+
 // RegistryOptions configure a Registry.
 type RegistryOptions struct {
 	Incidents config.Incidents
@@ -55,6 +62,8 @@ type RegistryOptions struct {
 	TaskQueue string
 	// Timeout bounds each call to PostgreSQL or Temporal.
 	Timeout time.Duration
+	// ReportInterval: see DefaultReportInterval (zero: the default).
+	ReportInterval time.Duration
 	// IRVersion is a projection's deployed IR version (nil: always 0); a
 	// new version asks a held incident for a probe at once.
 	IRVersion  func(projection string) int
@@ -96,6 +105,10 @@ type known struct {
 	// open (dead-letter) incident quiet for a window is forgotten here.
 	lastFailure time.Time
 	irVersion   int
+	// lastReport is when counts were last signalled; reportedHeld the held
+	// events signalled so far (against CAUSET_INCIDENT_MAX_HELD).
+	lastReport   time.Time
+	reportedHeld int
 	// restart is the input of a new run, for an incident whose row holds
 	// events while its workflow has ended.
 	restart *contract.IncidentInput
@@ -109,6 +122,9 @@ func NewRegistry(o RegistryOptions) *Registry {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.ReportInterval <= 0 {
+		o.ReportInterval = DefaultReportInterval
 	}
 	ns, sub := "causet", "bridge"
 	r := &Registry{
@@ -402,13 +418,17 @@ func (r *Registry) flush(parent context.Context) {
 			continue
 		}
 		s := send{k: k, start: !k.started}
-		if k.pending.Events > 0 || k.pending.Held > 0 || s.start {
+		if v := r.irVersion(k.in.Projection); v != k.irVersion {
+			s.deployed, s.irVersion = true, v
+		}
+		if (k.pending.Events > 0 || k.pending.Held > 0) && (s.start || s.deployed || r.reportDue(k, now)) || s.start {
 			s.f = k.pending
 			s.f.At = now
 			k.pending = contract.IncidentFailures{}
-		}
-		if v := r.irVersion(k.in.Projection); v != k.irVersion {
-			s.deployed, s.irVersion = true, v
+			if s.f.Events > 0 || s.f.Held > 0 {
+				k.lastReport = now
+				k.reportedHeld += s.f.Held
+			}
 		}
 		if s.start || s.f.Events > 0 || s.f.Held > 0 || s.deployed {
 			sends = append(sends, s)
@@ -438,11 +458,23 @@ func (r *Registry) flush(parent context.Context) {
 			// Reported again with the next flush.
 			s.k.pending.Events += s.f.Events
 			s.k.pending.Held += s.f.Held
+			s.k.reportedHeld -= s.f.Held
+			s.k.lastReport = time.Time{}
 			s.k.started = s.k.started && !s.start
 			r.o.Logger.Debug("cannot signal incident, next flush retries", "incidentId", s.k.id, "error", err.Error())
 		}
 		r.mu.Unlock()
 	}
+}
+
+// reportDue reports whether k's pending counts go now: a report interval
+// has passed since the last, or they take its held events to the bound.
+func (r *Registry) reportDue(k *known, now time.Time) bool {
+	if now.Sub(k.lastReport) >= r.o.ReportInterval {
+		return true
+	}
+	maxHeld := r.o.Incidents.MaxHeld
+	return maxHeld > 0 && k.reportedHeld+k.pending.Held >= maxHeld
 }
 
 func (r *Registry) signal(ctx context.Context, k *known, f contract.IncidentFailures, start bool) error {
@@ -471,6 +503,8 @@ func SignalWithStart(ctx context.Context, c interface {
 		TaskQueue:             taskQueue,
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		TypedSearchAttributes: contract.IncidentSearchAttributes(in.Projection, state),
+		StaticSummary:         in.Summary(),
+		StaticDetails:         in.Details(),
 	}, contract.IncidentWorkflowName, in)
 }
 
