@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
@@ -72,7 +73,11 @@ func (a *Incidents) ProbeIncident(ctx context.Context, in contract.IncidentInput
 		// which its release hands to a retry workflow as any failure.
 		return contract.ProbeResult{OK: true, IRVersion: res.IRVersion, OtherError: res.Err.Error()}, nil
 	}
-	return contract.ProbeResult{Error: res.Err.Error(), IRVersion: res.IRVersion}, nil
+	// Still failing this way: the activity fails, so the Temporal UI shows
+	// the probe as failed, and is not retried (the workflow probes again on
+	// its own backoff).
+	failed := contract.ProbeResult{Error: res.Err.Error(), IRVersion: res.IRVersion}
+	return failed, temporal.NewNonRetryableApplicationError("probe: the sample still fails: "+failed.Error, contract.ProbeFailedType, nil, failed)
 }
 
 // SetIncidentState moves the incident's row to the workflow's state: to

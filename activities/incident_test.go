@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/causet/projection-retry/activities"
@@ -67,9 +68,14 @@ func TestProbeIncidentNeverApplies(t *testing.T) {
 	require.True(t, r.OK)
 
 	p = &fakeProber{res: failed(contract.KindSQL, missing)}
-	r, err = probe(t, p, in)
-	require.NoError(t, err)
-	require.Equal(t, contract.ProbeResult{Error: missing.Message, IRVersion: 3}, r, "the same failure: still an incident")
+	_, err = probe(t, p, in)
+	var appErr *temporal.ApplicationError
+	require.ErrorAs(t, err, &appErr, "the same failure: still an incident, and the probe shows as failed")
+	require.Equal(t, contract.ProbeFailedType, appErr.Type())
+	require.True(t, appErr.NonRetryable(), "the workflow probes again on its own backoff")
+	var still contract.ProbeResult
+	require.NoError(t, appErr.Details(&still))
+	require.Equal(t, contract.ProbeResult{Error: missing.Message, IRVersion: 3}, still)
 	require.True(t, p.rolledBack)
 
 	p = &fakeProber{res: failed(contract.KindIREval, errors.New("on.TRACK_PLAYED.columns.plays_per_day: division by zero"))}

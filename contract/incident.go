@@ -133,6 +133,11 @@ type IncidentStatus struct {
 	CaughtUpAt *time.Time `json:"caughtUpAt,omitempty"`
 }
 
+// ProbeFailedType is the ApplicationError type of a probe whose sample
+// still fails with the incident's error: the activity fails (shown as
+// failed in the Temporal UI), not retried, with the ProbeResult as details.
+const ProbeFailedType = "ProbeFailed"
+
 // ProbeResult is the ProbeIncident activity's answer. OK: the sample
 // applies, or fails another way than the incident (OtherError).
 type ProbeResult struct {

@@ -484,5 +484,7 @@ func RestartOptions(id, taskQueue string, in contract.RetryInput) client.StartWo
 		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		TypedSearchAttributes:                    in.SearchAttributes(),
+		StaticSummary:                            in.Summary(),
+		StaticDetails:                            in.Details(),
 	}
 }

@@ -36,6 +36,8 @@ func StartOptions(taskQueue string, in contract.RetryInput) client.StartWorkflow
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		TypedSearchAttributes:    in.SearchAttributes(),
+		StaticSummary:            in.Summary(),
+		StaticDetails:            in.Details(),
 	}
 }
 

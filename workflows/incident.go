@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -82,11 +83,22 @@ func (w *incidentRun) probeUntilResolved(ctx workflow.Context) (bool, error) {
 	deadLetterAll := workflow.GetSignalChannel(ctx, contract.SignalDeadLetterAll)
 	deployed := workflow.GetSignalChannel(ctx, contract.SignalDeployed)
 	delay := w.nextDelay()
+	// The hold's deadline is armed once for the run; before this change it
+	// was re-armed at every probe.
+	var holdEnd workflow.Future
+	if w.held() && w.in.HoldMax > 0 && workflow.GetVersion(ctx, changeHoldTimerOnce, workflow.DefaultVersion, 1) >= 1 {
+		hctx, cancelHold := workflow.WithCancel(ctx)
+		defer cancelHold()
+		left := w.st.FirstSeen.Add(w.in.HoldMax).Sub(workflow.Now(ctx))
+		holdEnd = workflow.NewTimerWithOptions(hctx, max(left, time.Millisecond), workflow.TimerOptions{
+			Summary: "hold deadline: CAUSET_INCIDENT_HOLD_MAX=" + w.in.HoldMax.String()})
+	}
 	for {
+		w.describe(ctx)
 		wait, cancel := workflow.WithCancel(ctx)
 		next := workflow.Now(ctx).Add(delay).UTC()
 		w.st.NextProbeAt = &next
-		timer := workflow.NewTimer(wait, delay)
+		timer := workflow.NewTimerWithOptions(wait, delay, workflow.TimerOptions{Summary: fmt.Sprintf("wait for probe %d", w.st.Probes+1)})
 		probe, decided := false, false
 		sel := workflow.NewSelector(ctx)
 		sel.AddFuture(timer, func(workflow.Future) { probe = true })
@@ -98,21 +110,26 @@ func (w *incidentRun) probeUntilResolved(ctx workflow.Context) (bool, error) {
 			var f contract.IncidentFailures
 			c.Receive(ctx, &f)
 			w.addFailures(f)
+			w.describe(ctx)
 			if w.held() && w.in.MaxHeld > 0 && w.st.EventsHeld >= w.in.MaxHeld {
 				w.resolved(ctx, "max_held", fmt.Sprintf("held %d events, CAUSET_INCIDENT_MAX_HELD is %d", w.st.EventsHeld, w.in.MaxHeld))
 				w.deadLetterAll = true
 				decided = true
 			}
 		})
-		if w.held() && w.in.HoldMax > 0 {
+		holdMax := func(workflow.Future) {
+			w.resolved(ctx, "hold_max", "held longer than CAUSET_INCIDENT_HOLD_MAX="+w.in.HoldMax.String())
+			w.deadLetterAll = true
+			decided = true
+		}
+		switch {
+		case holdEnd != nil:
+			sel.AddFuture(holdEnd, holdMax)
+		case w.held() && w.in.HoldMax > 0:
 			// A hold is bounded in time too: past it the held events are
 			// dead-lettered, as the seed would have done at once.
 			left := w.st.FirstSeen.Add(w.in.HoldMax).Sub(workflow.Now(ctx))
-			sel.AddFuture(workflow.NewTimer(wait, max(left, time.Millisecond)), func(workflow.Future) {
-				w.resolved(ctx, "hold_max", "held longer than CAUSET_INCIDENT_HOLD_MAX="+w.in.HoldMax.String())
-				w.deadLetterAll = true
-				decided = true
-			})
+			sel.AddFuture(workflow.NewTimer(wait, max(left, time.Millisecond)), holdMax)
 		}
 		sel.AddReceive(resolve, func(c workflow.ReceiveChannel, _ bool) {
 			var s contract.OperatorSignal
@@ -136,18 +153,21 @@ func (w *incidentRun) probeUntilResolved(ctx workflow.Context) (bool, error) {
 			return false, nil
 		}
 		var res contract.ProbeResult
-		err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, incidentActivity), contract.ProbeIncidentActivity, w.in).Get(ctx, &res)
+		probeOpts := incidentActivity
+		probeOpts.Summary = fmt.Sprintf("probe %d: try sample event %s, rolled back", w.st.Probes+1, w.in.Sample.EventID)
+		err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, probeOpts), contract.ProbeIncidentActivity, w.in).Get(ctx, &res)
 		now := workflow.Now(ctx).UTC()
 		w.st.Probes++
 		w.st.LastProbeAt = &now
 		switch {
 		case err != nil:
-			w.st.LastProbeError = err.Error()
+			w.st.LastProbeError = probeError(err)
 		case res.OK:
 			w.st.LastProbeError = ""
-			reason := "the sample event applies"
+			reason := "the fix worked: the sample event applies"
 			if res.OtherError != "" {
-				reason = "the sample event no longer fails this way (it fails with: " + res.OtherError + ")"
+				reason = "the fix worked for this fingerprint: the sample event no longer fails with this incident's error " +
+					"(it still fails for another reason, which its own retry workflow handles: " + res.OtherError + ")"
 			}
 			w.resolved(ctx, "probe", reason)
 			return false, nil
@@ -222,6 +242,26 @@ func (w *incidentRun) resolved(ctx workflow.Context, by, reason string) {
 	w.st.ResolvedAt = &now
 	w.st.ResolvedBy = by
 	w.st.Reason = reason
+	w.describe(ctx)
+}
+
+// describe sets the incident's current details (answered from memory,
+// nothing written to history).
+func (w *incidentRun) describe(ctx workflow.Context) {
+	workflow.SetCurrentDetails(ctx, w.st.CurrentDetails())
+}
+
+// probeError is a failed probe's error: the sample's own failure when the
+// probe reports it as ProbeFailed, else the activity's error.
+func probeError(err error) string {
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) && appErr.Type() == contract.ProbeFailedType {
+		var res contract.ProbeResult
+		if appErr.HasDetails() && appErr.Details(&res) == nil && res.Error != "" {
+			return res.Error
+		}
+	}
+	return err.Error()
 }
 
 func operatorName(s contract.OperatorSignal) string {
@@ -234,9 +274,14 @@ func operatorName(s contract.OperatorSignal) string {
 // finish releases (or dead-letters) what the bridges hold and waits until
 // none is left; under policy dead-letter there is nothing held.
 func (w *incidentRun) finish(ctx workflow.Context) error {
-	actx := workflow.WithActivityOptions(ctx, incidentActivity)
+	stateOpts := incidentActivity
 	if workflow.GetVersion(ctx, "incident-state-until-done", workflow.DefaultVersion, 1) >= 1 {
-		actx = workflow.WithActivityOptions(ctx, incidentStateActivity)
+		stateOpts = incidentStateActivity
+	}
+	moveTo := func(s contract.IncidentState) workflow.Context {
+		o := stateOpts
+		o.Summary = "move the incident's row to " + string(s)
+		return workflow.WithActivityOptions(ctx, o)
 	}
 	next := contract.IncidentReleasing
 	final := contract.IncidentResolved
@@ -246,13 +291,18 @@ func (w *incidentRun) finish(ctx workflow.Context) error {
 	if w.in.Policy == config.IncidentHold && w.st.CaughtUpAt == nil {
 		w.st.State = next
 		w.upsertState(ctx)
-		if err := workflow.ExecuteActivity(actx, contract.SetIncidentStateActivity, SetIncidentStateInput{ID: w.id(), State: next}).Get(ctx, nil); err != nil {
+		if err := workflow.ExecuteActivity(moveTo(next), contract.SetIncidentStateActivity, SetIncidentStateInput{ID: w.id(), State: next}).Get(ctx, nil); err != nil {
 			return err
+		}
+		verb := "released"
+		if w.deadLetterAll {
+			verb = "dead-lettered"
 		}
 		wait := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 			StartToCloseTimeout: 24 * time.Hour,
 			HeartbeatTimeout:    30 * time.Second,
 			RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: time.Minute},
+			Summary:             "wait until the bridges have " + verb + " every held event",
 		})
 		if err := workflow.ExecuteActivity(wait, contract.AwaitIncidentReleasedActivity, w.id()).Get(ctx, nil); err != nil {
 			return err
@@ -262,7 +312,7 @@ func (w *incidentRun) finish(ctx workflow.Context) error {
 	}
 	w.st.State = final
 	w.upsertState(ctx)
-	return workflow.ExecuteActivity(actx, contract.SetIncidentStateActivity, SetIncidentStateInput{ID: w.id(), State: final}).Get(ctx, nil)
+	return workflow.ExecuteActivity(moveTo(final), contract.SetIncidentStateActivity, SetIncidentStateInput{ID: w.id(), State: final}).Get(ctx, nil)
 }
 
 // held reports whether the incident's events are parked (policy hold).
@@ -273,6 +323,7 @@ func (w *incidentRun) id() string {
 }
 
 func (w *incidentRun) upsertState(ctx workflow.Context) {
+	w.describe(ctx)
 	// A failed upsert only leaves the search attribute stale; the status
 	// query and the row stay right.
 	_ = workflow.UpsertTypedSearchAttributes(ctx,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	sdkpb "go.temporal.io/api/sdk/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/log"
@@ -167,7 +168,9 @@ func incInput(policy config.IncidentPolicy, r config.Retry) contract.IncidentInp
 func failing(n int) func(int) (contract.ProbeResult, error) {
 	return func(i int) (contract.ProbeResult, error) {
 		if i <= n {
-			return contract.ProbeResult{Error: incError, IRVersion: 1}, nil
+			// As ProbeIncident answers a sample that still fails this way.
+			still := contract.ProbeResult{Error: incError, IRVersion: 1}
+			return still, temporal.NewNonRetryableApplicationError("probe: the sample still fails: "+incError, contract.ProbeFailedType, nil, still)
 		}
 		return contract.ProbeResult{OK: true, IRVersion: 2}, nil
 	}
@@ -520,6 +523,35 @@ func TestIncidentHoldMaxDeadLettersHeldEvents(t *testing.T) {
 	require.Equal(t, []incCall{setState(contract.IncidentDeadLettered), awaitReleased, setState(contract.IncidentDeadLettered)}, h.finishCalls())
 	require.NotEmpty(t, h.probeAt(), "it probed meanwhile")
 	require.Less(t, h.probeAt()[len(h.probeAt())-1], 2*time.Hour)
+}
+
+// The hold's deadline is one timer for the run, not one per probe: a
+// history stays short however long the hold.
+func TestIncidentHoldDeadlineIsArmedOnce(t *testing.T) {
+	h := newIncHarness(t, failing(1000))
+	r := config.Retry{MaxAttempts: 5, Initial: time.Minute, Multiplier: 2, Max: 5 * time.Minute}
+	in := incInput(config.IncidentHold, r)
+	in.HoldMax = 2 * time.Hour
+	var deadlines []time.Duration
+	h.env.SetOnTimerScheduledListener(func(_ string, d time.Duration) {
+		if d > r.Max {
+			deadlines = append(deadlines, d)
+		}
+	})
+	var details string
+	h.at(90*time.Minute, func() {
+		v, err := h.env.QueryWorkflow("__temporal_workflow_metadata")
+		require.NoError(t, err)
+		var md sdkpb.WorkflowMetadata
+		require.NoError(t, v.Get(&md))
+		details = md.GetCurrentDetails()
+	})
+	st := h.run(t, in)
+	require.Equal(t, "hold_max", st.ResolvedBy)
+	require.Greater(t, len(h.probeAt()), 10, "it probed all along")
+	require.Equal(t, []time.Duration{2 * time.Hour}, deadlines, "one deadline timer for the whole hold")
+	require.Contains(t, details, "**holding**")
+	require.Contains(t, details, "last probe failed: "+incError)
 }
 
 // A hold that reaches CAUSET_INCIDENT_MAX_HELD events dead-letters them.

@@ -66,6 +66,9 @@ const (
 	// holding incident has (policy hold) wait with the incident's events
 	// instead of being dead-lettered.
 	changeJoinHold = "join-hold"
+	// changeHoldTimerOnce arms an incident's hold deadline once per run
+	// instead of at every probe.
+	changeHoldTimerOnce = "hold-timer-once"
 )
 
 // SettleUnreported marks as timed out every attempt in attempts that started
@@ -96,7 +99,8 @@ var deadLetterRetry = &temporal.RetryPolicy{
 // schedule, dead-letters it when every attempt failed, then waits for a
 // replay or discard signal for the replay window.
 func ProjectionRetryWorkflow(ctx workflow.Context, in contract.RetryInput) (contract.Status, error) {
-	r := &retryRun{in: in, status: contract.Status{State: contract.StateRetrying, Projection: in.Projection, EventID: in.Event.EventID}}
+	r := &retryRun{in: in, status: contract.Status{State: contract.StateRetrying, Projection: in.Projection, EventID: in.Event.EventID},
+		maxAttempts: len(in.Retry.Plan(in.Mode).Offsets)}
 	if err := workflow.SetQueryHandler(ctx, contract.QueryStatus, r.query); err != nil {
 		return r.status, err
 	}
@@ -170,9 +174,11 @@ func ProjectionRetryWorkflow(ctx workflow.Context, in contract.RetryInput) (cont
 }
 
 type retryRun struct {
-	in       contract.RetryInput
-	status   contract.Status
-	toldLane bool
+	in     contract.RetryInput
+	status contract.Status
+	// maxAttempts is the attempts of a run of the schedule, for the UI.
+	maxAttempts int
+	toldLane    bool
 	// force is the last replay's "force": apply even past later events.
 	force bool
 }
@@ -182,7 +188,14 @@ func (r *retryRun) setState(ctx workflow.Context, s contract.State) error {
 	if s != contract.StateRetrying && s != contract.StateReplaying {
 		r.status.Schedule = nil
 	}
+	r.describe(ctx)
 	return workflow.UpsertTypedSearchAttributes(ctx, contract.AttrRetryState.ValueSet(string(s)))
+}
+
+// describe sets the run's current details (the Temporal UI's page answers
+// them from the workflow's memory: nothing is written to history).
+func (r *retryRun) describe(ctx workflow.Context) {
+	workflow.SetCurrentDetails(ctx, r.status.CurrentDetails(workflow.GetInfo(ctx).WorkflowExecution.ID, r.maxAttempts))
 }
 
 // query answers the status query. The activity's retries are timed by the
@@ -233,10 +246,13 @@ func (r *retryRun) runSchedule(ctx workflow.Context, plan config.Plan, run int, 
 	for _, off := range plan.Offsets[plan.FirstActivityAttempt-1:] {
 		r.status.Schedule = append(r.status.Schedule, base.Add(off))
 	}
+	r.describe(ctx)
 	if plan.FirstWait > 0 {
 		due := attempt1.Add(plan.FirstWait)
 		if wait := due.Sub(workflow.Now(ctx)); wait > 0 {
-			if err := workflow.Sleep(ctx, wait); err != nil {
+			timer := workflow.NewTimerWithOptions(ctx, wait, workflow.TimerOptions{
+				Summary: contract.AttemptTimerSummary(plan.FirstActivityAttempt, len(plan.Offsets))})
+			if err := timer.Get(ctx, nil); err != nil {
 				return false
 			}
 		}
@@ -244,6 +260,7 @@ func (r *retryRun) runSchedule(ctx workflow.Context, plan config.Plan, run int, 
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: applyTimeout,
 		RetryPolicy:         retryPolicy(plan.Policy),
+		Summary:             contract.ApplySummary(plan, run),
 	})
 	in := ApplyInput{
 		Event:        r.in.Event,
@@ -322,6 +339,7 @@ func (r *retryRun) deadLetter(ctx workflow.Context) error {
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: publishTimeout,
 		RetryPolicy:         deadLetterRetry,
+		Summary:             "publish the dead letter to the DLQ topic",
 	})
 	in := contract.DeadLetterInput{
 		Event:       r.in.Event,
@@ -354,6 +372,7 @@ func (r *retryRun) joinHold(ctx workflow.Context) (contract.IncidentState, error
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: publishTimeout,
 		RetryPolicy:         deadLetterRetry,
+		Summary:             "does a holding incident have this failure?",
 	})
 	var id string
 	if err := workflow.ExecuteActivity(actx, contract.JoinIncidentHoldActivity,
@@ -371,6 +390,7 @@ func (r *retryRun) joinHold(ctx workflow.Context) (contract.IncidentState, error
 		StartToCloseTimeout: 24 * time.Hour,
 		HeartbeatTimeout:    30 * time.Second,
 		RetryPolicy:         deadLetterRetry,
+		Summary:             "held by incident " + id,
 	})
 	var end contract.IncidentState
 	if err := workflow.ExecuteActivity(wctx, contract.AwaitIncidentEndedActivity, id).Get(ctx, &end); err != nil {
@@ -390,6 +410,7 @@ func (r *retryRun) settleHead(ctx workflow.Context) error {
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: publishTimeout,
 		RetryPolicy:         deadLetterRetry,
+		Summary:             "release the key's events parked behind this run",
 	})
 	return workflow.ExecuteActivity(actx, contract.SettleHeadActivity, workflow.GetInfo(ctx).WorkflowExecution.ID).Get(ctx, nil)
 }
@@ -440,7 +461,8 @@ func (r *retryRun) awaitDecision(ctx workflow.Context, replay, discard workflow.
 	if window <= 0 {
 		window = contract.DefaultReplayWindow
 	}
-	sel.AddFuture(workflow.NewTimer(tctx, window), func(workflow.Future) {})
+	sel.AddFuture(workflow.NewTimerWithOptions(tctx, window, workflow.TimerOptions{
+		Summary: "replay window: " + window.String() + " for a replay or discard signal"}), func(workflow.Future) {})
 	sel.Select(ctx)
 	if got == "" {
 		got = r.signalAtWindowEnd(ctx, replay, discard)

@@ -12,7 +12,9 @@ import (
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	sdkpb "go.temporal.io/api/sdk/v1"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/log"
@@ -602,4 +604,43 @@ func TestRunJoinsAHoldingIncident(t *testing.T) {
 			require.Len(t, h.publisher.records, 1)
 		})
 	}
+}
+
+// metadata is the run's user metadata as the Temporal UI reads it.
+func (h *harness) currentDetails(t *testing.T) string {
+	t.Helper()
+	v, err := h.env.QueryWorkflow("__temporal_workflow_metadata")
+	require.NoError(t, err)
+	var md sdkpb.WorkflowMetadata
+	require.NoError(t, v.Get(&md))
+	return md.GetCurrentDetails()
+}
+
+// The run's page says where it stands in the project's attempt numbers:
+// retrying with the next attempts' times, then dead-lettered with the DLQ
+// coordinates and the replay command, then succeeded on its attempt.
+func TestCurrentDetailsTellWhereTheRunStands(t *testing.T) {
+	h := newHarness(t, 100, 0)
+	in := input(config.ModeInline, config.DefaultRetry())
+	var retrying, dead string
+	h.env.RegisterDelayedCallback(func() { retrying = h.currentDetails(t) }, 2*time.Second)
+	h.env.RegisterDelayedCallback(func() {
+		dead = h.currentDetails(t)
+		h.env.SignalWorkflow(contract.SignalDiscard, nil)
+	}, 30*time.Second)
+	h.env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: in.WorkflowID()})
+	h.env.ExecuteWorkflow(contract.RetryWorkflowName, in)
+	require.NoError(t, h.env.GetWorkflowError())
+
+	require.Contains(t, retrying, "**Retrying.**")
+	require.Contains(t, retrying, "Attempt 1 of 5 failed: first failure")
+	require.Contains(t, retrying, "Attempts 2–5 at 12:00:01, 12:00:03, 12:00:07, 12:00:15 UTC, as the ApplyProjection activity (its attempt k is attempt k+1 here)")
+	require.Contains(t, dead, "**Dead-lettered** after attempt 5 of 5: "+`column "followed_at" of relation "artist_followers" does not exist`)
+	require.Contains(t, dead, "DLQ record: ")
+	require.Contains(t, dead, contract.ReplayCommand(in.WorkflowID()))
+
+	h = newHarness(t, 1, 0)
+	h.env.ExecuteWorkflow(contract.RetryWorkflowName, input(config.ModeInline, config.DefaultRetry()))
+	require.NoError(t, h.env.GetWorkflowError())
+	require.Equal(t, "**Succeeded** on attempt 3 of 5.", h.currentDetails(t))
 }
