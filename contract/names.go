@@ -60,6 +60,11 @@ var (
 	AttrEntityID   = temporal.NewSearchAttributeKeyKeyword("CausetEntityId")
 	AttrForkID     = temporal.NewSearchAttributeKeyKeyword("CausetForkId")
 	AttrRetryState = temporal.NewSearchAttributeKeyKeyword("CausetRetryState")
+	// AttrError is the run's latest failure in a few words (at most
+	// SummaryErrorRunes): set at start from the bridge's attempt 1, and
+	// again when the run is dead-lettered or held, in the upsert of its
+	// state. It makes the error a column of the UI's workflow list.
+	AttrError = temporal.NewSearchAttributeKeyKeyword("CausetError")
 )
 
 // Memo fields a retry run upserts when it is dead-lettered. They need no
@@ -95,7 +100,7 @@ const MetricOperatorActions = "causet_projection_operator_actions_total"
 // SearchAttributeNames lists the custom search attributes the namespace needs.
 var SearchAttributeNames = []string{
 	AttrProjection.GetName(), AttrEventType.GetName(), AttrEntityID.GetName(),
-	AttrForkID.GetName(), AttrRetryState.GetName(), AttrIncidentState.GetName(),
+	AttrForkID.GetName(), AttrRetryState.GetName(), AttrIncidentState.GetName(), AttrError.GetName(),
 }
 
 // RetryWorkflowID is the idempotent ID of the retry workflow of one

@@ -15,8 +15,9 @@ import (
 // attempt: the summary and static details travel with the start request,
 // and current details are answered from the workflow's memory.
 
-// summaryErrorRunes bounds the error in a summary: the list shows one line.
-const summaryErrorRunes = 80
+// SummaryErrorRunes bounds the error in a summary and in the CausetError
+// search attribute: a list shows one line.
+const SummaryErrorRunes = 80
 
 // Short is s on one line, cut to at most n runes with an ellipsis.
 func Short(s string, n int) string {
@@ -36,7 +37,7 @@ func (in RetryInput) Summary() string {
 	case in.Replay != nil:
 		return what + " · replay"
 	case in.FirstAttempt != nil && in.FirstAttempt.Error != "":
-		return what + " · " + Short(in.FirstAttempt.Error, summaryErrorRunes)
+		return what + " · " + Short(in.FirstAttempt.Error, SummaryErrorRunes)
 	}
 	return what
 }
@@ -180,7 +181,7 @@ func (s Status) CurrentDetails(workflowID string, maxAttempts int) string {
 
 // Summary is the incident's line in the Temporal UI's workflow list.
 func (in IncidentInput) Summary() string {
-	return fmt.Sprintf("incident · %s · %s · %s", in.Projection, in.Policy, Short(in.Error, summaryErrorRunes))
+	return fmt.Sprintf("incident · %s · %s · %s", in.Projection, in.Policy, Short(in.Error, SummaryErrorRunes))
 }
 
 // Details are the incident's static details on its Temporal UI page.

@@ -82,16 +82,20 @@ func (in RetryInput) WorkflowID() string {
 	return RetryWorkflowID(in.Projection, in.Event.ForkID, in.Event.EventID)
 }
 
-// SearchAttributeUpdates set the retry workflow's five search attributes
+// SearchAttributeUpdates set the retry workflow's search attributes
 // as at start, in state retrying.
 func (in RetryInput) SearchAttributeUpdates() []temporal.SearchAttributeUpdate {
-	return []temporal.SearchAttributeUpdate{
+	u := []temporal.SearchAttributeUpdate{
 		AttrProjection.ValueSet(in.Projection),
 		AttrEventType.ValueSet(in.Event.EventType),
 		AttrEntityID.ValueSet(in.Event.EntityID),
 		AttrForkID.ValueSet(in.Event.ForkID),
 		AttrRetryState.ValueSet(string(StateRetrying)),
 	}
+	if in.FirstAttempt != nil && in.FirstAttempt.Error != "" {
+		u = append(u, AttrError.ValueSet(Short(in.FirstAttempt.Error, SummaryErrorRunes)))
+	}
+	return u
 }
 
 // SearchAttributes are the retry workflow's search attributes at start

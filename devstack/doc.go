@@ -1,7 +1,7 @@
 // Package devstack starts the embedded defaults of `causet dev`: a throwaway
 // PostgreSQL cluster (initdb + pg_ctl in a temp dir; the server binaries are
 // fetched once when the machine has none), a Temporal dev server
-// (`temporal server start-dev` with the UI and Causet's five search
+// (`temporal server start-dev` with the UI and Causet's search
 // attributes) and an in-process Kafka cluster (kfake). Each is replaced by
 // its environment variable when set (DATABASE_URL, TEMPORAL_ADDRESS,
 // KAFKA_BROKERS); see [Start].

@@ -36,7 +36,7 @@ type Temporal = proc.Temporal
 
 // StartTemporal starts `temporal server start-dev --ip 127.0.0.1` in a new
 // temp dir (causet-dev-temporal-* unless opts say otherwise) on free ports
-// (see TemporalOptions.DefaultPorts) with the five search attributes and
+// (see TemporalOptions.DefaultPorts) with the Causet search attributes and
 // waits until the frontend is healthy, the default namespace exists and the
 // search attributes are registered. On error nothing is left behind.
 func StartTemporal(ctx context.Context, opts TemporalOptions) (*Temporal, error) {

@@ -107,10 +107,13 @@ func TestBridgeKafkaFailuresBecomeWorkflows(t *testing.T) {
 		in, desc := h.startedInput(id)
 		require.Equal(t, contract.RetryWorkflowName, desc.WorkflowExecutionInfo.Type.Name)
 		require.Equal(t, h.taskQueue, desc.WorkflowExecutionInfo.TaskQueue)
+		sa := searchAttrs(t, desc)
+		require.Contains(t, sa["CausetError"], tc.errPart, "attempt 1's error is a column of the list")
+		delete(sa, "CausetError")
 		require.Equal(t, map[string]string{
 			"CausetProjection": tc.projection, "CausetEventType": tc.evType, "CausetEntityId": tc.entity,
 			"CausetForkId": "production", "CausetRetryState": "retrying",
-		}, searchAttrs(t, desc))
+		}, sa)
 		require.Equal(t, tc.projection, in.Projection)
 		require.Equal(t, tc.eventID, in.Event.EventID)
 		require.Equal(t, config.ModeInline, in.Mode)

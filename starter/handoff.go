@@ -28,7 +28,7 @@ type WorkflowStarter interface {
 
 // StartOptions are the start options of the retry workflow for in: the
 // contract's idempotent ID (a second start finds the running or closed run
-// instead of creating one) and the five search attributes in state retrying.
+// instead of creating one) and its search attributes in state retrying.
 func StartOptions(taskQueue string, in contract.RetryInput) client.StartWorkflowOptions {
 	return client.StartWorkflowOptions{
 		ID:                       in.WorkflowID(),

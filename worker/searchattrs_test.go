@@ -54,7 +54,7 @@ func TestEnsureSearchAttributesPrintsCommandsWhenRefused(t *testing.T) {
 	err := EnsureSearchAttributes(context.Background(), f, "prod")
 	require.Error(t, err)
 	lines := strings.Split(err.Error(), "\n")
-	require.Contains(t, lines[0], "CausetEventType, CausetEntityId, CausetForkId, CausetRetryState, CausetIncidentState are missing in namespace \"prod\"")
+	require.Contains(t, lines[0], "CausetEventType, CausetEntityId, CausetForkId, CausetRetryState, CausetIncidentState, CausetError are missing in namespace \"prod\"")
 	require.Contains(t, lines[0], "request unauthorized")
 	require.Equal(t, []string{
 		"  temporal operator search-attribute create --namespace prod --name CausetEventType --type Keyword",
@@ -62,6 +62,7 @@ func TestEnsureSearchAttributesPrintsCommandsWhenRefused(t *testing.T) {
 		"  temporal operator search-attribute create --namespace prod --name CausetForkId --type Keyword",
 		"  temporal operator search-attribute create --namespace prod --name CausetRetryState --type Keyword",
 		"  temporal operator search-attribute create --namespace prod --name CausetIncidentState --type Keyword",
+		"  temporal operator search-attribute create --namespace prod --name CausetError --type Keyword",
 	}, lines[1:])
 }
 

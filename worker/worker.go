@@ -134,7 +134,7 @@ func (e *MissingSearchAttributesError) Error() string {
 	return b.String()
 }
 
-// EnsureSearchAttributes adds the five Keyword search attributes the
+// EnsureSearchAttributes adds the Keyword search attributes the
 // workflows use, where the server allows it; ops is client.OperatorService().
 func EnsureSearchAttributes(ctx context.Context, ops operatorservice.OperatorServiceClient, namespace string) error {
 	resp, err := ops.ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})

@@ -189,7 +189,11 @@ func (r *retryRun) setState(ctx workflow.Context, s contract.State) error {
 		r.status.Schedule = nil
 	}
 	r.describe(ctx)
-	return workflow.UpsertTypedSearchAttributes(ctx, contract.AttrRetryState.ValueSet(string(s)))
+	updates := []temporal.SearchAttributeUpdate{contract.AttrRetryState.ValueSet(string(s))}
+	if n := len(r.status.Attempts); n > 0 && r.status.Attempts[n-1].Error != "" && (s == contract.StateDeadLettered || s == contract.StateHeld) {
+		updates = append(updates, contract.AttrError.ValueSet(contract.Short(r.status.Attempts[n-1].Error, contract.SummaryErrorRunes)))
+	}
+	return workflow.UpsertTypedSearchAttributes(ctx, updates...)
 }
 
 // describe sets the run's current details (the Temporal UI's page answers

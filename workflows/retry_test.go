@@ -353,17 +353,17 @@ func TestSingleAttemptInlineGoesStraightToDLQ(t *testing.T) {
 func TestSearchAttributesPerState(t *testing.T) {
 	h := newHarness(t, 4, 0) // dead-letters, then a replay succeeds
 	var states []string
-	first := map[string]string{}
+	var upserts []map[string]string
 	h.env.OnUpsertTypedSearchAttributes(mock.Anything).Return(nil).Run(func(args mock.Arguments) {
 		sa := args.Get(0).(temporal.SearchAttributes)
+		m := map[string]string{}
 		for k, v := range sa.GetUntypedValues() {
-			if len(first) < 5 {
-				first[k.GetName()] = v.(string)
-			}
+			m[k.GetName()] = v.(string)
 			if k.GetName() == "CausetRetryState" {
 				states = append(states, v.(string))
 			}
 		}
+		upserts = append(upserts, m)
 	})
 	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(contract.SignalReplay, nil) }, time.Minute)
 	h.env.ExecuteWorkflow(contract.RetryWorkflowName, input(config.ModeInline, config.DefaultRetry()))
@@ -371,8 +371,12 @@ func TestSearchAttributesPerState(t *testing.T) {
 	require.Equal(t, []string{"retrying", "dead_lettered", "replaying", "succeeded"}, states)
 	require.Equal(t, map[string]string{
 		"CausetProjection": "artist_followers", "CausetEventType": "ARTIST_FOLLOWED", "CausetEntityId": "user-123",
-		"CausetForkId": "production", "CausetRetryState": "retrying",
-	}, first)
+		"CausetForkId": "production", "CausetRetryState": "retrying", "CausetError": "first failure",
+	}, upserts[0], "at start: attempt 1's error")
+	require.Equal(t, map[string]string{
+		"CausetRetryState": "dead_lettered", "CausetError": `column "followed_at" of relation "artist_followers" does not exist`,
+	}, upserts[1], "dead-lettered: the last attempt's error, in the same upsert")
+	require.Equal(t, map[string]string{"CausetRetryState": "replaying"}, upserts[2])
 }
 
 func TestStatusShowsNextRetryWhileRetrying(t *testing.T) {

@@ -30,6 +30,7 @@ var SearchAttributes = []string{
 	"CausetForkId",
 	"CausetRetryState",
 	"CausetIncidentState",
+	"CausetError",
 }
 
 // ErrNoTemporalCLI is returned when neither ./bin/temporal nor temporal on
@@ -133,7 +134,7 @@ type Temporal struct {
 }
 
 // StartTemporal starts `temporal server start-dev --ip 127.0.0.1` on free
-// ports (see TemporalOptions.DefaultPorts) with the five search attributes
+// ports (see TemporalOptions.DefaultPorts) with the Causet search attributes
 // and waits until the frontend is healthy, the default namespace exists and
 // the search attributes are registered. On error nothing is left behind.
 func StartTemporal(ctx context.Context, opts TemporalOptions) (*Temporal, error) {
