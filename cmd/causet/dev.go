@@ -294,6 +294,14 @@ func addressFlag(stack *devstack.Stack) string {
 // incidentQuery lists the incidents in the UI.
 const incidentQuery = `WorkflowType="ProjectionIncidentWorkflow"`
 
+// uiColumnsHint tells where the Temporal UI shows each failure's story: the
+// list shows search attributes as columns once added (its column picker
+// keeps them per browser), a run's page its summary and details.
+const uiColumnsHint = "(list: the gear icon adds the columns " + uiColumnNames + "; a run: its User Metadata tab says what failed, where it stands and how to replay it)"
+
+// uiColumnNames are the search attributes worth a column in the list.
+const uiColumnNames = "CausetRetryState, CausetIncidentState, CausetProjection, CausetEventType, CausetEntityId, CausetError"
+
 func signalLine(cli, addr, workflowID string) string {
 	return fmt.Sprintf(`%s workflow signal%s --workflow-id '%s' --name replay --input '{"reason":"fixed"}'`, cli, addr, workflowID)
 }
@@ -397,6 +405,7 @@ func printDevBanner(out io.Writer, v devBanner) {
 	if stack.TemporalUI != "" {
 		fmt.Fprintf(&b, "Temporal UI:\n  %s/namespaces/%s/workflows\n", stack.TemporalUI, v.namespace)
 		fmt.Fprintf(&b, "Dead letters in the UI:\n  %s/namespaces/%s/workflows?query=%s\n", stack.TemporalUI, v.namespace, q)
+		fmt.Fprintf(&b, "  %s\n", uiColumnsHint)
 	} else {
 		fmt.Fprintf(&b, "Temporal UI: that of TEMPORAL_ADDRESS's cluster; dead letters: its workflows page with ?query=%s\n", q)
 	}

@@ -368,6 +368,9 @@ func TestDevBanner(t *testing.T) {
 			`{"intentId":"hello-1","intentType":"FollowArtist","entityId":"fan-1","forkId":"production","payload":{"artistId":"artist-1"}}'` + "\n",
 		"  curl -sS http://127.0.0.1:8080/v1/intents/hello-1\n",
 		`  echo '{"intentType":"PlayTrack","entityId":"listener-1","forkId":"production","payload":{"artistId":"artist-1","trackId":"track-1","plays":3,"days":1}}' | ./bin/causet submit` + "\n",
+		"Dead letters in the UI:\n  http://127.0.0.1:8233/namespaces/default/workflows?query=CausetRetryState%3D%22dead_lettered%22\n" +
+			"  (list: the gear icon adds the columns CausetRetryState, CausetIncidentState, CausetProjection, CausetEventType, CausetEntityId, CausetError; " +
+			"a run: its User Metadata tab says what failed, where it stands and how to replay it)\n",
 		"Demo: 3 intents/s",
 		"PlayTrack is deployed without its days_positive rule",
 		"  ./bin/causet intents deploy ",
