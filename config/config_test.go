@@ -326,7 +326,10 @@ func TestTemporalRunsAllowedScheduleAsPlanned(t *testing.T) {
 
 	r := Retry{MaxAttempts: 4, Initial: MinRetryDelay, Multiplier: 1.5, Max: 2 * time.Second}
 	require.NoError(t, r.Validate())
-	const slack = 50 * time.Millisecond
+	// The slack covers a loaded 2-core CI machine (other test binaries,
+	// a browser) delaying the start and the worker's poll; how close to
+	// plan the schedule runs is measured by the bench (lateness_max).
+	const slack = 200 * time.Millisecond
 	for _, mode := range []Mode{ModeInline, ModeWorkflow} {
 		t.Run(string(mode), func(t *testing.T) {
 			t.Parallel()
