@@ -100,6 +100,10 @@ func TestBridgeKafkaIncidentPolicySwitchedWhileParked(t *testing.T) {
 	// no longer join holds either.
 	o.Incidents.Policy = config.IncidentDeadLetter
 	o.Registerer = prometheus.NewRegistry()
+	// Schedules long enough (2 s, 4 s, 8 s) that the fix, made once a held
+	// user's first dead letter is read back from the DLQ topic (seconds on a
+	// loaded machine), lands while the users' later follows still retry.
+	o.Retry = config.Retry{MaxAttempts: 4, Initial: 2 * time.Second, Multiplier: 2, Max: 8 * time.Second}
 	h.restartWorker(false)
 	r2 := h.start(o)
 	require.Eventually(t, func() bool { return len(heldBy(incidentID)) == 0 }, 30*time.Second, 100*time.Millisecond,

@@ -110,14 +110,14 @@ func TestTemporalUIShowsADeadLetter(t *testing.T) {
 	dev.interrupt(t)
 }
 
-// TestTemporalUIShowsAQuietIncident runs `causet dev --demo` under
+// TestTemporalUIShowsAQuietIncident runs `causet dev --demo` (3 intents/s) under
 // CAUSET_INCIDENT_POLICY=hold (threshold 5): the demo's PlayTrack events of
 // days 0 fail with a division by zero, and an incident holds them. The
 // incidents' list shows its summary, its page its current details, and
 // over three minutes of hold with events flowing its history grows by
 // fewer than 50 events a minute.
 func TestTemporalUIShowsAQuietIncident(t *testing.T) {
-	dev, _, ui, cli, tc := uiDev(t, []string{"CAUSET_INCIDENT_POLICY=hold", "CAUSET_INCIDENT_THRESHOLD=5"}, "dev", "--demo", "--rate", "10")
+	dev, _, ui, cli, tc := uiDev(t, []string{"CAUSET_INCIDENT_POLICY=hold", "CAUSET_INCIDENT_THRESHOLD=5"}, "dev", "--demo")
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	addr := regexp.MustCompile(`Temporal +(127\.0\.0\.1:\d+)`).FindStringSubmatch(dev.out.String())[1]
