@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/internal/backoff"
 )
 
 // OrderingRun is the ordering phase.
@@ -237,28 +238,6 @@ func (b *bench) deadLetters(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-// waitDeadLetters waits until the DLQ topic holds want records.
-func (b *bench) waitDeadLetters(ctx context.Context, want int64, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		got, err := b.deadLetters(ctx)
-		if err != nil {
-			return err
-		}
-		if got >= want {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d of %d dead letters after %s", got, want, timeout)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
 func mergeEnv(a, c map[string]string) map[string]string {
 	out := map[string]string{}
 	for k, v := range a {
@@ -270,11 +249,12 @@ func mergeEnv(a, c map[string]string) map[string]string {
 	return out
 }
 
-// waitRows waits until prefix has want rows applied.
-func (b *bench) waitRows(ctx context.Context, prefix string, want int, timeout time.Duration) error {
+// waitCount polls count every poll until it reaches want, failing after
+// timeout with what it counts (e.g. "events applied").
+func waitCount(ctx context.Context, what string, want int64, timeout, poll time.Duration, count func(context.Context) (int64, error)) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		got, err := b.rowsWithPrefix(ctx, prefix)
+		got, err := count(ctx)
 		if err != nil {
 			return err
 		}
@@ -282,14 +262,25 @@ func (b *bench) waitRows(ctx context.Context, prefix string, want int, timeout t
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%d of %d events applied after %s", got, want, timeout)
+			return fmt.Errorf("%d of %d %s after %s", got, want, what, timeout)
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
+		if err := backoff.Sleep(ctx, poll); err != nil {
+			return err
 		}
 	}
+}
+
+// waitRows waits until prefix has want rows applied.
+func (b *bench) waitRows(ctx context.Context, prefix string, want int, timeout time.Duration) error {
+	return waitCount(ctx, "events applied", int64(want), timeout, 50*time.Millisecond, func(ctx context.Context) (int64, error) {
+		n, err := b.rowsWithPrefix(ctx, prefix)
+		return int64(n), err
+	})
+}
+
+// waitDeadLetters waits until the DLQ topic holds want records.
+func (b *bench) waitDeadLetters(ctx context.Context, want int64, timeout time.Duration) error {
+	return waitCount(ctx, "dead letters", want, timeout, 100*time.Millisecond, b.deadLetters)
 }
 
 // orderingTimes are, from the first row of prefix applied, the seconds to

@@ -421,7 +421,8 @@ func (r *Registry) flush(parent context.Context) {
 		if v := r.irVersion(k.in.Projection); v != k.irVersion {
 			s.deployed, s.irVersion = true, v
 		}
-		if (k.pending.Events > 0 || k.pending.Held > 0) && (s.start || s.deployed || r.reportDue(k, now)) || s.start {
+		counts := k.pending.Events > 0 || k.pending.Held > 0
+		if s.start || counts && (s.deployed || r.reportDue(k, now)) {
 			s.f = k.pending
 			s.f.At = now
 			k.pending = contract.IncidentFailures{}

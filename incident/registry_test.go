@@ -127,3 +127,42 @@ func TestRegistryRestartsAHoldWhoseWorkflowEnded(t *testing.T) {
 	require.Equal(t, contract.IncidentHolding, st.State)
 	require.True(t, st.FirstSeen.Equal(opened), "first seen %s, want %s", st.FirstSeen, opened)
 }
+
+// Counts reach an incident's workflow at most every report interval (each
+// signal is history): at once when it opens, then batched, and at once
+// again when the events held reach CAUSET_INCIDENT_MAX_HELD.
+func TestRegistryBatchesReports(t *testing.T) {
+	c := &recordingClient{}
+	r := incident.NewRegistry(incident.RegistryOptions{
+		Incidents: config.Incidents{Threshold: 3, Window: time.Minute, Policy: config.IncidentDeadLetter, MaxHeld: 10},
+		Client:    c, TaskQueue: "q", Timeout: time.Second, ReportInterval: time.Hour,
+	})
+	err := &pgconn.PgError{Code: "42703", Message: `column "x" does not exist`}
+	note := func(i int) {
+		r.Note(incident.Failure{Projection: "p", Kind: "sql", Err: err, Event: &event.Envelope{EventID: fmt.Sprintf("e%d", i)}}, time.Now())
+	}
+	flush := func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		r.Run(ctx) // stopped at once: one flush
+	}
+	for i := range 3 {
+		note(i)
+	}
+	flush()
+	require.Len(t, c.reports, 1, "reported at once when it opens")
+	require.Equal(t, 3, c.reports[0].Events)
+
+	note(3)
+	note(4)
+	flush()
+	flush()
+	require.Len(t, c.reports, 1, "within the interval, new failures wait")
+
+	id := contract.IncidentWorkflowID("p", c.starts[0].Fingerprint)
+	r.CountHeld(id, "p", 0, 10, nil)
+	flush()
+	require.Len(t, c.reports, 2, "at CAUSET_INCIDENT_MAX_HELD at once")
+	require.Equal(t, 2, c.reports[1].Events, "with the failures that waited")
+	require.Equal(t, 10, c.reports[1].Held)
+}

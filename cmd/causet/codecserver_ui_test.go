@@ -238,6 +238,19 @@ func (b *browser) must(t *testing.T, session, method string, params, result any)
 	}
 }
 
+// eval runs expression in the page and returns its value as a string.
+func (b *browser) eval(t *testing.T, expression string) string {
+	t.Helper()
+	var ev struct {
+		Result struct {
+			Value any `json:"value"`
+		} `json:"result"`
+	}
+	b.must(t, b.session, "Runtime.evaluate", map[string]any{"expression": expression, "returnByValue": true}, &ev)
+	s, _ := ev.Result.Value.(string)
+	return s
+}
+
 // open navigates to url and returns the page's text once done accepts it,
 // or as it is when within has passed.
 func (b *browser) open(t *testing.T, url string, done func(string) bool, within time.Duration) string {
@@ -245,14 +258,7 @@ func (b *browser) open(t *testing.T, url string, done func(string) bool, within 
 	b.must(t, b.session, "Page.navigate", map[string]any{"url": url}, nil)
 	var text string
 	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
-		var ev struct {
-			Result struct {
-				Value string `json:"value"`
-			} `json:"result"`
-		}
-		b.must(t, b.session, "Runtime.evaluate",
-			map[string]any{"expression": "document.body ? document.body.innerText : ''", "returnByValue": true}, &ev)
-		if text = ev.Result.Value; done(text) {
+		if text = b.eval(t, "document.body ? document.body.innerText : ''"); done(text) {
 			// Let the page settle before a screenshot.
 			time.Sleep(500 * time.Millisecond)
 			return text

@@ -177,12 +177,6 @@ func TestTemporalUIShowsAQuietIncident(t *testing.T) {
 // error beside its ID.
 const uiColumns = `{"label":"Status"},{"label":"CausetRetryState"},{"label":"CausetIncidentState"},{"label":"CausetProjection"},{"label":"CausetEventType"},{"label":"CausetEntityId"},{"label":"CausetError"},{"label":"Workflow ID"},{"label":"Start"}`
 
-// eval runs expression in the page.
-func (b *browser) eval(t *testing.T, expression string) {
-	t.Helper()
-	b.must(t, b.session, "Runtime.evaluate", map[string]any{"expression": expression, "returnByValue": true}, nil)
-}
-
 // openTab opens a run's page, clicks its tab named tab, and returns the
 // page's text once it holds every one of want (or after a minute).
 func (b *browser) openTab(t *testing.T, page, tab string, want []string) string {
@@ -191,17 +185,12 @@ func (b *browser) openTab(t *testing.T, page, tab string, want []string) string 
 	var text string
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
 		b.eval(t, `Array.from(document.querySelectorAll('button, a, [role=tab]')).find(e => e.innerText.trim() === `+strconv.Quote(tab)+`)?.click()`)
-		var ev struct {
-			Result struct {
-				Value string `json:"value"`
-			} `json:"result"`
-		}
 		// The UI renders summaries and details (Markdown) in iframes of
 		// their own: their text is read from their documents.
-		b.must(t, b.session, "Runtime.evaluate", map[string]any{"expression": `document.body.innerText + "\n" +
+		text = b.eval(t, `document.body.innerText + "\n" +
 			Array.from(document.querySelectorAll('iframe')).map(f => f.contentDocument ? f.contentDocument.body.innerText
-				: new DOMParser().parseFromString(f.srcdoc || '', 'text/html').body.textContent).join("\n")`, "returnByValue": true}, &ev)
-		if text = ev.Result.Value; containsAll(text, want) {
+				: new DOMParser().parseFromString(f.srcdoc || '', 'text/html').body.textContent).join("\n")`)
+		if containsAll(text, want) {
 			time.Sleep(500 * time.Millisecond)
 			return text
 		}
