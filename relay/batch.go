@@ -72,7 +72,10 @@ func recordValue(envelope []byte) []byte {
 }
 
 // produce sends rows in order and waits for every answer: each row's
-// error, nil for those Kafka acknowledged.
+// error, nil for those Kafka acknowledged. Every row is buffered before the
+// flush: had a row been handed to the producer after Kafka refused an
+// earlier batch of its partition, it could be acknowledged before the
+// refused rows of its entity are sent again.
 func (r *Relay) produce(ctx context.Context, rows []row) []error {
 	errs := make([]error, len(rows))
 	var (
@@ -89,7 +92,11 @@ func (r *Relay) produce(ctx context.Context, rows []row) []error {
 			wg.Done()
 		})
 	}
+	// The flush outlives ctx as the answers do (await bounds them).
+	fctx, stopFlush := context.WithCancel(context.WithoutCancel(ctx))
+	go func() { _ = r.cl.Flush(fctx) }()
 	r.await(ctx, &wg)
+	stopFlush()
 	mu.Lock()
 	defer mu.Unlock()
 	return errs

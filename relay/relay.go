@@ -158,9 +158,12 @@ func New(opts Options) (*Relay, error) {
 		kgo.RecordRetries(ProducerRecordRetries),
 		kgo.RetryBackoffFn(ProducerBackoff),
 		kgo.ProduceRequestTimeout(ProducerRequestTimeout),
-		// A batch is produced at once and then awaited: lingering would
-		// only delay it.
-		kgo.ProducerLinger(0),
+		// A batch is buffered whole and then flushed: a partition batch
+		// Kafka refuses fails every record of the partition still
+		// buffered, so no later row of an entity is sent before an
+		// earlier one refused with that batch (see produce).
+		kgo.ManualFlushing(),
+		kgo.MaxBufferedRecords(MaxBatch),
 	}, opts.KafkaOptions...)
 	cl, err := kgo.NewClient(kopts...)
 	if err != nil {

@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -241,4 +242,83 @@ func TestRelayKafkaSetsAsidePoisonEvent(t *testing.T) {
 		last[key] = env.Sequence
 	}
 	require.Equal(t, float64(n), rr.metric(t, publishedTotal))
+}
+
+// hookOnSequence runs before a record of one sequence is buffered, and tells
+// when a record of another is answered with an error.
+type hookOnSequence struct {
+	before  int64
+	blocked func()
+	failed  int64
+	failure chan struct{}
+	once    sync.Once
+}
+
+func (h *hookOnSequence) OnProduceRecordBuffered(rec *kgo.Record) {
+	if env, err := event.Decode(rec.Value); err == nil && env.Sequence == h.before {
+		h.once.Do(h.blocked)
+	}
+}
+
+func (h *hookOnSequence) OnProduceRecordUnbuffered(rec *kgo.Record, err error) {
+	if env, derr := event.Decode(rec.Value); derr == nil && env.Sequence == h.failed && err != nil {
+		select {
+		case <-h.failure:
+		default:
+			close(h.failure)
+		}
+	}
+}
+
+// A broker refuses a whole partition batch for one record too large; the
+// rows of the same entity refused with it are judged again alone, and no
+// later row of the entity may reach Kafka first. The schedule a loaded
+// machine produces is forced here: the answer to the refused batch arrives
+// before the relay hands the next row of the entity to the producer.
+func TestRelayKafkaKeepsEntityOrderAroundPoisonEvent(t *testing.T) {
+	l := newLedger(t)
+	c := testenv.KafkaCluster(t)
+	brokers := c.ListenAddrs()
+	topic := testenv.Topic(t, "causet.events.v1")
+	limit := "4096"
+	testenv.CreateTopicWithConfig(t, brokers, topic, 1, map[string]*string{"max.message.bytes": &limit})
+
+	ctx := ctxFor(t, time.Minute)
+	require.NoError(t, l.write(ctx, "main", "e-1", 1))
+	require.NoError(t, l.writeSized(ctx, "main", "e-1", 1, 20_000))
+	require.NoError(t, l.write(ctx, "main", "e-1", 1))
+
+	// The producer ID waits until the first two rows are buffered, so
+	// that they go out in one batch.
+	buffered := make(chan struct{})
+	c.ControlKey(int16(kmsg.InitProducerID), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.SleepControl(func() {
+			select {
+			case <-buffered:
+			case <-time.After(5 * time.Second):
+			}
+		})
+		return nil, nil, false
+	})
+	hook := &hookOnSequence{before: 3, failed: 2, failure: make(chan struct{})}
+	hook.blocked = func() {
+		close(buffered)
+		select {
+		case <-hook.failure:
+		case <-time.After(3 * time.Second):
+		}
+	}
+	opts := fastOptions(t, l, brokers, topic)
+	opts.KafkaOptions = []kgo.Opt{kgo.WithHooks(hook)}
+	rr := start(t, opts)
+	require.Eventually(t, func() bool { return l.unpublished(t) == 1 && rr.metric(t, "causet_relay_set_aside_events") == 1 },
+		30*time.Second, 20*time.Millisecond, "both small rows published, the poison one set aside")
+
+	var seqs []int64
+	for _, rec := range topicRecords(t, brokers, topic) {
+		env, err := event.Decode(rec.Value)
+		require.NoError(t, err)
+		seqs = append(seqs, env.Sequence)
+	}
+	require.Equal(t, []int64{1, 3}, seqs, "the entity's rows in order, each once")
 }
