@@ -240,7 +240,7 @@ func (b *bench) historyDB(ctx context.Context) (benchDB, int32, func(), error) {
 			b.log.Error("drop the history database", "database", name, "error", err.Error())
 		}
 	}
-	pool, err := app.OpenPool(ctx, dsn)
+	pool, err := app.OpenPool(ctx, dsn, 0)
 	if err != nil {
 		drop()
 		return benchDB{}, 0, nil, err

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/causet/projection-retry/internal/dialer"
 )
 
 // Mode is where a projection's first attempt runs.
@@ -107,6 +109,10 @@ type Config struct {
 	// start (CAUSET_AUTO_MIGRATE); without it a process refuses an older
 	// schema and names `causet migrate up`.
 	AutoMigrate bool
+	// LinkTimeout is how long a connection to PostgreSQL, Kafka or
+	// Temporal may go silent before it is closed as dead
+	// (CAUSET_LINK_TIMEOUT; package internal/dialer).
+	LinkTimeout time.Duration
 }
 
 // Lookup returns an environment value and whether it is set; os.LookupEnv in
@@ -150,6 +156,7 @@ func Load(lookup Lookup) (Config, error) {
 		DedupeHorizon:    p.duration("CAUSET_DEDUPE_HORIZON", DefaultDedupeHorizon),
 		DLQHoldEntity:    p.boolean("CAUSET_DLQ_HOLD_ENTITY", false),
 		AutoMigrate:      p.boolean("CAUSET_AUTO_MIGRATE", false),
+		LinkTimeout:      p.linkTimeout(),
 	}
 	for _, r := range removedVariables {
 		if v, ok := lookup(r.name); ok && strings.TrimSpace(v) != "" {
@@ -309,6 +316,28 @@ func (p *parser) duration(key string, def time.Duration) time.Duration {
 	if err != nil || d <= 0 {
 		p.fail(key, v, "a positive Go duration such as 168h or 30m")
 		return def
+	}
+	return d
+}
+
+// LoadLinkTimeout reads CAUSET_LINK_TIMEOUT alone, for the commands that
+// need no other setting.
+func LoadLinkTimeout(lookup Lookup) (time.Duration, error) {
+	p := parser{lookup: lookup}
+	d := p.linkTimeout()
+	return d, p.err
+}
+
+func (p *parser) linkTimeout() time.Duration {
+	const key = "CAUSET_LINK_TIMEOUT"
+	v, ok := p.raw(key)
+	if !ok {
+		return dialer.DefaultLinkTimeout
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < dialer.MinLinkTimeout || d > dialer.MaxLinkTimeout {
+		p.fail(key, v, fmt.Sprintf("a Go duration from %s to %s, such as 15s", dialer.MinLinkTimeout, dialer.MaxLinkTimeout))
+		return dialer.DefaultLinkTimeout
 	}
 	return d
 }

@@ -3,6 +3,7 @@ package config
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -346,5 +347,18 @@ func TestTemporalRunsAllowedScheduleAsPlanned(t *testing.T) {
 				require.InDelta(t, want, delay, float64(slack), "delay after attempt %d: planned %v, ran %v", k+1, want, delay)
 			}
 		})
+	}
+}
+
+func TestLinkTimeout(t *testing.T) {
+	c, err := Load(env())
+	require.NoError(t, err)
+	require.Equal(t, 15*time.Second, c.LinkTimeout, "the default")
+	c, err = Load(env("CAUSET_LINK_TIMEOUT", "5s"))
+	require.NoError(t, err)
+	require.Equal(t, 5*time.Second, c.LinkTimeout)
+	for _, bad := range []string{"1s", "6m", "soon", "-3s"} {
+		_, err := Load(env("CAUSET_LINK_TIMEOUT", bad))
+		require.EqualError(t, err, fmt.Sprintf(`CAUSET_LINK_TIMEOUT=%q is invalid: want a Go duration from 2s to 5m0s, such as 15s`, bad))
 	}
 }

@@ -1,20 +1,31 @@
 #!/usr/bin/env bash
-# Headless Chromium for the tests that read the Temporal UI
-# (cmd/causet/*ui*_test.go). Installs Debian's chromium package when no
-# browser is on PATH; needs root and apt-get (as on CI machines).
+# Debian packages some tests need, installed when missing (needs root and
+# apt-get, as on CI machines):
+#   chromium  headless browser for the tests that read the Temporal UI
+#             (cmd/causet/*ui*_test.go)
+#   nftables  nft, which the link-fault tests use to drop a connection's
+#             packets without a word (internal/testenv/links.go)
 set -euo pipefail
 
+missing=()
+browser=""
 for b in chromium chromium-browser google-chrome; do
 	if command -v "$b" >/dev/null 2>&1; then
-		echo "chromium: $("$b" --version 2>/dev/null || echo "$b")"
-		exit 0
+		browser=$b
+		break
 	fi
 done
-if [[ $(id -u) -ne 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
-	echo "chromium: not found, and cannot install it here (needs root and apt-get): apt-get install -y chromium" >&2
-	exit 1
+[[ -n $browser ]] || missing+=(chromium)
+command -v nft >/dev/null 2>&1 || missing+=(nftables)
+
+if ((${#missing[@]})); then
+	if [[ $(id -u) -ne 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
+		echo "test-tools: missing ${missing[*]}, and cannot install here (needs root and apt-get): apt-get install -y ${missing[*]}" >&2
+		exit 1
+	fi
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	browser=chromium
 fi
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends chromium >/dev/null
-echo "chromium: $(chromium --version)"
+echo "test-tools: $("$browser" --version 2>/dev/null || echo "$browser"); $(nft --version)"

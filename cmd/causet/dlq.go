@@ -52,7 +52,7 @@ func (s dlqSelect) readerOptions(cfg config.Config, follow bool, now time.Time) 
 		},
 	}
 	var err error
-	if o.ClientOpts, err = app.KafkaSecurityOpts(cfg.KafkaSecurity); err != nil {
+	if o.ClientOpts, err = app.KafkaConnOpts(cfg.KafkaSecurity, cfg.LinkTimeout); err != nil {
 		return o, err
 	}
 	if o.Filter.Since, err = parseWhen("--since", s.Since, now); err != nil {

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/causet/projection-retry/internal/dialer"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -107,7 +109,7 @@ func Open(ctx context.Context, cfg config.Config, opts ...Option) (_ *Service, e
 	}
 	s.Registry = prometheus.NewRegistry()
 	s.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if s.Pool, err = OpenPool(ctx, cfg.DatabaseURL); err != nil {
+	if s.Pool, err = OpenPool(ctx, cfg.DatabaseURL, cfg.LinkTimeout); err != nil {
 		return nil, err
 	}
 	s.closers = append(s.closers, s.Pool.Close)
@@ -165,18 +167,34 @@ func (s *Service) pingPool(ctx context.Context) error {
 	return nil
 }
 
+// DefaultStatementTimeout is the statement_timeout of every session a
+// causet process opens, unless DATABASE_URL sets one
+// (?statement_timeout=…): a statement stuck behind a lock or a slow disk
+// fails instead of holding its caller. Migrations run without it.
+const DefaultStatementTimeout = "60s"
+
 // OpenPool builds a pgx pool on url, whose idle connections are checked
 // every 10 s so that broken ones are replaced between requests too; errors
 // never echo the URL, which may hold a password. Its sessions use
 // client_encoding UTF8, as Go strings are, whatever the database's own
-// encoding.
-func OpenPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+// encoding. Every connection is dialed with linkTimeout (package
+// internal/dialer: keepalive and TCP_USER_TIMEOUT), takes at most
+// dialer.ConnectTimeout to establish unless the URL sets connect_timeout,
+// and runs with DefaultStatementTimeout unless the URL sets one.
+func OpenPool(ctx context.Context, url string, linkTimeout time.Duration) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, errors.New("DATABASE_URL is not a valid PostgreSQL URL")
 	}
 	pc.HealthCheckPeriod = 10 * time.Second
 	pc.ConnConfig.RuntimeParams["client_encoding"] = "UTF8"
+	if _, set := pc.ConnConfig.RuntimeParams["statement_timeout"]; !set {
+		pc.ConnConfig.RuntimeParams["statement_timeout"] = DefaultStatementTimeout
+	}
+	if pc.ConnConfig.ConnectTimeout == 0 {
+		pc.ConnConfig.ConnectTimeout = dialer.ConnectTimeout
+	}
+	pc.ConnConfig.DialFunc = dialer.New(linkTimeout).DialContext
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("connect to PostgreSQL at %s:%d: %w", pc.ConnConfig.Host, pc.ConnConfig.Port, err)

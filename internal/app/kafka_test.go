@@ -27,10 +27,10 @@ func kafkaEnv(kv ...string) config.Lookup {
 }
 
 // kafkaRoundTrip produces one record to a fresh topic through a client built
-// from KafkaSecurityOpts(sec) and consumes it back.
+// from KafkaConnOpts(sec, 0) and consumes it back.
 func kafkaRoundTrip(t *testing.T, seeds []string, sec config.KafkaSecurity, topic string) error {
 	t.Helper()
-	opts, err := KafkaSecurityOpts(sec)
+	opts, err := KafkaConnOpts(sec, 0)
 	require.NoError(t, err)
 	cl, err := kgo.NewClient(append(opts,
 		kgo.SeedBrokers(seeds...),
@@ -70,7 +70,7 @@ func kafkaRoundTrip(t *testing.T, seeds []string, sec config.KafkaSecurity, topi
 // with everything the client logged at debug level.
 func failingClient(t *testing.T, seeds []string, sec config.KafkaSecurity) (logs string, err error) {
 	t.Helper()
-	opts, err := KafkaSecurityOpts(sec)
+	opts, err := KafkaConnOpts(sec, 0)
 	require.NoError(t, err)
 	var buf bytes.Buffer
 	lw := &lockedWriter{w: &buf}

@@ -110,7 +110,7 @@ func (s *Service) BridgeOptions() (starter.Options, error) {
 	opts.TemporalProbe = s.Temporal.Probe
 	opts.Logger = s.Logger
 	opts.Registerer = s.Registry
-	sec, err := KafkaSecurityOpts(s.Config.KafkaSecurity)
+	sec, err := KafkaConnOpts(s.Config.KafkaSecurity, s.Config.LinkTimeout)
 	if err != nil {
 		return starter.Options{}, err
 	}

@@ -4,7 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
+	"os"
 	"time"
+
+	"github.com/causet/projection-retry/internal/dialer"
+	"google.golang.org/grpc"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/sdk/client"
@@ -42,6 +47,9 @@ type TemporalOptions struct {
 	// client and the workers built on it (nil: off; Service passes its own,
 	// commands tracing.Default()).
 	Tracing *tracing.Tracing
+	// LinkTimeout bounds a silent connection (package internal/dialer);
+	// zero reads CAUSET_LINK_TIMEOUT.
+	LinkTimeout time.Duration
 }
 
 // Temporal is a connected client with the namespace it uses. Close closes
@@ -70,6 +78,10 @@ func (t *Temporal) Close() {
 	t.closeMetrics()
 }
 
+// TemporalKeepAlive is how long a connection to Temporal may be quiet before
+// gRPC pings it. The frontend refuses pings more frequent than every 10 s.
+const TemporalKeepAlive = 15 * time.Second
+
 // DialTemporal connects to Temporal as o says, within 30 s, with the SDK's
 // logs bridged into logger.
 func DialTemporal(ctx context.Context, logger *slog.Logger, o TemporalOptions) (*Temporal, error) {
@@ -89,6 +101,22 @@ func DialTemporal(ctx context.Context, logger *slog.Logger, o TemporalOptions) (
 			opts.Namespace = client.DefaultNamespace
 		}
 	}
+	link := o.LinkTimeout
+	if link == 0 {
+		if link, err = config.LoadLinkTimeout(os.LookupEnv); err != nil {
+			return nil, err
+		}
+	}
+	nd := dialer.New(link)
+	opts.ConnectionOptions.DialOptions = append(opts.ConnectionOptions.DialOptions,
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return nd.DialContext(ctx, "tcp", addr)
+		}))
+	// gRPC pings a connection quiet for TemporalKeepAlive; with the
+	// dialer's TCP_USER_TIMEOUT an unanswered ping closes it within the
+	// link timeout, so a silent link fails the worker's long polls too.
+	opts.ConnectionOptions.KeepAliveTime = TemporalKeepAlive
+	opts.ConnectionOptions.KeepAliveTimeout = link
 	opts.Logger = worker.SDKLogger(logger)
 	opts.DataConverter = dc
 	tracers, err := o.Tracing.TemporalInterceptors()

@@ -127,7 +127,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 // CAUSET_RELAY_BATCH and CAUSET_RELAY_POLL_INTERVAL (relay.LoadSettings).
 // Run it with Run, which closes its producer when it returns.
 func (s *Service) NewRelay(settings relay.Settings) (*relay.Relay, error) {
-	kopts, err := KafkaSecurityOpts(s.Config.KafkaSecurity)
+	kopts, err := KafkaConnOpts(s.Config.KafkaSecurity, s.Config.LinkTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -167,7 +167,9 @@ func serveMetrics(addr string, reg prometheus.Gatherer, logger *slog.Logger, hea
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	health.Register(mux)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	// A scraper on a silent link holds a connection at most this long.
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("metrics server stopped", "err", err)

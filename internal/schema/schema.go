@@ -223,7 +223,17 @@ func Up(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) ([]Migrati
 	if err := refuseNewer(ctx, pool); err != nil {
 		return nil, err
 	}
-	db := stdlib.OpenDBFromPool(pool)
+	// Migrations run without the sessions' statement_timeout: an index
+	// built on a large table takes as long as it takes.
+	mc := pool.Config()
+	mc.ConnConfig.RuntimeParams["statement_timeout"] = "0"
+	mc.MaxConns = 4
+	mpool, err := pgxpool.NewWithConfig(ctx, mc)
+	if err != nil {
+		return nil, err
+	}
+	defer mpool.Close()
+	db := stdlib.OpenDBFromPool(mpool)
 	defer db.Close()
 	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(lockID),
 		// Another run holds the lock while it migrates: wait for it (up to

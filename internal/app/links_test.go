@@ -1,0 +1,111 @@
+package app_test
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/causet/projection-retry/internal/app"
+	"github.com/causet/projection-retry/internal/testenv"
+)
+
+// localPort is the local TCP port of a pgx connection.
+func localPort(t *testing.T, c *pgx.Conn) int {
+	t.Helper()
+	addr, ok := c.PgConn().Conn().LocalAddr().(*net.TCPAddr)
+	require.True(t, ok, "a TCP connection")
+	return addr.Port
+}
+
+// A LISTEN connection waits for notifications with no deadline of its own
+// (the projection catalog's does). On a link that drops its packets without
+// a word, a connection from OpenPool fails within the link timeout; one
+// dialed as pgx does by default is still waiting long after.
+func TestPoolConnectionFailsOnASilentLink(t *testing.T) {
+	url := testenv.PostgresURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const link = 3 * time.Second
+	pool, err := app.OpenPool(ctx, url, link)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	ours, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer ours.Release()
+	plain, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	for _, c := range []*pgx.Conn{ours.Conn(), plain} {
+		_, err := c.Exec(ctx, "LISTEN causet_silent_link")
+		require.NoError(t, err)
+	}
+
+	wait := func(c *pgx.Conn) <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.WaitForNotification(context.Background())
+			done <- err
+		}()
+		return done
+	}
+	testenv.SilenceLink(t, localPort(t, ours.Conn()))
+	healPlain := testenv.SilenceLink(t, localPort(t, plain))
+	oursDone, plainDone := wait(ours.Conn()), wait(plain)
+	start := time.Now()
+	select {
+	case err := <-oursDone:
+		require.Error(t, err, "the silent link is reported")
+		t.Logf("OpenPool's connection failed %s after the link went silent: %v", time.Since(start).Round(100*time.Millisecond), err)
+	case <-time.After(60 * time.Second):
+		t.Fatalf("OpenPool's connection still waits %s after the link went silent (link timeout %s)", time.Since(start).Round(time.Second), link)
+	}
+	select {
+	case err := <-plainDone:
+		t.Fatalf("the default dialer's connection also returned (%v): the test shows nothing", err)
+	case <-time.After(10 * time.Second):
+	}
+	healPlain()
+	// Closing the socket under the blocked wait ends it.
+	_ = plain.PgConn().Conn().Close()
+	<-plainDone
+}
+
+// Sessions run with DefaultStatementTimeout unless DATABASE_URL sets one; a
+// statement stuck behind a lock fails at it instead of holding its caller.
+func TestPoolStatementTimeout(t *testing.T) {
+	url := testenv.PostgresURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool, err := app.OpenPool(ctx, url, 0)
+	require.NoError(t, err)
+	defer pool.Close()
+	var got string
+	require.NoError(t, pool.QueryRow(ctx, "SHOW statement_timeout").Scan(&got))
+	require.Equal(t, "1min", got)
+
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	short, err := app.OpenPool(ctx, url+sep+"statement_timeout=500ms", 0)
+	require.NoError(t, err)
+	defer short.Close()
+	require.NoError(t, short.QueryRow(ctx, "SHOW statement_timeout").Scan(&got))
+	require.Equal(t, "500ms", got)
+
+	_, err = pool.Exec(ctx, "CREATE TABLE IF NOT EXISTS causet_statement_timeout_probe (id int)")
+	require.NoError(t, err)
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	_, err = tx.Exec(ctx, "LOCK TABLE causet_statement_timeout_probe IN ACCESS EXCLUSIVE MODE")
+	require.NoError(t, err)
+	start := time.Now()
+	_, err = short.Exec(ctx, "SELECT count(*) FROM causet_statement_timeout_probe")
+	require.ErrorContains(t, err, "canceling statement due to statement timeout")
+	require.Less(t, time.Since(start), 30*time.Second, "failed at the timeout, not at the test's deadline")
+}
