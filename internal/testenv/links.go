@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strings"
 	"sync"
 	"testing"
 )
@@ -33,24 +32,17 @@ func SilenceLink(t testing.TB, port int) (heal func()) {
 	}
 }
 `, table, port, port)
-	if out, err := nft(ruleset, "-f", "-"); err != nil {
+	if out, err := run(ruleset, "nft", "-f", "-"); err != nil {
 		t.Fatalf("testenv: nft: %v: %s", err, out)
 	}
 	var once sync.Once
 	heal = func() {
 		once.Do(func() {
-			if out, err := nft("", "delete", "table", "inet", table); err != nil {
+			if out, err := run("", "nft", "delete", "table", "inet", table); err != nil {
 				t.Errorf("testenv: heal the link on port %d: %v: %s", port, err, out)
 			}
 		})
 	}
 	t.Cleanup(heal)
 	return heal
-}
-
-func nft(stdin string, args ...string) (string, error) {
-	cmd := exec.Command("nft", args...)
-	cmd.Stdin = strings.NewReader(stdin)
-	out, err := cmd.CombinedOutput()
-	return strings.TrimSpace(string(out)), err
 }
