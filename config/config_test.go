@@ -353,7 +353,7 @@ func TestTemporalRunsAllowedScheduleAsPlanned(t *testing.T) {
 func TestLinkTimeout(t *testing.T) {
 	c, err := Load(env())
 	require.NoError(t, err)
-	require.Equal(t, 15*time.Second, c.LinkTimeout, "the default")
+	require.Equal(t, 10*time.Second, c.LinkTimeout, "the default")
 	c, err = Load(env("CAUSET_LINK_TIMEOUT", "5s"))
 	require.NoError(t, err)
 	require.Equal(t, 5*time.Second, c.LinkTimeout)

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"sort"
 	"strconv"
@@ -49,11 +50,20 @@ func (e *Engine) run(ctx context.Context, evs []event.Envelope, only string, opt
 	)
 	for attempt := 0; attempt < 3; attempt++ {
 		res, retry, err = e.attempt(ctx, evs, only, opts)
-		if !retry || ctx.Err() != nil {
+		// A connection that timed out is a silent link, and another
+		// pooled connection crosses the same link: the caller's outage
+		// probe decides, without two more waits of the link timeout.
+		if !retry || ctx.Err() != nil || timedOut(err) {
 			break
 		}
 	}
 	return res, err
+}
+
+// timedOut reports a network timeout (a read or dial on a silent link).
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // attempt runs one apply transaction. retry is true when it failed on a

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/causet/projection-retry/internal/testenv"
 )
 
 // proc is a causet subprocess.
@@ -38,19 +40,33 @@ var procSeq struct {
 // to a log file in the stack's dir. It is killed when the test ends.
 func (s *stack) start(name string, extra map[string]string, args ...string) *proc {
 	s.t.Helper()
+	return s.startOn(nil, name, extra, args...)
+}
+
+// startOn is start on a test host of its own (nil: this namespace); its
+// metrics are served on the host's address.
+func (s *stack) startOn(h *testenv.Host, name string, extra map[string]string, args ...string) *proc {
+	s.t.Helper()
 	procSeq.Lock()
 	procSeq.n++
 	n := procSeq.n
 	procSeq.Unlock()
 	p := &proc{name: name, log: filepath.Join(s.dir, fmt.Sprintf("%s-%d.log", name, n)), done: make(chan struct{}),
 		metrics: "127.0.0.1:" + strconv.Itoa(freePort(s.t))}
+	if h != nil {
+		p.metrics = h.IP + ":" + strconv.Itoa(freePort(s.t))
+	}
 	f, err := os.Create(p.log)
 	require.NoError(s.t, err)
 	withMetrics := map[string]string{"CAUSET_METRICS_ADDR": p.metrics}
 	for k, v := range extra {
 		withMetrics[k] = v
 	}
-	p.cmd = exec.Command(s.bin, args...)
+	if h == nil {
+		p.cmd = exec.Command(s.bin, args...)
+	} else {
+		p.cmd = h.Command(s.bin, args...)
+	}
 	p.cmd.Env = s.procEnv(withMetrics)
 	p.cmd.Stdout, p.cmd.Stderr = f, f
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

@@ -95,6 +95,10 @@ type Options struct {
 	MinBackoff, MaxBackoff time.Duration
 	// StartTimeout bounds one workflow start call. Optional, defaults to 10s.
 	StartTimeout time.Duration
+	// ProbeTimeout bounds one probe (Probe, TemporalProbe): a dependency
+	// that does not answer a trivial request within it is out. Optional,
+	// defaults to 5s.
+	ProbeTimeout time.Duration
 	// MaxBufferedBytes pauses a partition's fetching once the record values
 	// and keys queued for it reach this many bytes, as well as at 4 ×
 	// MaxPollRecords records. Optional, defaults to
@@ -217,6 +221,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.StartTimeout == 0 {
 		o.StartTimeout = 10 * time.Second
+	}
+	if o.ProbeTimeout == 0 {
+		o.ProbeTimeout = defaultProbeTimeout
 	}
 	if o.MaxBufferedBytes == 0 {
 		o.MaxBufferedBytes = config.DefaultBridgeMaxBufferedBytes

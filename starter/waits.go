@@ -112,7 +112,11 @@ func (w *waits) answers(probe func(context.Context) error) bool {
 	if probe == nil {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(w.ctx, w.opts.StartTimeout)
+	timeout := w.opts.ProbeTimeout
+	if timeout == 0 {
+		timeout = defaultProbeTimeout
+	}
+	ctx, cancel := context.WithTimeout(w.ctx, timeout)
 	defer cancel()
 	return probe(ctx) == nil
 }
@@ -134,6 +138,10 @@ func (r *retrier) refuses(msg string, err error) bool {
 	}
 	return false
 }
+
+// defaultProbeTimeout is Options.ProbeTimeout's default: a healthy
+// PostgreSQL or Temporal answers a probe in milliseconds.
+const defaultProbeTimeout = 5 * time.Second
 
 // maxHealthyStartFailures bounds the failed starts of one event while
 // Temporal answers its probe: past it the event, not Temporal, is at fault.

@@ -173,6 +173,10 @@ func (s *Service) pingPool(ctx context.Context) error {
 // fails instead of holding its caller. Migrations run without it.
 const DefaultStatementTimeout = "60s"
 
+// PoolPingTimeout bounds the liveness ping of a pooled connection idle for
+// a second or more, as it is acquired.
+const PoolPingTimeout = 3 * time.Second
+
 // OpenPool builds a pgx pool on url, whose idle connections are checked
 // every 10 s so that broken ones are replaced between requests too; errors
 // never echo the URL, which may hold a password. Its sessions use
@@ -195,6 +199,10 @@ func OpenPool(ctx context.Context, url string, linkTimeout time.Duration) (*pgxp
 		pc.ConnConfig.ConnectTimeout = dialer.ConnectTimeout
 	}
 	pc.ConnConfig.DialFunc = dialer.New(linkTimeout).DialContext
+	// An idle connection is pinged when acquired; on a silent link the ping
+	// fails within this, and the pool dials afresh instead of waiting out
+	// the caller's deadline.
+	pc.PingTimeout = PoolPingTimeout
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("connect to PostgreSQL at %s:%d: %w", pc.ConnConfig.Host, pc.ConnConfig.Port, err)

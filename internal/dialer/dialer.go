@@ -19,7 +19,7 @@ import (
 
 // Bounds of CAUSET_LINK_TIMEOUT.
 const (
-	DefaultLinkTimeout = 15 * time.Second
+	DefaultLinkTimeout = 10 * time.Second
 	MinLinkTimeout     = 2 * time.Second
 	MaxLinkTimeout     = 5 * time.Minute
 	// ConnectTimeout bounds establishing a connection (TCP handshake).

@@ -31,7 +31,7 @@ func TestTCPConnectionsCarryTheLinkTimeout(t *testing.T) {
 		link    time.Duration
 		timeout int
 		idle    int
-	}{{0, 15_000, 5}, {6 * time.Second, 6_000, 2}, {2 * time.Second, 2_000, 1}} {
+	}{{0, 10_000, 3}, {6 * time.Second, 6_000, 2}, {2 * time.Second, 2_000, 1}} {
 		c, err := New(tc.link).DialContext(context.Background(), "tcp", ln.Addr().String())
 		require.NoError(t, err)
 		require.Equal(t, tc.timeout, sockopt(t, c, unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT), "TCP_USER_TIMEOUT of link %s", tc.link)
