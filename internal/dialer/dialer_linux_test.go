@@ -31,12 +31,12 @@ func TestTCPConnectionsCarryTheLinkTimeout(t *testing.T) {
 		link    time.Duration
 		timeout int
 		idle    int
-	}{{0, 10_000, 3}, {6 * time.Second, 6_000, 2}, {2 * time.Second, 2_000, 1}} {
+	}{{0, 10_000, 4}, {6 * time.Second, 6_000, 2}, {2 * time.Second, 2_000, 1}} {
 		c, err := New(tc.link).DialContext(context.Background(), "tcp", ln.Addr().String())
 		require.NoError(t, err)
 		require.Equal(t, tc.timeout, sockopt(t, c, unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT), "TCP_USER_TIMEOUT of link %s", tc.link)
 		require.Equal(t, 1, sockopt(t, c, unix.SOL_SOCKET, unix.SO_KEEPALIVE))
-		require.Equal(t, tc.idle, sockopt(t, c, unix.IPPROTO_TCP, unix.TCP_KEEPIDLE), "seconds before the first probe")
+		require.Equal(t, tc.idle, sockopt(t, c, unix.IPPROTO_TCP, unix.TCP_KEEPIDLE), "seconds before the first probe (rounded up)")
 		require.Equal(t, 3, sockopt(t, c, unix.IPPROTO_TCP, unix.TCP_KEEPCNT))
 		c.Close()
 	}
