@@ -63,7 +63,7 @@ func (e *Engine) run(ctx context.Context, evs []event.Envelope, only string, opt
 // timedOut reports a network timeout (a read or dial on a silent link).
 func timedOut(err error) bool {
 	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
+	return pgconn.Timeout(err) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // attempt runs one apply transaction. retry is true when it failed on a

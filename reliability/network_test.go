@@ -1,10 +1,16 @@
 package reliability
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
+	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,15 +50,20 @@ type netStack struct {
 func newNetStack(t *testing.T) *netStack {
 	t.Helper()
 	n := testenv.NewNetwork(t)
-	brokers := n.Kafka()
-	s := newStack(t, stackOptions{partitions: 6, brokers: brokers})
+	return onHosts(t, newStack(t, stackOptions{partitions: 6, brokers: n.Kafka()}), n)
+}
+
+// onHosts points the processes of s, whose Kafka is n.Kafka(), at the
+// services on testenv.ServiceIP.
+func onHosts(t *testing.T, s *stack, n *testenv.Network) *netStack {
+	t.Helper()
 	ns := &netStack{stack: s, net: n}
 	u, err := url.Parse(s.dbURL)
 	require.NoError(t, err)
 	ns.pgPort = n.Forward(u.Host)
 	u.Host = net.JoinHostPort(testenv.ServiceIP, strconv.Itoa(ns.pgPort))
 	ns.temporalPort = n.Forward(s.temporal.HostPort)
-	_, kp, err := net.SplitHostPort(brokers[0])
+	_, kp, err := net.SplitHostPort(s.brokers[0])
 	require.NoError(t, err)
 	ns.kafkaPort, _ = strconv.Atoi(kp)
 	s.env["DATABASE_URL"] = u.String()
@@ -68,7 +79,26 @@ type linkFault struct {
 	bridges  int
 	hold     time.Duration
 	apply    func(ns *netStack, bridges []*testenv.Host, worker *testenv.Host) (heal func())
-	detected func(bridges []*proc, worker *proc) bool
+	detected func(bridges []*proc, worker *proc, since time.Time) bool
+}
+
+// logSince counts p's log lines that contain sub and were written at or
+// after since (by their "time" field).
+func (p *proc) logSince(sub string, since time.Time) int {
+	b, _ := os.ReadFile(p.log)
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.Contains(line, sub) {
+			continue
+		}
+		var l struct {
+			Time time.Time `json:"time"`
+		}
+		if json.Unmarshal([]byte(line), &l) == nil && !l.Time.Before(since) {
+			n++
+		}
+	}
+	return n
 }
 
 func runLinkFault(t *testing.T, p profile, f linkFault) {
@@ -97,7 +127,7 @@ func runLinkFault(t *testing.T, p profile, f linkFault) {
 	r.fig("fault_s", f.hold.Seconds())
 	detect := -1.0
 	for time.Since(cutAt) < f.hold {
-		if detect < 0 && f.detected != nil && f.detected(bs, w) {
+		if detect < 0 && f.detected != nil && f.detected(bs, w, cutAt) {
 			detect = time.Since(cutAt).Seconds()
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -137,17 +167,17 @@ func runLinkFault(t *testing.T, p profile, f linkFault) {
 	require.Less(t, catchUp, catchUpBound, "caught up within the documented bound after heal")
 }
 
-func bridgeOutageLogged(bs []*proc, _ *proc) bool {
+func bridgeOutageLogged(bs []*proc, _ *proc, since time.Time) bool {
 	for _, b := range bs {
-		if b.logCount(`"event":"bridge_outage"`) > 0 {
+		if b.logSince(`"event":"bridge_outage"`, since) > 0 {
 			return true
 		}
 	}
 	return false
 }
 
-func workerPollFailed(_ []*proc, w *proc) bool {
-	return w.logCount(`"msg":"Failed to poll for task."`) > 0
+func workerPollFailed(_ []*proc, w *proc, since time.Time) bool {
+	return w.logSince(`"msg":"Failed to poll for task."`, since) > 0
 }
 
 // Scenario 17: the bridge's link to PostgreSQL drops every packet for 60 s.
@@ -169,6 +199,11 @@ func TestReliability18BridgeKafkaBlackhole(t *testing.T) {
 	runLinkFault(t, p, linkFault{name: "blackhole_bridge_kafka", bridges: 2, hold: 60 * time.Second,
 		apply: func(ns *netStack, bs []*testenv.Host, _ *testenv.Host) func() {
 			return bs[0].Cut(ns.kafkaPort, testenv.Both)
+		},
+		// Detected when the group hands the cut bridge's partitions to
+		// the other.
+		detected: func(bs []*proc, _ *proc, since time.Time) bool {
+			return bs[1].logSince(`"msg":"partitions assigned"`, since) > 0
 		},
 	})
 }
@@ -214,4 +249,95 @@ func TestReliability21OneWayPartition(t *testing.T) {
 		},
 		detected: bridgeOutageLogged,
 	})
+}
+
+// Scenario 22: the write path on silent links. The relay's link to Kafka
+// drops every packet for 60 s while clients submit: intents are accepted,
+// their events wait in the ledger and are published after the heal, in
+// order. Then the runtime's link to PostgreSQL drops every packet for 60 s
+// while clients POST: every answer is a 503 (nothing written) or a 504
+// (outcome unknown: ask GET /v1/intents/{id}) within the request deadline,
+// none hangs and none is a 200 that the ledger lacks; re-submitted after the
+// heal, each intent is recorded once.
+func TestReliability22WritePathSilentLinks(t *testing.T) {
+	p := gate(t)
+	r := newResult(t, "writepath_silent_links/entity")
+	const hold = 60 * time.Second
+	before, during, cut := pick(p, 1000, 2000), pick(p, 2000, 5000), pick(p, 300, 1000)
+	n := testenv.NewNetwork(t)
+	w := newWritePath(t, stackOptions{partitions: 6, brokers: n.Kafka()})
+	ns := onHosts(t, w.stack, n)
+	rh, lh := n.Host("runtime"), n.Host("relay")
+	wk := w.worker(nil)
+	b := w.bridge(nil)
+	w.startRuntimeOn(rh)
+	rl := w.startOn(lh, "relay", nil, "relay")
+	cl := w.client(wpCallers)
+	ins := w.gen.slice(0, before+during+cut)
+	outs := submitPaced(w.ctx, cl, ins[:before], wpCallers, 0)
+	_, ok := w.waitPublished(time.Minute)
+	require.True(t, ok, "the first intents' events not published:\n%s", rl.logTail(20))
+
+	// 1. The relay's link to Kafka.
+	heal := lh.Cut(ns.kafkaPort, testenv.Both)
+	cutAt := time.Now()
+	outs = append(outs, submitPaced(w.ctx, cl, ins[before:before+during], wpCallers, hold-10*time.Second)...)
+	time.Sleep(time.Until(cutAt.Add(hold)))
+	backlog := w.unpublished()
+	r.fig("relay_kafka_cut_s", hold.Seconds())
+	r.fig("backlog_at_heal", backlog)
+	require.Positive(t, backlog, "the events of intents accepted during the cut wait in the ledger")
+	heal()
+	d, ok := w.waitPublished(3 * time.Minute)
+	require.True(t, ok, "backlog not published after the heal: %d unpublished\n%s", w.unpublished(), rl.logTail(30))
+	r.fig("relay_caught_up_after_heal_s", durS(d))
+	require.Less(t, d, catchUpBound, "published within the documented bound after the heal")
+
+	// 2. The runtime's link to PostgreSQL.
+	insC := ins[before+during:]
+	heal = rh.Cut(ns.pgPort, testenv.Both)
+	cutAt = time.Now()
+	codes, took := postOnce(w.rtURL, insC, wpCallers)
+	answers := map[int]int{}
+	var ids503, ids200 []string
+	for k, c := range codes {
+		answers[c]++
+		switch c {
+		case http.StatusServiceUnavailable:
+			ids503 = append(ids503, insC[k].IntentID)
+		case http.StatusOK:
+			ids200 = append(ids200, insC[k].IntentID)
+		}
+	}
+	slices.Sort(took)
+	r.fig("posts_during_cut", len(insC))
+	r.fig("answered_503", answers[http.StatusServiceUnavailable])
+	r.fig("answered_504_outcome_unknown", answers[http.StatusGatewayTimeout])
+	r.fig("answered_200", answers[http.StatusOK])
+	r.fig("no_answer", answers[-1])
+	r.fig("answer_median_s", durS(took[len(took)/2]))
+	r.fig("answer_max_s", durS(took[len(took)-1]))
+	require.Zero(t, answers[-1], "every POST answered (the client waits 60 s)")
+	require.Less(t, took[len(took)-1], 45*time.Second, "answered within the request deadline (30 s) and its margin")
+	time.Sleep(time.Until(cutAt.Add(hold)))
+	heal()
+	var recorded503, recorded200 int
+	require.Eventually(t, func() bool {
+		ctx, cancel := context.WithTimeout(w.ctx, 2*time.Second)
+		defer cancel()
+		return w.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE intent_id = ANY($1)), count(*) FILTER (WHERE intent_id = ANY($2)) FROM causet_intents`,
+			ids503, ids200).Scan(&recorded503, &recorded200) == nil
+	}, time.Minute, 200*time.Millisecond)
+	r.fig("recorded_of_503", recorded503)
+	require.Zero(t, recorded503, "an intent answered 503 was recorded")
+	require.Equal(t, len(ids200), recorded200, "an intent answered 200 is in the ledger")
+	outs = append(outs, submitPaced(w.ctx, cl, insC, wpCallers, 0)...)
+
+	r.intents(w.checkIntents(ins, outs))
+	_, tc := w.settle(r, 5*time.Minute)
+	r.fig("relay_resends", tc.resends)
+	require.False(t, rl.exited(), "relay exited:\n%s", rl.logTail(30))
+	require.False(t, w.rt.exited(), "runtime exited:\n%s", w.rt.logTail(30))
+	require.False(t, b.exited(), "bridge exited:\n%s", b.logTail(30))
+	require.False(t, wk.exited(), "worker exited:\n%s", wk.logTail(30))
 }

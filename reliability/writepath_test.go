@@ -26,6 +26,7 @@ import (
 	exampleintents "github.com/causet/projection-retry/examples/intents"
 	exampleprojections "github.com/causet/projection-retry/examples/projections"
 	"github.com/causet/projection-retry/intents"
+	"github.com/causet/projection-retry/internal/testenv"
 	"github.com/causet/projection-retry/ledger"
 	"github.com/causet/projection-retry/projection"
 )
@@ -143,8 +144,18 @@ const wpToken = "reliability-0123456789abcdef0123456789abcdef"
 // /metrics are on CAUSET_METRICS_ADDR, apart from the API).
 func (w *writePath) startRuntime() *proc {
 	w.t.Helper()
+	return w.startRuntimeOn(nil)
+}
+
+// startRuntimeOn is startRuntime on a test host (nil: this namespace),
+// serving on the host's address.
+func (w *writePath) startRuntimeOn(h *testenv.Host) *proc {
+	w.t.Helper()
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(w.t))
-	p := w.start("runtime", map[string]string{"CAUSET_RUNTIME_ADDR": addr, "CAUSET_RUNTIME_TOKENS": "scenarios write,read " + wpToken}, "runtime")
+	if h != nil {
+		addr = fmt.Sprintf("%s:%d", h.IP, freePort(w.t))
+	}
+	p := w.startOn(h, "runtime", map[string]string{"CAUSET_RUNTIME_ADDR": addr, "CAUSET_RUNTIME_TOKENS": "scenarios write,read " + wpToken}, "runtime")
 	w.rt, w.rtURL = p, "http://"+addr
 	require.Eventually(w.t, func() bool { return httpStatus("http://"+p.metrics+"/readyz") == http.StatusOK }, time.Minute, 100*time.Millisecond,
 		"runtime not ready:\n%s", p.logTail(20))

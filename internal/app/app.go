@@ -9,6 +9,7 @@ import (
 
 	"github.com/causet/projection-retry/internal/dialer"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -208,6 +209,27 @@ func OpenPool(ctx context.Context, url string, linkTimeout time.Duration) (*pgxp
 		return nil, fmt.Errorf("connect to PostgreSQL at %s:%d: %w", pc.ConnConfig.Host, pc.ConnConfig.Port, err)
 	}
 	return pool, nil
+}
+
+// ProbePostgres is the bridge's proof of a database outage: a connection of
+// its own (the pool's settings), one round trip, closed. It does not queue
+// for a pooled connection, so a pool saturated by slow applies is not taken
+// for an outage, and it fails within its context on a silent link instead
+// of first waiting out a pooled connection that crosses it.
+func ProbePostgres(pool *pgxpool.Pool) func(context.Context) error {
+	cfg := pool.Config().ConnConfig
+	return func(ctx context.Context) error {
+		conn, err := pgx.ConnectConfig(ctx, cfg.Copy())
+		if err != nil {
+			return err
+		}
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_ = conn.Close(cctx)
+		}()
+		return conn.Ping(ctx)
+	}
 }
 
 // NewKafkaClient builds a Kafka client on the configured brokers with their

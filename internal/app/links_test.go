@@ -87,11 +87,7 @@ func TestPoolStatementTimeout(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, "SHOW statement_timeout").Scan(&got))
 	require.Equal(t, "1min", got)
 
-	sep := "?"
-	if strings.Contains(url, "?") {
-		sep = "&"
-	}
-	short, err := app.OpenPool(ctx, url+sep+"statement_timeout=500ms", 0)
+	short, err := app.OpenPool(ctx, url+sepFor(url)+"statement_timeout=500ms", 0)
 	require.NoError(t, err)
 	defer short.Close()
 	require.NoError(t, short.QueryRow(ctx, "SHOW statement_timeout").Scan(&got))
@@ -108,4 +104,36 @@ func TestPoolStatementTimeout(t *testing.T) {
 	_, err = short.Exec(ctx, "SELECT count(*) FROM causet_statement_timeout_probe")
 	require.ErrorContains(t, err, "canceling statement due to statement timeout")
 	require.Less(t, time.Since(start), 30*time.Second, "failed at the timeout, not at the test's deadline")
+}
+
+// The bridge's database probe answers on a saturated pool (its connection
+// is its own) and fails within its context when PostgreSQL cannot be
+// reached.
+func TestProbePostgres(t *testing.T) {
+	url := testenv.PostgresURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool, err := app.OpenPool(ctx, url+sepFor(url)+"pool_max_conns=1", 0)
+	require.NoError(t, err)
+	defer pool.Close()
+	held, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer held.Release()
+	pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+	defer pcancel()
+	require.NoError(t, app.ProbePostgres(pool)(pctx), "a full pool is no outage")
+
+	gone, err := app.OpenPool(ctx, "postgres://postgres@127.0.0.1:1/postgres?sslmode=disable", 0)
+	require.NoError(t, err, "the pool connects lazily")
+	defer gone.Close()
+	pctx2, pcancel2 := context.WithTimeout(ctx, 2*time.Second)
+	defer pcancel2()
+	require.Error(t, app.ProbePostgres(gone)(pctx2))
+}
+
+func sepFor(url string) string {
+	if strings.Contains(url, "?") {
+		return "&"
+	}
+	return "?"
 }

@@ -106,7 +106,7 @@ func (s *Service) BridgeOptions() (starter.Options, error) {
 	opts.Workflows = s.Temporal.Client
 	opts.Parking = parking.NewStore(s.Pool)
 	opts.IncidentStore = incident.NewStore(s.Pool)
-	opts.Probe = s.Pool.Ping
+	opts.Probe = ProbePostgres(s.Pool)
 	opts.TemporalProbe = s.Temporal.Probe
 	opts.Logger = s.Logger
 	opts.Registerer = s.Registry

@@ -22,8 +22,10 @@ const (
 	DefaultLinkTimeout = 10 * time.Second
 	MinLinkTimeout     = 2 * time.Second
 	MaxLinkTimeout     = 5 * time.Minute
-	// ConnectTimeout bounds establishing a connection (TCP handshake).
-	ConnectTimeout = 10 * time.Second
+	// ConnectTimeout bounds establishing a connection (for PostgreSQL,
+	// its handshake and authentication too): a peer that answers takes
+	// milliseconds; one behind a silent link never does.
+	ConnectTimeout = 5 * time.Second
 )
 
 // New returns a dialer whose connections are closed once the link has been
