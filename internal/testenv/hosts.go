@@ -30,8 +30,8 @@ const hostsHowTo = "needs root, ip (iproute2) and nft (Debian's nftables; script
 // Everything is removed when the test ends. Without root, ip or nft the test
 // skips (fails under CI=true).
 type Network struct {
-	t     testing.TB
-	id    string
+	t  testing.TB
+	id string
 	// subnet is the second octet of the hosts' links (10.subnet.k.0/24),
 	// one per test binary so that two binaries' hosts never share one.
 	subnet int
