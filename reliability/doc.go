@@ -9,7 +9,11 @@
 // ledger event on the topic in per-entity order, read models exact.
 // Scenario 14 breaks one of two projections with a migration: one incident
 // holds its events through a kill -9 of the bridge and the worker and
-// releases each once, in entity order, after the fix. The scenarios are Go
+// releases each once, in entity order, after the fix. Scenarios 17-22 run
+// each process on a test host of its own (a network namespace joined by a
+// veth link, testenv.Network) and cut, slow or lose the link between it and
+// PostgreSQL, Kafka or Temporal without a word, as a partition does; they
+// need root, ip and nft. The scenarios are Go
 // tests in this package; they are heavy, so they skip unless
 // CAUSET_RELIABILITY is set:
 //

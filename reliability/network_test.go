@@ -122,6 +122,7 @@ func runLinkFault(t *testing.T, p profile, f linkFault) {
 	require.Eventually(t, func() bool { return s.tryCount(`SELECT count(*) FROM rel_effects`) > n/5 },
 		2*time.Minute, 100*time.Millisecond, "events flow before the fault: %s", s.progress())
 
+	appliedAtCut := s.tryCount(`SELECT count(*) FROM rel_effects`)
 	heal := f.apply(ns, bhs, wh)
 	cutAt := time.Now()
 	r.fig("fault_s", f.hold.Seconds())
@@ -132,6 +133,7 @@ func runLinkFault(t *testing.T, p profile, f linkFault) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	r.fig("applied_during_fault", s.tryCount(`SELECT count(*) FROM rel_effects`)-appliedAtCut)
 	heal()
 	healedAt := time.Now()
 	// Caught up: the group has committed every event produced before the

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# Reliability suite: kills, outages, broker faults, bad input, hot keys, lost
-# lanes and fuzzing, with nothing lost. See RELIABILITY.md.
+# Reliability suite: kills, outages, broker faults, silent and lossy links,
+# bad input, hot keys, lost lanes and fuzzing, with nothing lost. See
+# RELIABILITY.md. Scenarios 17-22 put processes on test hosts (network
+# namespaces): they need root, ip and nft (scripts/test-tools.sh).
 #
-#   scripts/reliability.sh            full profile: scenarios 1-7 and 9-16, each
+#   scripts/reliability.sh            full profile: scenarios 1-7 and 9-22, each
 #                                     in both orderings where it applies (entity,
 #                                     the default, and none), + 8 security tests
 #                                     + the two fuzzers; about an hour on 2 cores
-#   scripts/reliability.sh --short    CI profile: scenarios 1-3 and 9-16 in the
+#   scripts/reliability.sh --short    CI profile: scenarios 1-3 and 9-22 in the
 #                                     default configuration (entity ordering), 7
-#                                     in both, smaller sizes, + the fuzzers; ~11 min
+#                                     in both, smaller sizes, + the fuzzers; ~27 min
 #
 # Environment: FUZZTIME (default 30s), RELIABILITY_RUN (a -run pattern that
 # replaces the profile's), CAUSET_RELIABILITY_ORDERINGS (e.g. "entity,none":
@@ -34,8 +36,8 @@ esac
 # Which orderings each scenario runs is decided by the tests from the
 # profile: in the short profile the default (entity), and both for 7.
 if [[ $profile == short ]]; then
-  run=${RELIABILITY_RUN:-'^TestReliability(1BridgeKill9|2WorkerKill9DuringBackoff|3PostgresOutage|7BadInput|9HotKey|10ReleaseDuringRebalance|11WritePathRelayKill9|12WritePathKafkaOutage|13WritePathPostgresOutage|14IncidentHold|15WritePathPoisonRow|16LongReader)$'}
-  timeout=30m
+  run=${RELIABILITY_RUN:-'^TestReliability(1BridgeKill9|2WorkerKill9DuringBackoff|3PostgresOutage|7BadInput|9HotKey|10ReleaseDuringRebalance|11WritePathRelayKill9|12WritePathKafkaOutage|13WritePathPostgresOutage|14IncidentHold|15WritePathPoisonRow|16LongReader|17BridgePostgresBlackhole|18BridgeKafkaBlackhole|19WorkerTemporalBlackhole|20SlowLossyLinks|21OneWayPartition|22WritePathSilentLinks)$'}
+  timeout=50m
 else
   run=${RELIABILITY_RUN:-'^TestReliability'}
   timeout=150m

@@ -1,15 +1,22 @@
+//go:build linux
+
 package app_test
 
 import (
 	"context"
 	"net"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sys/unix"
 
+	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/internal/app"
 	"github.com/causet/projection-retry/internal/testenv"
 )
@@ -136,4 +143,45 @@ func sepFor(url string) string {
 		return "&"
 	}
 	return "?"
+}
+
+// connHook collects the connections a Kafka client opens.
+type connHook struct {
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func (h *connHook) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, c net.Conn, err error) {
+	if err == nil {
+		h.mu.Lock()
+		h.conns = append(h.conns, c)
+		h.mu.Unlock()
+	}
+}
+
+// Every Kafka client of a process dials through KafkaConnOpts: its
+// connections carry the link timeout.
+func TestKafkaConnectionsCarryTheLinkTimeout(t *testing.T) {
+	seeds := testenv.Kafka(t)
+	opts, err := app.KafkaConnOpts(config.KafkaSecurity{}, 4*time.Second)
+	require.NoError(t, err)
+	hook := &connHook{}
+	cl, err := kgo.NewClient(append(opts, kgo.SeedBrokers(seeds...), kgo.WithHooks(hook))...)
+	require.NoError(t, err)
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, cl.Ping(ctx))
+	hook.mu.Lock()
+	defer hook.mu.Unlock()
+	require.NotEmpty(t, hook.conns)
+	for _, c := range hook.conns {
+		raw, err := c.(syscall.Conn).SyscallConn()
+		require.NoError(t, err)
+		var ms int
+		var gerr error
+		require.NoError(t, raw.Control(func(fd uintptr) { ms, gerr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT) }))
+		require.NoError(t, gerr)
+		require.Equal(t, 4000, ms, "TCP_USER_TIMEOUT of %s", c.RemoteAddr())
+	}
 }
