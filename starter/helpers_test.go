@@ -363,6 +363,12 @@ func (b *syncBuffer) Write(p []byte) (int, error) {
 	return b.buf.Write(p)
 }
 
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 // terminateOpenWorkflows ends the workflows still open on this test's task
 // queue once its bridge and worker have stopped. Every test of the binary
 // shares one dev server, and lane and incident IDs name the key or the

@@ -426,24 +426,25 @@ func (p *partition) applyThroughOutage(items []item, last *kgo.Record, apply fun
 	span := p.tracer.startBatchSpan(items, last)
 	defer span.End()
 	r := p.retrier(p.log, p.database())
+	const outageMsg = "database unreachable: partition paused, retrying the batch with backoff"
 	for {
+		w := r.watch(outageMsg, append(offsetAttrs(items, last), "events", len(items))...)
 		outcomes, err := apply()
+		w.stop(r)
 		if p.ctx.Err() != nil {
 			return nil, applyResult{verdict: verdictStopped}
 		}
 		if !isOutage(outcomes, err) {
 			if !r.outage.IsZero() {
 				p.log.Info("database reachable again: batch applied, partition resumed",
-					"event", "bridge_outage_over", "dependency", "database",
-					"firstOffset", items[0].rec.Offset, "lastOffset", last.Offset, "pausedFor", r.pausedFor())
+					append([]any{"event", "bridge_outage_over", "dependency", "database", "pausedFor", r.pausedFor()}, offsetAttrs(items, last)...)...)
 			}
 			return outcomes, applyResult{}
 		}
 		if err == nil {
 			err = firstConnectionError(outcomes)
 		}
-		if r.failed("database unreachable: partition paused, retrying the batch with backoff", err,
-			"firstOffset", items[0].rec.Offset, "lastOffset", last.Offset, "events", len(items)) {
+		if r.failed(outageMsg, err, append(offsetAttrs(items, last), "events", len(items))...) {
 			if r.healthy >= maxHealthyRetries {
 				return nil, applyResult{verdict: verdictIsolate, err: err}
 			}
@@ -453,6 +454,15 @@ func (p *partition) applyThroughOutage(items []item, last *kgo.Record, apply fun
 			return nil, applyResult{verdict: verdictStopped}
 		}
 	}
+}
+
+// offsetAttrs are the log attributes of a batch's offsets; a release of
+// parked events has no records, and says so instead.
+func offsetAttrs(items []item, last *kgo.Record) []any {
+	if items[0].rec == nil || last == nil {
+		return []any{"parkedRelease", true}
+	}
+	return []any{"firstOffset", items[0].rec.Offset, "lastOffset", last.Offset}
 }
 
 // errOutage stands for a batch whose every failure was a lost connection.

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
@@ -215,4 +217,49 @@ func TestRetrierRefuses(t *testing.T) {
 	}
 	require.True(t, r.refuses("start", errors.New("workflow input rejected")), "the event is at fault once Temporal answered every time")
 	require.True(t, r.outage.IsZero(), "no outage was logged")
+}
+
+// A try that waits past slowTry asks the probe while it still waits: a
+// silent link is said as soon as the probe fails, once, and a slow try on a
+// database that answers is no outage.
+func TestRetrierWatchesSlowTries(t *testing.T) {
+	defer func(d time.Duration) { slowTry = d }(slowTry)
+	slowTry = 50 * time.Millisecond
+	newRetrier := func(probe func(context.Context) error, logs *syncBuffer) (*retrier, *metrics) {
+		m := newMetrics(prometheus.NewRegistry())
+		w := &waits{ctx: context.Background(), opts: &Options{Probe: probe, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond}, m: m}
+		return w.retrier(slog.New(slog.NewJSONHandler(logs, nil)), w.database()), m
+	}
+	var probes atomic.Int32
+	down := func(context.Context) error { probes.Add(1); return errors.New("dial tcp: i/o timeout") }
+	answers := func(context.Context) error { probes.Add(1); return nil }
+
+	logs := &syncBuffer{}
+	r, m := newRetrier(down, logs)
+	w := r.watch("database unreachable", "events", 3)
+	time.Sleep(300 * time.Millisecond) // the try still waits
+	require.Contains(t, logs.String(), `"event":"bridge_outage"`, "said while the try waits")
+	w.stop(r)
+	require.False(t, r.outage.IsZero())
+	require.False(t, r.failed("database unreachable", errors.New("timeout: read tcp: connection timed out")))
+	require.Equal(t, 1, strings.Count(logs.String(), `"event":"bridge_outage"`), "said once")
+	require.Equal(t, 1.0, testutil.ToFloat64(m.outages.WithLabelValues("database")), "counted once")
+	require.Nil(t, r.watch("database unreachable"), "nothing to watch during an outage")
+
+	probes.Store(0)
+	logs = &syncBuffer{}
+	r, _ = newRetrier(answers, logs)
+	w = r.watch("database unreachable")
+	time.Sleep(300 * time.Millisecond)
+	w.stop(r)
+	require.EqualValues(t, 1, probes.Load())
+	require.True(t, r.outage.IsZero(), "a slow try on a database that answers is no outage")
+	require.NotContains(t, logs.String(), "bridge_outage")
+
+	probes.Store(0)
+	r, _ = newRetrier(down, logs)
+	r.watch("database unreachable").stop(r)
+	time.Sleep(100 * time.Millisecond)
+	require.Zero(t, probes.Load(), "a try that returns in time asks nothing")
+	require.True(t, r.outage.IsZero())
 }

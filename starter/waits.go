@@ -76,6 +76,53 @@ func (r *retrier) outageTry(msg string, err error, attrs ...any) {
 	r.log.Debug(msg+": still failing", attrs...)
 }
 
+// slowTry is how long a try may go unanswered before the dependency's probe
+// is asked, while the try still waits: on a link that drops packets without
+// a word the try only fails once its connection times out
+// (CAUSET_LINK_TIMEOUT) and the next one's connection attempt has, but the
+// outage is said (logged and counted) as soon as the probe fails.
+var slowTry = 5 * time.Second
+
+// watch is the probe of one slow try.
+type watch struct {
+	timer    *time.Timer
+	done     chan struct{}
+	declared time.Time // when the probe failed; zero if it answered
+}
+
+// watch starts watching a try: once it has waited slowTry, the probe runs,
+// and if it fails the outage begins (msg logged as bridge_outage, counted).
+// Call stop when the try returns. Nothing is watched during an outage.
+func (r *retrier) watch(msg string, attrs ...any) *watch {
+	if !r.outage.IsZero() || r.dep.probe == nil {
+		return nil
+	}
+	w := &watch{done: make(chan struct{})}
+	w.timer = time.AfterFunc(slowTry, func() {
+		defer close(w.done)
+		if r.w.answers(r.dep.probe) {
+			return
+		}
+		w.declared = time.Now()
+		r.w.m.outages.WithLabelValues(r.dep.name).Inc()
+		r.log.Warn(msg, append(attrs, "dependency", r.dep.name,
+			"error", "no answer within "+slowTry.String()+" and the probe fails", "event", "bridge_outage")...)
+	})
+	return w
+}
+
+// stop ends the watch once its try returned, waiting for a probe under way;
+// an outage the probe proved is the retrier's from then on.
+func (w *watch) stop(r *retrier) {
+	if w == nil || w.timer.Stop() {
+		return
+	}
+	<-w.done
+	if !w.declared.IsZero() {
+		r.outage = w.declared
+	}
+}
+
 // wait sleeps the next backoff; false when the partition stopped first.
 func (r *retrier) wait() bool { return r.bo.Wait(r.w.ctx) == nil }
 
