@@ -4,6 +4,8 @@ package app_test
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -185,3 +187,80 @@ func TestKafkaConnectionsCarryTheLinkTimeout(t *testing.T) {
 		require.Equal(t, 4000, ms, "TCP_USER_TIMEOUT of %s", c.RemoteAddr())
 	}
 }
+
+// forwarder serves target on a loopback port and reports the client port of
+// each connection it accepts.
+func forwarder(t *testing.T, target string) (addr string, accepted <-chan int) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ports := make(chan int, 64)
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", target)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, in, out)
+			mu.Unlock()
+			ports <- in.RemoteAddr().(*net.TCPAddr).Port
+			go func() { _, _ = io.Copy(out, in); out.Close() }()
+			go func() { _, _ = io.Copy(in, out); in.Close() }()
+		}
+	}()
+	return ln.Addr().String(), ports
+}
+
+// A Temporal client from DialTemporal whose connection goes silent gets a
+// working one back within about the link timeout: its calls fail on the
+// dead connection, which is closed, and a new one is dialed. Without the
+// dialer and keepalive settings the dead connection lived 15.6 s here.
+func TestTemporalClientLeavesASilentConnection(t *testing.T) {
+	srv := testenv.Temporal(t)
+	addr, accepted := forwarder(t, srv.HostPort)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const link = 3 * time.Second
+	tc, err := app.DialTemporal(ctx, quietLogger(), app.TemporalOptions{HostPort: addr, LinkTimeout: link})
+	require.NoError(t, err)
+	defer tc.Close()
+	first := <-accepted
+	testenv.SilenceLink(t, first)
+	start := time.Now()
+	for {
+		cctx, ccancel := context.WithTimeout(ctx, time.Second)
+		err := tc.Probe(cctx)
+		ccancel()
+		if err == nil {
+			select {
+			case port := <-accepted:
+				t.Logf("a new connection (port %d) answers %s after the first went silent", port, time.Since(start).Round(100*time.Millisecond))
+				return
+			default:
+				t.Fatal("a call answered over the silent connection")
+			}
+		}
+		require.Less(t, time.Since(start), link+5*time.Second, "the client still waits on the silent connection: %v", err)
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
