@@ -49,7 +49,7 @@ func TestApplyProjectionSucceeds(t *testing.T) {
 	require.Zero(t, total(t, h.reg, retriesTotal))
 	require.Zero(t, total(t, h.reg, deadLettersTotal))
 	require.Zero(t, total(t, h.reg, replaysTotal))
-	require.Empty(t, h.logs.lines(t))
+	require.Empty(t, h.logs.Lines(t))
 }
 
 func TestApplyProjectionReportsDuplicate(t *testing.T) {
@@ -78,7 +78,7 @@ func TestApplyProjectionReplaySucceeds(t *testing.T) {
 	require.Equal(t, 1.0, counter(t, h.reg, replaysTotal, map[string]string{"projection": projectionName}))
 	require.Zero(t, total(t, h.reg, retriesTotal))
 	require.Zero(t, total(t, h.reg, deadLettersTotal))
-	line := h.logs.only(t, "projection_replayed")
+	line := onlyLine(t, h.logs, "projection_replayed")
 	require.Equal(t, "INFO", line["level"])
 	require.Equal(t, "projection_replayed", line["event"])
 	require.EqualValues(t, 2, line["replayCount"])
@@ -152,14 +152,14 @@ func TestApplyProjectionClassifiesFailures(t *testing.T) {
 			if tc.nonRetryable {
 				require.Equal(t, 1.0, counter(t, h.reg, deadLettersTotal, labels))
 				require.Zero(t, total(t, h.reg, retriesTotal))
-				line := h.logs.only(t, "projection_dead_lettered")
+				line := onlyLine(t, h.logs, "projection_dead_lettered")
 				require.Equal(t, "ERROR", line["level"])
 				require.Equal(t, string(tc.kind), line["errorKind"])
 				return
 			}
 			require.Equal(t, 1.0, counter(t, h.reg, retriesTotal, labels))
 			require.Zero(t, total(t, h.reg, deadLettersTotal))
-			line := h.logs.only(t, "projection_retry")
+			line := onlyLine(t, h.logs, "projection_retry")
 			require.Equal(t, "WARN", line["level"])
 			require.Equal(t, "2s", line["nextRetryIn"], "attempt 2 is followed by the plan's second delay")
 			require.Equal(t, tc.msg, line["error"])
@@ -184,7 +184,7 @@ func TestApplyProjectionRejectsInvalidEventWithoutApplying(t *testing.T) {
 
 	require.Equal(t, 1.0, counter(t, h.reg, deadLettersTotal, map[string]string{"projection": projectionName, "error_kind": "invalid_event"}))
 	require.Zero(t, total(t, h.reg, retriesTotal))
-	line := h.logs.only(t, "projection_dead_lettered")
+	line := onlyLine(t, h.logs, "projection_dead_lettered")
 	require.Equal(t, "ERROR", line["level"])
 	require.Equal(t, "invalid_event", line["errorKind"])
 }
@@ -223,13 +223,13 @@ func TestApplyProjectionRetryOrDeadLetterFollowsThePlan(t *testing.T) {
 			if tc.deadLetter {
 				require.Equal(t, 1.0, counter(t, h.reg, deadLettersTotal, labels))
 				require.Zero(t, total(t, h.reg, retriesTotal))
-				line := h.logs.only(t, "projection_dead_lettered")
+				line := onlyLine(t, h.logs, "projection_dead_lettered")
 				require.EqualValues(t, tc.first, line["retryAttempt"])
 				return
 			}
 			require.Equal(t, 1.0, counter(t, h.reg, retriesTotal, labels))
 			require.Zero(t, total(t, h.reg, deadLettersTotal))
-			line := h.logs.only(t, "projection_retry")
+			line := onlyLine(t, h.logs, "projection_retry")
 			require.Equal(t, tc.nextRetryIn, line["nextRetryIn"])
 			require.EqualValues(t, tc.first, line["retryAttempt"])
 			for k, want := range map[string]string{"projectionName": projectionName, "eventType": "ARTIST_FOLLOWED",

@@ -3,12 +3,10 @@ package activities_test
 // Fixtures, fakes and the harness shared by the activities' tests.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"sync"
@@ -182,45 +180,10 @@ func (o *heartbeatOutbound) RecordHeartbeat(ctx context.Context, details ...any)
 	o.Next.RecordHeartbeat(ctx, details...)
 }
 
-// logBuffer collects JSON log lines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// lines returns every log line, decoded.
-func (l *logBuffer) lines(t *testing.T) []map[string]any {
+// onlyLine returns the single log line whose msg is msg.
+func onlyLine(t *testing.T, logs *testenv.LogBuffer, msg string) map[string]any {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []map[string]any
-	dec := json.NewDecoder(bytes.NewReader(l.b.Bytes()))
-	for {
-		var m map[string]any
-		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
-			return out
-		} else {
-			require.NoError(t, err)
-		}
-		out = append(out, m)
-	}
-}
-
-// only returns the single log line whose msg is msg.
-func (l *logBuffer) only(t *testing.T, msg string) map[string]any {
-	t.Helper()
-	var found []map[string]any
-	for _, m := range l.lines(t) {
-		if m["msg"] == msg {
-			found = append(found, m)
-		}
-	}
+	found := logs.Where(t, "msg", msg)
 	require.Len(t, found, 1, "log lines %q", msg)
 	return found[0]
 }
@@ -231,14 +194,14 @@ type harness struct {
 	env  *testsuite.TestActivityEnvironment
 	acts *activities.Activities
 	reg  *prometheus.Registry
-	logs *logBuffer
+	logs *testenv.LogBuffer
 	hb   *heartbeatLog
 }
 
 func newHarness(t *testing.T, applier activities.Applier, pub activities.DeadLetterPublisher) *harness {
 	t.Helper()
 	var s testsuite.WorkflowTestSuite
-	h := &harness{env: s.NewTestActivityEnvironment(), reg: prometheus.NewRegistry(), logs: &logBuffer{}, hb: &heartbeatLog{}}
+	h := &harness{env: s.NewTestActivityEnvironment(), reg: prometheus.NewRegistry(), logs: &testenv.LogBuffer{}, hb: &heartbeatLog{}}
 	if f, ok := applier.(*fakeApplier); ok {
 		f.hb = h.hb
 	}

@@ -131,7 +131,7 @@ func TestApplyProjectionSchemaMismatchOnPostgres(t *testing.T) {
 	require.Zero(t, rowCount(t, pool))
 	require.Zero(t, ledgerRows(t, pool, "e1"))
 	require.Equal(t, 1.0, counter(t, h.reg, retriesTotal, map[string]string{"projection": projectionName, "error_kind": "sql"}))
-	line := h.logs.only(t, "projection_retry")
+	line := onlyLine(t, h.logs, "projection_retry")
 	require.Equal(t, msg, line["error"])
 	require.Equal(t, "1s", line["nextRetryIn"])
 

@@ -110,7 +110,7 @@ func TestPublishDeadLetterFailureIsRetried(t *testing.T) {
 	require.True(t, errors.As(err, &ae), "got %T", err)
 	require.False(t, ae.NonRetryable())
 	require.True(t, strings.Contains(ae.Error(), "broker unavailable"), ae.Error())
-	line := h.logs.only(t, "dead letter publish failed; will retry")
+	line := onlyLine(t, h.logs, "dead letter publish failed; will retry")
 	require.Equal(t, "WARN", line["level"])
 	require.Equal(t, projectionName, line["projectionName"])
 	require.Equal(t, "e1", line["eventId"])

@@ -69,7 +69,7 @@ func TestMetricsAndLogLines(t *testing.T) {
 		require.Contains(t, text, want)
 	}
 
-	lines := f.logs.lines(t, "intent_outcome")
+	lines := f.logs.Where(t, "msg", "intent_outcome")
 	require.Len(t, lines, 3)
 	require.Equal(t, "INFO", lines[0]["level"])
 	require.Equal(t, "intent_outcome", lines[0]["event"])
@@ -83,7 +83,7 @@ func TestMetricsAndLogLines(t *testing.T) {
 	require.EqualValues(t, 400, lines[2]["httpStatus"])
 	require.Equal(t, "intentId is required and must be a non-empty string", lines[2]["error"])
 
-	access := f.logs.lines(t, "http_request")
+	access := f.logs.Where(t, "msg", "http_request")
 	require.GreaterOrEqual(t, len(access), 3)
 	require.Equal(t, "DEBUG", access[0]["level"])
 	require.Equal(t, "/v1/intents", access[0]["path"])

@@ -1,7 +1,6 @@
 package runtime_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,34 +27,6 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// syncBuffer is a log sink safe for concurrent handlers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// lines returns the logged JSON lines whose msg is msg.
-func (b *syncBuffer) lines(t *testing.T, msg string) []map[string]any {
-	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(b.buf.String()), "\n") {
-		var m map[string]any
-		require.NoError(t, json.Unmarshal([]byte(l), &m), l)
-		if m["msg"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
 type fixture struct {
 	ctx     context.Context
 	pool    *pgxpool.Pool
@@ -65,7 +35,7 @@ type fixture struct {
 	catalog *intents.Catalog
 	ledger  *ledger.Ledger
 	reg     *prometheus.Registry
-	logs    *syncBuffer
+	logs    *testenv.LogBuffer
 }
 
 // Retries of the fixture's ledger: 3 tries, 50 ms then 200 ms apart.
@@ -109,7 +79,7 @@ func setup(t *testing.T, costLimit uint64, extra ...string) *fixture {
 	catalog, err := intents.NewCatalog(ctx, pool, nil, intents.WithCostLimit(costLimit))
 	require.NoError(t, err)
 	f := &fixture{ctx: ctx, pool: pool, url: pool.Config().ConnString(), catalog: catalog,
-		reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
+		reg: prometheus.NewRegistry(), logs: &testenv.LogBuffer{}}
 	f.ledger = ledger.New(pool, catalog, ledger.WithRetry(3, testWaits, testTryTimeout))
 	f.server, err = runtime.New(runtime.Options{Catalog: catalog, Ledger: f.ledger, Ready: pool.Ping,
 		Logger:     slog.New(slog.NewJSONHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),

@@ -107,7 +107,7 @@ func TestPostgresOutage(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	code, _ = f.do(t, http.MethodGet, "/v1/intents/during", "")
 	require.Equal(t, http.StatusServiceUnavailable, code)
-	lines := f.logs.lines(t, "intent_outcome")
+	lines := f.logs.Where(t, "msg", "intent_outcome")
 	require.Equal(t, "unavailable", lines[len(lines)-1]["status"])
 	require.Contains(t, lines[len(lines)-1]["error"], "ledger unavailable: begin failed after 3 tries")
 

@@ -152,7 +152,7 @@ func BenchmarkBridgeWorkflowMode(b *testing.B) {
 		total += benchRound(b, h, o, recs, func(r *running) bool {
 			if time.Now().After(deadline) {
 				if f := os.Getenv("BRIDGE_TEST_LOG"); f != "" {
-					_ = os.WriteFile(f, h.logs.bytes(), 0o644)
+					_ = os.WriteFile(f, []byte(h.logs.String()), 0o644)
 				}
 				b.Fatalf("workflow mode: %d of %d applied after 3 minutes (handed off %v)", h.count(`SELECT count(*) FROM causet_projection_applied`)-base,
 					benchWorkflow, value(r.b.m.handedOff.WithLabelValues("workflow")))

@@ -135,7 +135,7 @@ func TestBridgeKafkaFailuresBecomeWorkflows(t *testing.T) {
 
 	// Attempt 1's failure is logged as the seed's projection_retry line, with
 	// topic/partition/offset, once its workflow is durable.
-	lines := h.logs.lines("projection_retry")
+	lines := h.logs.Containing("projection_retry")
 	require.Len(t, lines, 2)
 	for _, l := range lines {
 		require.Equal(t, h.topic, l["topic"])
@@ -237,7 +237,7 @@ func TestBridgeKafkaRebalanceEachEventOnce(t *testing.T) {
 		}
 		t.Logf("missing %d: %v", len(missing), missing)
 		if f := os.Getenv("BRIDGE_TEST_LOG"); f != "" {
-			_ = os.WriteFile(f, h.logs.bytes(), 0o644)
+			_ = os.WriteFile(f, []byte(h.logs.String()), 0o644)
 		}
 	}
 	require.Equal(t, total, h.count(`SELECT count(*) FROM causet_projection_applied`))
@@ -320,7 +320,7 @@ func TestBridgeKafkaDatabaseOutage(t *testing.T) {
 	require.Equal(t, p1+p2, h.count(`SELECT sum(plays)::int FROM artist_stats`))
 	require.Zero(t, starter.calls.Load())
 	require.Zero(t, total(r.b.m.deadLettered))
-	require.NotEmpty(t, h.logs.lines("database unreachable"))
+	require.NotEmpty(t, h.logs.Containing("database unreachable"))
 }
 
 func TestBridgeKafkaPoisonRecord(t *testing.T) {
@@ -394,5 +394,5 @@ func TestBridgeKafkaTemporalStopped(t *testing.T) {
 		_, err := h.describe(contract.RetryWorkflowID("artist_followers", "production", fmt.Sprintf("%sf-%d", h.prefix, i)))
 		require.NoError(t, err, "failure %d handed off after the restart", i)
 	}
-	require.NotEmpty(t, h.logs.lines("cannot start retry workflow"))
+	require.NotEmpty(t, h.logs.Containing("cannot start retry workflow"))
 }

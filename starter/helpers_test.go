@@ -1,7 +1,6 @@
 package starter
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -55,7 +54,7 @@ type harness struct {
 	temporal  testenv.TemporalServer
 	taskQueue string
 	producer  *kgo.Client
-	logs      *syncBuffer
+	logs      *testenv.LogBuffer
 	logger    *slog.Logger
 	// prefix makes this test's event IDs (and so workflow IDs) unique on
 	// the Temporal server shared by every test of the binary.
@@ -79,7 +78,7 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
-	h := &harness{t: t, ctx: ctx, logs: &syncBuffer{}, prefix: fmt.Sprintf("t%x-", time.Now().UnixNano())}
+	h := &harness{t: t, ctx: ctx, logs: &testenv.LogBuffer{}, prefix: fmt.Sprintf("t%x-", time.Now().UnixNano())}
 	h.logger = slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: testLogLevel()}))
 	t.Cleanup(func() { h.logTailOnFailure(200) })
 	h.brokers = testenv.Kafka(t)
@@ -351,24 +350,6 @@ func (s *recordingStarter) ids() map[string]int {
 	return out
 }
 
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // terminateOpenWorkflows ends the workflows still open on this test's task
 // queue once its bridge and worker have stopped. Every test of the binary
 // shares one dev server, and lane and incident IDs name the key or the
@@ -398,36 +379,12 @@ func (h *harness) logTailOnFailure(n int) {
 	if !h.t.Failed() {
 		return
 	}
-	lines := strings.Split(strings.TrimRight(string(h.logs.bytes()), "\n"), "\n")
+	lines := strings.Split(strings.TrimRight(string([]byte(h.logs.String())), "\n"), "\n")
 	if len(lines) > n {
 		h.t.Logf("bridge log: %d earlier lines left out", len(lines)-n)
 		lines = lines[len(lines)-n:]
 	}
 	h.t.Logf("bridge log, last %d lines:\n%s", len(lines), strings.Join(lines, "\n"))
-}
-
-func (b *syncBuffer) bytes() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]byte(nil), b.buf.Bytes()...)
-}
-
-// lines returns the JSON log lines whose msg or event contains s.
-func (b *syncBuffer) lines(s string) []map[string]any {
-	b.mu.Lock()
-	text := b.buf.String()
-	b.mu.Unlock()
-	var out []map[string]any
-	for _, l := range strings.Split(text, "\n") {
-		if !strings.Contains(l, s) {
-			continue
-		}
-		var m map[string]any
-		if json.Unmarshal([]byte(l), &m) == nil {
-			out = append(out, m)
-		}
-	}
-	return out
 }
 
 // total sums every series of a counter or gauge vector.

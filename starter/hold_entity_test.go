@@ -83,7 +83,7 @@ func TestBridgeKafkaHoldEntityParksBehindDeadLetter(t *testing.T) {
 		"the replayed head released its key")
 	require.Zero(t, h.follows(user), "follow then unfollow: the user follows nobody")
 	require.EqualValues(t, 1, value(r.b.m.parkedEvents.WithLabelValues("released")))
-	unblocked := h.logs.lines("projection_key_unblocked")
+	unblocked := h.logs.Containing("projection_key_unblocked")
 	require.Len(t, unblocked, 1)
 	require.Equal(t, user, unblocked[0]["entityId"])
 }
@@ -126,7 +126,7 @@ func TestBridgeKafkaReplayRefusedPastALaterSequence(t *testing.T) {
 	require.Contains(t, last.Error, "replay refused")
 	require.Contains(t, last.Error, "sequence 102")
 	require.Zero(t, h.follows(user), "the refused replay brought nothing back")
-	require.NotEmpty(t, h.logs.lines("projection_replay_refused"))
+	require.NotEmpty(t, h.logs.Containing("projection_replay_refused"))
 
 	require.NoError(t, h.temporal.Client.SignalWorkflow(h.ctx, head, "", contract.SignalReplay, contract.ReplaySignal{Reason: "I know", Force: true}))
 	h.waitState(head, contract.StateSucceeded)

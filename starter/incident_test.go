@@ -52,7 +52,7 @@ func incidentHarness(t *testing.T, policy config.IncidentPolicy) (*harness, Opti
 	h.startWorker()
 	t.Cleanup(func() {
 		if f := os.Getenv("BRIDGE_TEST_LOG"); f != "" && t.Failed() {
-			_ = os.WriteFile(f, h.logs.bytes(), 0o644)
+			_ = os.WriteFile(f, []byte(h.logs.String()), 0o644)
 		}
 	})
 	o := h.options(nil)
@@ -229,7 +229,7 @@ func TestBridgeKafkaIncidentDeadLetterPolicyReportsOnce(t *testing.T) {
 	require.Equal(t, contract.IncidentOpen, st.State)
 	require.Len(t, st.SampleEventIDs, contract.MaxIncidentSamples)
 	require.Len(t, testenv.WorkflowIDs(h.temporal.WorkflowsOnQueue(t, h.taskQueue, contract.RetryWorkflowName)), n)
-	lines := h.logs.lines("projection_incident_opened")
+	lines := h.logs.Containing("projection_incident_opened")
 	require.Len(t, lines, 1, "one alert line, not one per event")
 	require.Equal(t, ids[0], lines[0]["incidentId"])
 	require.Equal(t, 1.0, testutil.ToFloat64(r.b.inc.Metrics.Active))

@@ -64,7 +64,7 @@ func orderedHarness(t *testing.T, partitions int32) (*harness, Options) {
 	h.startWorker()
 	t.Cleanup(func() {
 		if f := os.Getenv("BRIDGE_TEST_LOG"); f != "" && t.Failed() {
-			_ = os.WriteFile(f, h.logs.bytes(), 0o644)
+			_ = os.WriteFile(f, []byte(h.logs.String()), 0o644)
 		}
 	})
 	o := h.options(nil)

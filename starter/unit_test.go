@@ -21,6 +21,7 @@ import (
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
 	"github.com/causet/projection-retry/internal/backoff"
+	"github.com/causet/projection-retry/internal/testenv"
 	"github.com/causet/projection-retry/projection"
 )
 
@@ -225,7 +226,7 @@ func TestRetrierRefuses(t *testing.T) {
 func TestRetrierWatchesSlowTries(t *testing.T) {
 	defer func(d time.Duration) { slowTry = d }(slowTry)
 	slowTry = 50 * time.Millisecond
-	newRetrier := func(probe func(context.Context) error, logs *syncBuffer) (*retrier, *metrics) {
+	newRetrier := func(probe func(context.Context) error, logs *testenv.LogBuffer) (*retrier, *metrics) {
 		m := newMetrics(prometheus.NewRegistry())
 		w := &waits{ctx: context.Background(), opts: &Options{Probe: probe, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond}, m: m}
 		return w.retrier(slog.New(slog.NewJSONHandler(logs, nil)), w.database()), m
@@ -234,7 +235,7 @@ func TestRetrierWatchesSlowTries(t *testing.T) {
 	down := func(context.Context) error { probes.Add(1); return errors.New("dial tcp: i/o timeout") }
 	answers := func(context.Context) error { probes.Add(1); return nil }
 
-	logs := &syncBuffer{}
+	logs := &testenv.LogBuffer{}
 	r, m := newRetrier(down, logs)
 	w := r.watch("database unreachable", "events", 3)
 	time.Sleep(300 * time.Millisecond) // the try still waits
@@ -247,7 +248,7 @@ func TestRetrierWatchesSlowTries(t *testing.T) {
 	require.Nil(t, r.watch("database unreachable"), "nothing to watch during an outage")
 
 	probes.Store(0)
-	logs = &syncBuffer{}
+	logs = &testenv.LogBuffer{}
 	r, _ = newRetrier(answers, logs)
 	w = r.watch("database unreachable")
 	time.Sleep(300 * time.Millisecond)

@@ -1,8 +1,6 @@
 package worker_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -11,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -39,33 +36,6 @@ import (
 var recordHistories = flag.Bool("record-histories", false, "write the workflow histories of the end-to-end test to ../workflows/testdata")
 
 func TestMain(m *testing.M) { testenv.Main(m) }
-
-// syncBuffer collects log lines written by concurrent activities.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) lines(t *testing.T, name string) []map[string]any {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(b.buf.Bytes()))
-	for sc.Scan() {
-		var m map[string]any
-		require.NoError(t, json.Unmarshal(sc.Bytes(), &m))
-		if m["event"] == name {
-			out = append(out, m)
-		}
-	}
-	return out
-}
 
 const brokenIR = `
 name: artist_followers
@@ -103,7 +73,7 @@ type workerEnv struct {
 	dlqTopic string
 	engine   *projection.Engine
 	tq       string
-	logs     *syncBuffer
+	logs     *testenv.LogBuffer
 	// reg holds the worker's SDK metrics, as a worker's /metrics serves them.
 	reg *prometheus.Registry
 }
@@ -116,7 +86,7 @@ func newWorkerEnv(t *testing.T, doc string) *workerEnv {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	e := &workerEnv{ctx: ctx, pool: testenv.Postgres(t), srv: testenv.Temporal(t), brokers: testenv.Kafka(t),
-		dlqTopic: testenv.Topic(t, "dlq"), tq: testenv.TaskQueue(t), logs: &syncBuffer{}}
+		dlqTopic: testenv.Topic(t, "dlq"), tq: testenv.TaskQueue(t), logs: &testenv.LogBuffer{}}
 	testenv.CreateTopic(t, e.brokers, e.dlqTopic, 1)
 	_, err := e.pool.Exec(ctx, `CREATE TABLE artist_followers (user_id text NOT NULL, artist_id text NOT NULL, PRIMARY KEY (user_id, artist_id))`)
 	require.NoError(t, err)
@@ -230,7 +200,7 @@ func TestKafkaWorkerEndToEnd(t *testing.T) {
 	}, headers)
 
 	// The seed's log lines: attempts 2-4 will be retried, attempt 5 dead-letters.
-	retries := logs.lines(t, "projection_retry")
+	retries := logs.Where(t, "event", "projection_retry")
 	require.Len(t, retries, 3)
 	for i, l := range retries {
 		require.Equal(t, "artist_followers", l["projectionName"])
@@ -241,7 +211,7 @@ func TestKafkaWorkerEndToEnd(t *testing.T) {
 		require.Equal(t, []string{"2s", "4s", "8s"}[i], l["nextRetryIn"])
 		require.Contains(t, l["error"], `column "followed_at"`)
 	}
-	require.Len(t, logs.lines(t, "projection_dead_lettered"), 1)
+	require.Len(t, logs.Where(t, "event", "projection_dead_lettered"), 1)
 
 	// Operators find it with the CLI query from the README.
 	require.Eventually(t, func() bool {
@@ -263,7 +233,7 @@ func TestKafkaWorkerEndToEnd(t *testing.T) {
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM artist_followers WHERE user_id = 'user-123' AND artist_id = 'artist-9'`).Scan(&n))
 	require.Equal(t, 1, n)
-	require.Len(t, logs.lines(t, "projection_replayed"), 1)
+	require.Len(t, logs.Where(t, "event", "projection_replayed"), 1)
 	require.Eventually(t, func() bool {
 		out, err := srv.CLI("workflow", "list", "--query", `WorkflowId="`+id+`" AND CausetRetryState="succeeded"`, "-o", "json")
 		return err == nil && strings.Contains(out, id)

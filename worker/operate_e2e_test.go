@@ -147,7 +147,7 @@ func TestKafkaBulkReplayWithTemporalBatch(t *testing.T) {
 
 	// Each replay: a projection_operator_action line with who and why, and the counter.
 	var lines []map[string]any
-	for _, l := range e.logs.lines(t, "projection_operator_action") {
+	for _, l := range e.logs.Where(t, "event", "projection_operator_action") {
 		if strings.Contains(fmt.Sprint(l["workflowId"]), tq) {
 			lines = append(lines, l)
 		}

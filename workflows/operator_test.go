@@ -1,9 +1,6 @@
 package workflows_test
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/json"
 	"log/slog"
 	"maps"
 	"slices"
@@ -23,6 +20,7 @@ import (
 	"github.com/causet/projection-retry/activities"
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/contract"
+	"github.com/causet/projection-retry/internal/testenv"
 	"github.com/causet/projection-retry/workflows"
 )
 
@@ -93,45 +91,16 @@ type counterFunc func(int64)
 
 func (f counterFunc) Inc(d int64) { f(d) }
 
-// lockedBuffer collects the workflow's log lines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// actions are the projection_operator_action lines logged so far.
-func (b *lockedBuffer) actions(t *testing.T) []map[string]any {
-	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(b.buf.Bytes()))
-	for sc.Scan() {
-		var m map[string]any
-		require.NoError(t, json.Unmarshal(sc.Bytes(), &m))
-		if m["event"] == "projection_operator_action" {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
 // observed is a harness whose workflow logs and SDK metrics are kept.
 type observed struct {
 	*harness
-	logs    *lockedBuffer
+	logs    *testenv.LogBuffer
 	metrics *capturedMetrics
 }
 
 func newObserved(t *testing.T, applyFailures int) *observed {
 	t.Helper()
-	o := &observed{logs: &lockedBuffer{}, metrics: newCapturedMetrics()}
+	o := &observed{logs: &testenv.LogBuffer{}, metrics: newCapturedMetrics()}
 	var s testsuite.WorkflowTestSuite
 	s.SetLogger(log.NewStructuredLogger(slog.New(slog.NewJSONHandler(o.logs, nil))))
 	s.SetMetricsHandler(o.metrics)
@@ -188,7 +157,7 @@ func TestOperatorActionsAreLoggedAndCounted(t *testing.T) {
 	require.Equal(t, "IR v2 deployed", s.LastReplayReason)
 	require.Equal(t, &contract.OperatorAction{Action: "discard", Reason: "superseded by ev-2", At: start.Add(10 * time.Minute)}, s.LastAction)
 
-	lines := o.logs.actions(t)
+	lines := o.logs.Where(t, "event", "projection_operator_action")
 	require.Len(t, lines, 3)
 	want := []struct{ action, outcome, identity, reason, state string }{
 		{"replay", "acted", "alice@ops", "IR v2 deployed", "dead_lettered"},
@@ -232,7 +201,7 @@ func TestSignalLeftAtCloseIsLoggedIgnored(t *testing.T) {
 	require.Equal(t, contract.StateSucceeded, s.State)
 	require.Zero(t, s.ReplayCount)
 	require.Nil(t, s.LastAction)
-	lines := o.logs.actions(t)
+	lines := o.logs.Where(t, "event", "projection_operator_action")
 	require.Len(t, lines, 1)
 	require.Equal(t, "ignored", lines[0]["outcome"])
 	require.Equal(t, "carol", lines[0]["identity"])
@@ -252,7 +221,7 @@ func TestRestartedRunLogsItsReplay(t *testing.T) {
 	require.NoError(t, o.env.GetWorkflowResult(&s))
 	require.Equal(t, contract.StateSucceeded, s.State)
 	require.Equal(t, "window expired, fixed now", s.LastReplayReason)
-	lines := o.logs.actions(t)
+	lines := o.logs.Where(t, "event", "projection_operator_action")
 	require.Len(t, lines, 1)
 	require.Equal(t, "restarted", lines[0]["outcome"])
 	require.Equal(t, "dave", lines[0]["identity"])
@@ -283,7 +252,7 @@ func TestDeadLetterTimeAndKindInMemo(t *testing.T) {
 		require.Less(t, at.Sub(deadLettered[i]), time.Second)
 	}
 	// Signals without a payload are still decisions.
-	lines := o.logs.actions(t)
+	lines := o.logs.Where(t, "event", "projection_operator_action")
 	require.Len(t, lines, 2)
 	require.Equal(t, "", lines[0]["identity"])
 	require.Equal(t, "discard", lines[1]["action"])
@@ -301,7 +270,7 @@ func TestReplayWithAnyPayloadReplays(t *testing.T) {
 	require.Equal(t, contract.StateSucceeded, s.State)
 	require.Equal(t, 1, s.ReplayCount)
 	require.Equal(t, "fixed by hand", s.LastReplayReason)
-	lines := o.logs.actions(t)
+	lines := o.logs.Where(t, "event", "projection_operator_action")
 	require.Len(t, lines, 1)
 	require.Equal(t, "acted", lines[0]["outcome"])
 }
@@ -323,7 +292,7 @@ func TestReplayWithAnyPayloadBeforeTheChange(t *testing.T) {
 	require.Equal(t, contract.StateSucceeded, s.State)
 	require.Equal(t, 1, s.ReplayCount)
 	require.Equal(t, "fixed", s.LastReplayReason)
-	lines := o.logs.actions(t)
+	lines := o.logs.Where(t, "event", "projection_operator_action")
 	require.Len(t, lines, 2)
 	require.Equal(t, "ignored", lines[0]["outcome"])
 	require.Equal(t, "fixed by hand", lines[0]["reason"])

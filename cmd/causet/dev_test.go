@@ -12,7 +12,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,24 +23,6 @@ import (
 	"github.com/causet/projection-retry/devstack"
 	"github.com/causet/projection-retry/internal/testenv"
 )
-
-// lockedBuffer is a bytes.Buffer safe for concurrent writers and readers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // liveProcsMentioning returns live processes whose command line contains s.
 func liveProcsMentioning(s string) []string {
@@ -141,7 +122,7 @@ func devTestEnv(t *testing.T, root string) []string {
 // stdout and stderr kept.
 type devProcess struct {
 	cmd       *exec.Cmd
-	out, logs *lockedBuffer
+	out, logs *testenv.LogBuffer
 	done      chan error
 }
 
@@ -150,7 +131,7 @@ type devProcess struct {
 // upwards.
 func startDev(t *testing.T, env []string, args ...string) *devProcess {
 	t.Helper()
-	d := &devProcess{cmd: exec.Command(binary, args...), out: &lockedBuffer{}, logs: &lockedBuffer{}, done: make(chan error, 1)}
+	d := &devProcess{cmd: exec.Command(binary, args...), out: &testenv.LogBuffer{}, logs: &testenv.LogBuffer{}, done: make(chan error, 1)}
 	d.cmd.Env, d.cmd.Stdout, d.cmd.Stderr = env, d.out, d.logs
 	require.NoError(t, d.cmd.Start())
 	go func() { d.done <- d.cmd.Wait() }()

@@ -61,7 +61,7 @@ func TestHealthKafkaCommand(t *testing.T) {
 		name, addr string
 		checks     []string
 		cmd        *exec.Cmd
-		stderr     *lockedBuffer
+		stderr     *testenv.LogBuffer
 		exited     chan error
 	}
 	procs := []*proc{
@@ -73,7 +73,7 @@ func TestHealthKafkaCommand(t *testing.T) {
 		p.addr = freeAddr(t)
 		p.cmd = exec.Command(binary, p.name)
 		p.cmd.Env = append(append([]string{}, env...), "CAUSET_METRICS_ADDR="+p.addr)
-		p.stderr = &lockedBuffer{}
+		p.stderr = &testenv.LogBuffer{}
 		p.cmd.Stderr = p.stderr
 		require.NoError(t, p.cmd.Start())
 		p.exited = make(chan error, 1)

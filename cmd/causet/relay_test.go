@@ -65,7 +65,7 @@ VALUES ($1, 'main', $2, 1, 'ITEM_ADDED', $3, $4)`, fmt.Sprintf("in-%d:1", i), fm
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(),
 		"DATABASE_URL=" + dbURL, "KAFKA_BROKERS=" + strings.Join(brokers, ","), "CAUSET_EVENTS_TOPIC=" + topic,
 		"CAUSET_METRICS_ADDR=" + metricsAddr, "CAUSET_RELAY_BATCH=2", "CAUSET_RELAY_POLL_INTERVAL=10ms"}
-	var stderr lockedBuffer
+	var stderr testenv.LogBuffer
 	cmd.Stderr = &stderr
 	require.NoError(t, cmd.Start())
 	exited := make(chan error, 1)
