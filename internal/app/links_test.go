@@ -4,6 +4,7 @@ package app_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/internal/app"
+	"github.com/causet/projection-retry/internal/dialer"
 	"github.com/causet/projection-retry/internal/testenv"
 )
 
@@ -264,3 +266,47 @@ func TestTemporalClientLeavesASilentConnection(t *testing.T) {
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// A PostgreSQL that never answers the handshake (its packets dropped) fails
+// the connection attempt within dialer.ConnectTimeout, not after the
+// kernel's SYN retries (about two minutes).
+func TestPoolConnectFailsOnASilentServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	testenv.SilenceLink(t, port)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool, err := app.OpenPool(ctx, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port), 0)
+	require.NoError(t, err, "the pool connects lazily")
+	defer pool.Close()
+	start := time.Now()
+	require.Error(t, pool.Ping(ctx))
+	require.Less(t, time.Since(start), dialer.ConnectTimeout+5*time.Second, "failed at the connect timeout, not at the test's deadline")
+}
+
+// An idle pooled connection whose link went silent is pinged within
+// PoolPingTimeout as it is taken, then replaced: the caller gets a working
+// connection long before the link timeout (30 s here) would close it.
+func TestPoolReplacesASilentIdleConnection(t *testing.T) {
+	url := testenv.PostgresURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pool, err := app.OpenPool(ctx, url+sepFor(url)+"pool_max_conns=2", 30*time.Second)
+	require.NoError(t, err)
+	defer pool.Close()
+	c, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	port := localPort(t, c.Conn())
+	c.Release()
+	time.Sleep(1500 * time.Millisecond) // idle long enough to be pinged when taken
+	heal := testenv.SilenceLink(t, port)
+	defer heal() // before the pool closes its connections
+	start := time.Now()
+	c, err = pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer c.Release()
+	require.NotEqual(t, port, localPort(t, c.Conn()), "a new connection")
+	require.Less(t, time.Since(start), app.PoolPingTimeout+5*time.Second, "replaced at the ping timeout, not the link timeout")
+}
