@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/causet/projection-retry/internal/dialer"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/internal/dialer"
 	"github.com/causet/projection-retry/internal/schema"
 	"github.com/causet/projection-retry/internal/tracing"
 	"github.com/causet/projection-retry/projection"

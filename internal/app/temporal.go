@@ -8,16 +8,15 @@ import (
 	"os"
 	"time"
 
-	"github.com/causet/projection-retry/internal/dialer"
-	"google.golang.org/grpc"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/contrib/envconfig"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
+	"google.golang.org/grpc"
 
 	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/internal/dialer"
 	"github.com/causet/projection-retry/internal/payloadcodec"
 	"github.com/causet/projection-retry/internal/tracing"
 	"github.com/causet/projection-retry/worker"
