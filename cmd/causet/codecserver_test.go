@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/base64"
 	"io"
@@ -79,11 +78,11 @@ func TestLoadCodecServerSettings(t *testing.T) {
 
 // startCodecServer runs `causet codec-server` on addr with env and waits
 // until it answers; stop interrupts it (also when the test ends).
-func startCodecServer(t *testing.T, addr string, env ...string) (url string, stderr *codecLog, stop func()) {
+func startCodecServer(t *testing.T, addr string, env ...string) (url string, stderr *testenv.LogBuffer, stop func()) {
 	t.Helper()
 	cmd := exec.Command(binary, "codec-server")
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "CAUSET_CODEC_ADDR=" + addr}, env...)
-	stderr = &codecLog{}
+	stderr = &testenv.LogBuffer{}
 	cmd.Stderr = stderr
 	require.NoError(t, cmd.Start())
 	exited := make(chan error, 1)
@@ -130,25 +129,6 @@ func codecRequest(t *testing.T, method, url, body string, header ...string) (*ht
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	return resp, string(b)
-}
-
-// codecLog is a bytes.Buffer that a child process's output copier may
-// write while the test reads it.
-type codecLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *codecLog) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *codecLog) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // `causet codec-server` serves /encode, /decode and the UI's preflight, and

@@ -5,7 +5,6 @@ package app_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"strings"
@@ -190,54 +189,13 @@ func TestKafkaConnectionsCarryTheLinkTimeout(t *testing.T) {
 	}
 }
 
-// forwarder serves target on a loopback port and reports the client port of
-// each connection it accepts.
-func forwarder(t *testing.T, target string) (addr string, accepted <-chan int) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	ports := make(chan int, 64)
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-	)
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	go func() {
-		for {
-			in, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			out, err := net.Dial("tcp", target)
-			if err != nil {
-				in.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, in, out)
-			mu.Unlock()
-			ports <- in.RemoteAddr().(*net.TCPAddr).Port
-			go func() { _, _ = io.Copy(out, in); out.Close() }()
-			go func() { _, _ = io.Copy(in, out); in.Close() }()
-		}
-	}()
-	return ln.Addr().String(), ports
-}
-
 // A Temporal client from DialTemporal whose connection goes silent gets a
 // working one back within about the link timeout: its calls fail on the
 // dead connection, which is closed, and a new one is dialed. Without the
 // dialer and keepalive settings the dead connection lived 15.6 s here.
 func TestTemporalClientLeavesASilentConnection(t *testing.T) {
 	srv := testenv.Temporal(t)
-	addr, accepted := forwarder(t, srv.HostPort)
+	addr, accepted := testenv.Forward(t, srv.HostPort)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const link = 3 * time.Second

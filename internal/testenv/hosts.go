@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -211,15 +212,32 @@ func (h *Host) nftTable(chains []string) (heal func()) {
 // Temporal frontend) is reached by the hosts this way, on a link of theirs.
 func (n *Network) Forward(target string) (port int) {
 	n.t.Helper()
-	ln, err := net.Listen("tcp", ServiceIP+":0")
+	addr, _ := forward(n.t, ServiceIP, target)
+	_, p, _ := net.SplitHostPort(addr)
+	port, _ = strconv.Atoi(p)
+	return port
+}
+
+// Forward serves target on a loopback port of its own until the test ends
+// and returns its address, and the client port of each connection it
+// accepts (the port SilenceLink takes), as they come.
+func Forward(t testing.TB, target string) (addr string, accepted <-chan int) {
+	t.Helper()
+	return forward(t, "127.0.0.1", target)
+}
+
+func forward(t testing.TB, ip, target string) (string, <-chan int) {
+	t.Helper()
+	ln, err := net.Listen("tcp", ip+":0")
 	if err != nil {
-		n.t.Fatalf("testenv: forward %s: %v", target, err)
+		t.Fatalf("testenv: forward %s: %v", target, err)
 	}
+	ports := make(chan int, 256)
 	var (
 		mu    sync.Mutex
 		conns []net.Conn
 	)
-	n.t.Cleanup(func() {
+	t.Cleanup(func() {
 		ln.Close()
 		mu.Lock()
 		defer mu.Unlock()
@@ -241,11 +259,15 @@ func (n *Network) Forward(target string) (port int) {
 			mu.Lock()
 			conns = append(conns, in, out)
 			mu.Unlock()
+			select {
+			case ports <- in.RemoteAddr().(*net.TCPAddr).Port:
+			default: // nobody reads them
+			}
 			go pipe(in, out)
 			go pipe(out, in)
 		}
 	}()
-	return ln.Addr().(*net.TCPAddr).Port
+	return ln.Addr().String(), ports
 }
 
 // pipe copies until either side ends, then ends both, as a server's
