@@ -223,7 +223,10 @@ func TestBridgeKafkaIncidentDeadLetterPolicyReportsOnce(t *testing.T) {
 	require.Len(t, records, n, "exactly one DLQ record per failing event")
 	var ids []string
 	require.Eventually(t, func() bool { ids = h.incidents(); return len(ids) == 1 }, 30*time.Second, 200*time.Millisecond)
-	require.Eventually(t, func() bool { return h.incidentStatus(ids[0]).EventsAffected == n }, 30*time.Second, 200*time.Millisecond,
+	// Failures counted after the first report reach the workflow with the
+	// next one, up to a report interval later.
+	reported := incident.DefaultReportInterval + 2*incident.RefreshInterval + 10*time.Second
+	require.Eventually(t, func() bool { return h.incidentStatus(ids[0]).EventsAffected == n }, reported, 200*time.Millisecond,
 		"the incident counts every failing event, those before the threshold included")
 	st := h.incidentStatus(ids[0])
 	require.Equal(t, contract.IncidentOpen, st.State)
