@@ -18,7 +18,6 @@ import (
 	"github.com/causet/projection-retry/incident"
 	"github.com/causet/projection-retry/parking"
 	"github.com/causet/projection-retry/projection"
-	"github.com/causet/projection-retry/workflows"
 )
 
 // Applier applies one event to one projection with the dedupe ledger, in a
@@ -71,7 +70,7 @@ func (a *Activities) logger() *slog.Logger {
 // them all as the error's details, so the workflow (and the UI) sees each
 // attempt's time and error, not only the last; an attempt that times out
 // returns nothing, and its timeout carries the details instead.
-func (a *Activities) ApplyProjection(ctx context.Context, in workflows.ApplyInput) (workflows.ApplyOutput, error) {
+func (a *Activities) ApplyProjection(ctx context.Context, in contract.ApplyInput) (contract.ApplyOutput, error) {
 	info := activity.GetInfo(ctx)
 	number := in.FirstAttempt + int(info.Attempt) - 1
 	started := info.StartedTime
@@ -84,7 +83,7 @@ func (a *Activities) ApplyProjection(ctx context.Context, in workflows.ApplyInpu
 		_ = activity.GetHeartbeatDetails(ctx, &earlier)
 	}
 	// An earlier attempt still marked as started never reported: it timed out.
-	earlier = workflows.SettleUnreported(earlier)
+	earlier = contract.SettleUnreported(earlier)
 	// Record this attempt before it runs: if it overruns its timeout, the
 	// timeout carries these details, and the workflow and the next attempt
 	// still see it with its number and start time.
@@ -109,7 +108,7 @@ func (a *Activities) ApplyProjection(ctx context.Context, in workflows.ApplyInpu
 			a.logLine(ctx, "projection_replayed", in, number, slog.Int("replayCount", in.Run), slog.Int("irVersion", res.IRVersion))
 			a.Metrics.replayed(in.Projection)
 		}
-		return workflows.ApplyOutput{
+		return contract.ApplyOutput{
 			IRVersion: res.IRVersion,
 			Duplicate: res.Status == projection.StatusDuplicate,
 			Attempts:  earlier,
@@ -136,12 +135,12 @@ func (a *Activities) ApplyProjection(ctx context.Context, in workflows.ApplyInpu
 	// The message is the error's; its Go chain is not sent as the failure's
 	// cause, which would repeat the same text a level deeper per wrapper.
 	if nonRetryable {
-		return workflows.ApplyOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), string(kind), nil, attempts)
+		return contract.ApplyOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), string(kind), nil, attempts)
 	}
-	return workflows.ApplyOutput{}, temporal.NewApplicationError(err.Error(), string(kind), attempts)
+	return contract.ApplyOutput{}, temporal.NewApplicationError(err.Error(), string(kind), attempts)
 }
 
-func nextDelay(in workflows.ApplyInput, number int) (time.Duration, bool) {
+func nextDelay(in contract.ApplyInput, number int) (time.Duration, bool) {
 	if number < 1 || number >= in.MaxAttempts || number > len(in.Delays) {
 		return 0, false
 	}
@@ -160,7 +159,7 @@ func classify(err error) contract.ErrorKind {
 }
 
 // logLine writes one of the seed's structured lines; field names are the contract.
-func (a *Activities) logLine(ctx context.Context, name string, in workflows.ApplyInput, attempt int, extra ...slog.Attr) {
+func (a *Activities) logLine(ctx context.Context, name string, in contract.ApplyInput, attempt int, extra ...slog.Attr) {
 	attrs := []slog.Attr{
 		slog.String("event", name),
 		slog.String("projectionName", in.Projection),
@@ -217,7 +216,7 @@ func (a *Activities) PublishDeadLetter(ctx context.Context, in contract.DeadLett
 // event whose entity has since applied a later sequence is refused, and a
 // pair that applied (or was applied before) settles the run as its key's
 // head, so the bridge releases the events parked behind it.
-func (a *Activities) beforeCommit(workflowID string, in workflows.ApplyInput, number int) func(context.Context, pgx.Tx, []projection.Result) error {
+func (a *Activities) beforeCommit(workflowID string, in contract.ApplyInput, number int) func(context.Context, pgx.Tx, []projection.Result) error {
 	return func(ctx context.Context, tx pgx.Tx, rs []projection.Result) error {
 		if tx == nil || len(rs) == 0 {
 			return nil

@@ -27,7 +27,6 @@ import (
 	"github.com/causet/projection-retry/event"
 	"github.com/causet/projection-retry/internal/testenv"
 	"github.com/causet/projection-retry/projection"
-	"github.com/causet/projection-retry/workflows"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -47,8 +46,8 @@ var defaultDelays = []time.Duration{time.Second, 2 * time.Second, 4 * time.Secon
 // applyInput is ApplyProjection's input for an activity whose first attempt
 // is overall attempt first (the test environment always runs activity
 // attempt 1, so first is the attempt number the activity sees).
-func applyInput(ev event.Envelope, first int) workflows.ApplyInput {
-	return workflows.ApplyInput{Event: ev, Projection: projectionName, FirstAttempt: first, Delays: defaultDelays, MaxAttempts: 5}
+func applyInput(ev event.Envelope, first int) contract.ApplyInput {
+	return contract.ApplyInput{Event: ev, Projection: projectionName, FirstAttempt: first, Delays: defaultDelays, MaxAttempts: 5}
 }
 
 // fakeApplier answers Apply with fn and records each call, with how many
@@ -217,14 +216,14 @@ func newHarness(t *testing.T, applier activities.Applier, pub activities.DeadLet
 	return h
 }
 
-func (h *harness) apply(in workflows.ApplyInput) (workflows.ApplyOutput, error) {
+func (h *harness) apply(in contract.ApplyInput) (contract.ApplyOutput, error) {
 	v, err := h.env.ExecuteActivity(contract.ApplyProjectionActivity, in)
 	if err != nil {
-		return workflows.ApplyOutput{}, err
+		return contract.ApplyOutput{}, err
 	}
-	var out workflows.ApplyOutput
+	var out contract.ApplyOutput
 	if err := v.Get(&out); err != nil {
-		return workflows.ApplyOutput{}, err
+		return contract.ApplyOutput{}, err
 	}
 	return out, nil
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/causet/projection-retry/incident"
 	"github.com/causet/projection-retry/parking"
 	"github.com/causet/projection-retry/projection"
-	"github.com/causet/projection-retry/workflows"
 )
 
 // Prober applies one event in a transaction it may roll back;
@@ -84,7 +83,7 @@ func (a *Incidents) ProbeIncident(ctx context.Context, in contract.IncidentInput
 // releasing or dead_lettered from holding, and to resolved or dead_lettered
 // once nothing is held. An incident without a row (policy dead-letter)
 // is left alone.
-func (a *Incidents) SetIncidentState(ctx context.Context, in workflows.SetIncidentStateInput) error {
+func (a *Incidents) SetIncidentState(ctx context.Context, in contract.SetIncidentStateInput) error {
 	from := []contract.IncidentState{contract.IncidentHolding, contract.IncidentReleasing}
 	_, err := a.Store.SetState(ctx, in.ID, in.State, from...)
 	return err

@@ -22,7 +22,6 @@ import (
 	exampleprojections "github.com/causet/projection-retry/examples/projections"
 	"github.com/causet/projection-retry/internal/testenv"
 	"github.com/causet/projection-retry/projection"
-	"github.com/causet/projection-retry/workflows"
 )
 
 // followersNoFollowedAt is artist_followers without the followed_at column:
@@ -197,13 +196,13 @@ const applyWorkflowName = "ActivitiesTestApply"
 
 // applyWorkflow runs ApplyProjection with a short timeout and three activity
 // attempts, as the retry workflow runs it with its schedule.
-func applyWorkflow(ctx workflow.Context, in workflows.ApplyInput) (workflows.ApplyOutput, error) {
+func applyWorkflow(ctx workflow.Context, in contract.ApplyInput) (contract.ApplyOutput, error) {
 	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 2 * time.Second,
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: 100 * time.Millisecond, BackoffCoefficient: 1,
 			MaximumAttempts: 3, NonRetryableErrorTypes: contract.NonRetryableErrorTypes},
 	})
-	var out workflows.ApplyOutput
+	var out contract.ApplyOutput
 	err := workflow.ExecuteActivity(ctx, contract.ApplyProjectionActivity, in).Get(ctx, &out)
 	return out, err
 }
@@ -228,7 +227,7 @@ func TestApplyProjectionOnTemporalCarriesAttemptsAcrossRetries(t *testing.T) {
 	run, err := srv.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: tq + "-apply", TaskQueue: tq},
 		applyWorkflowName, applyInput(followed("e1", "user-1", "artist-9"), 1))
 	require.NoError(t, err)
-	var out workflows.ApplyOutput
+	var out contract.ApplyOutput
 	require.NoError(t, run.Get(ctx, &out))
 
 	require.Equal(t, 3, applier.calls)

@@ -16,9 +16,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/causet/projection-retry/app"
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/devstack"
-	"github.com/causet/projection-retry/internal/app"
 )
 
 // Options configure Run.
@@ -198,7 +198,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		b.res.Notes = append(b.res.Notes, fmt.Sprintf("Quick run: rss_10k is measured with %d failures in flight, not 10,000.", b.sizes.Handoff))
 	}
 	if b.res.ran("intents") {
-		b.res.Notes = append(b.res.Notes, "Intents: the runtime server (package runtime on package ledger, with its INFO line per intent written to io.Discard and its metrics) runs in the bench process on 127.0.0.1 and is driven through package client; its pool and the ceiling's are one pool. The relay (package relay, CAUSET_RELAY_BATCH and CAUSET_RELAY_POLL_INTERVAL or their defaults) publishes to a topic of the run's own; it is timed from Run to the last event of the backlog marked published (2 ms polls of its published counter).")
+		b.res.Notes = append(b.res.Notes, "Intents: the runtime server (package intentapi on package ledger, with its INFO line per intent written to io.Discard and its metrics) runs in the bench process on 127.0.0.1 and is driven through package client; its pool and the ceiling's are one pool. The relay (package relay, CAUSET_RELAY_BATCH and CAUSET_RELAY_POLL_INTERVAL or their defaults) publishes to a topic of the run's own; it is timed from Run to the last event of the backlog marked published (2 ms polls of its published counter).")
 	}
 	if err := b.res.WriteFiles(opts.Out); err != nil {
 		return b.res, err

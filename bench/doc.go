@@ -24,7 +24,7 @@
 // are left out.
 //
 // The intents phase needs PostgreSQL and Kafka only: the runtime server
-// (package runtime on package ledger, the example intent handlers deployed)
+// (package intentapi on package ledger, the example intent handlers deployed)
 // runs in the bench process on a loopback listener and is driven by
 // IntentClients goroutines through package client; its ceiling is the same
 // rows written directly with pgx at the same concurrency, by the ledger's own

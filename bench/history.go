@@ -18,7 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/causet/projection-retry/internal/app"
+	"github.com/causet/projection-retry/app"
 	"github.com/causet/projection-retry/projection"
 )
 

@@ -1,6 +1,6 @@
 package bench
 
-// The intents phase: the write path. The runtime server (package runtime, on
+// The intents phase: the write path. The runtime server (package intentapi, on
 // the ledger) runs in this process on a loopback listener and is driven by
 // IntentClients goroutines through package client; the same rows (the
 // intent, its event, the entity's sequence) written directly with pgx at the
@@ -32,11 +32,11 @@ import (
 	"github.com/causet/projection-retry/event"
 	exampleintents "github.com/causet/projection-retry/examples/intents"
 	exampleprojections "github.com/causet/projection-retry/examples/projections"
+	"github.com/causet/projection-retry/intentapi"
 	"github.com/causet/projection-retry/intents"
 	"github.com/causet/projection-retry/internal/schema"
 	"github.com/causet/projection-retry/ledger"
 	"github.com/causet/projection-retry/relay"
-	"github.com/causet/projection-retry/runtime"
 )
 
 const (
@@ -153,7 +153,7 @@ func (b *bench) startWritePath(ctx context.Context) (*writePath, error) {
 		}
 	}
 	w.reg = prometheus.NewRegistry()
-	srv, err := runtime.New(runtime.Options{
+	srv, err := intentapi.New(intentapi.Options{
 		Catalog: catalog, Ledger: ledger.New(pool, catalog, ledger.WithLogger(runtimeLog)),
 		Ready: pool.Ping, Logger: runtimeLog, Registerer: w.reg,
 	})

@@ -13,9 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/causet/projection-retry/app"
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/devstack"
-	"github.com/causet/projection-retry/internal/app"
 	"github.com/causet/projection-retry/internal/schema"
 	"github.com/causet/projection-retry/projection"
 )

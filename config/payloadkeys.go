@@ -52,7 +52,7 @@ func (k PayloadKey) MarshalJSON() ([]byte, error) {
 }
 
 // PayloadKeys are the keys that encrypt the payloads of Temporal histories
-// (package internal/payloadcodec). It is read from the environment by
+// (package payloadcodec). It is read from the environment by
 // [LoadPayloadKeys]:
 //
 //	variable                    meaning

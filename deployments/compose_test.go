@@ -18,8 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/causet/projection-retry/app"
 	"github.com/causet/projection-retry/contract"
-	"github.com/causet/projection-retry/internal/app"
 )
 
 // allowedEnv reports whether a causet process reads name: one of

@@ -19,10 +19,10 @@ import (
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 
-	"github.com/causet/projection-retry/devstack/internal/proctest"
-	"github.com/causet/projection-retry/devstack/proc"
 	"github.com/causet/projection-retry/event"
 	"github.com/causet/projection-retry/intents"
+	"github.com/causet/projection-retry/internal/proc"
+	"github.com/causet/projection-retry/internal/proc/proctest"
 	"github.com/causet/projection-retry/internal/schema"
 	"github.com/causet/projection-retry/projection"
 )

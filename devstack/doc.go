@@ -10,6 +10,6 @@
 // its temp dir. Child processes run in their own process group. If this
 // process dies without calling Stop (SIGKILL), a small watchdog shell notices
 // and stops what was started. The process starters live in package
-// [github.com/causet/projection-retry/devstack/proc], which the test harness
+// [github.com/causet/projection-retry/internal/proc], which the test harness
 // (internal/testenv) shares.
 package devstack

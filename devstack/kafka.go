@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/causet/projection-retry/devstack/proc"
+	"github.com/causet/projection-retry/internal/proc"
 )
 
 // DefaultKafkaPort is the port the in-process cluster uses when free and

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/causet/projection-retry/devstack/proc"
+	"github.com/causet/projection-retry/internal/proc"
 )
 
 // Postgres is a throwaway PostgreSQL cluster in a temp dir, listening on

@@ -3,7 +3,7 @@ package devstack
 import (
 	"context"
 
-	"github.com/causet/projection-retry/devstack/proc"
+	"github.com/causet/projection-retry/internal/proc"
 )
 
 // SearchAttributes are the custom Keyword search attributes the dev server is

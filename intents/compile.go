@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/causet/projection-retry/internal/celexpr"
-	"github.com/causet/projection-retry/internal/irdoc"
+	"github.com/causet/projection-retry/internal/docparse"
 )
 
 // Option configures validation (Parse, ParseFile, Validate, Deploy) and the
@@ -20,7 +20,7 @@ type Option func(*celexpr.Options)
 
 // WithCostLimit sets the CEL cost one evaluation of one expression may
 // spend and the bound its worst-case estimate must stay under. 0 means
-// projection.DefaultCostLimit.
+// celexpr.DefaultCostLimit.
 func WithCostLimit(limit uint64) Option {
 	return func(o *celexpr.Options) { o.CostLimit = limit }
 }
@@ -113,7 +113,7 @@ func (h *Handler) EventTypes() []string {
 }
 
 func compile(doc *Document, version int, o celexpr.Options) (*Handler, error) {
-	c := &irdoc.Checker{}
+	c := &docparse.Checker{}
 	if doc == nil {
 		c.Add("", "document is empty")
 		return nil, docFormat.Err(c)
@@ -132,9 +132,9 @@ func compile(doc *Document, version int, o celexpr.Options) (*Handler, error) {
 		x, _ := compileExpr(c, env, path, src, doc, o, want)
 		return x
 	}
-	for _, name := range irdoc.SortedKeys(doc.Reads) {
+	for _, name := range docparse.SortedKeys(doc.Reads) {
 		r := doc.Reads[name]
-		cr := compiledRead{name: name, table: r.Table, cols: irdoc.SortedKeys(r.Key)}
+		cr := compiledRead{name: name, table: r.Table, cols: docparse.SortedKeys(r.Key)}
 		for _, col := range cr.cols {
 			cr.keys = append(cr.keys, prog(kenv, "reads."+name+".key."+col, r.Key[col]))
 		}
@@ -150,7 +150,7 @@ func compile(doc *Document, version int, o celexpr.Options) (*Handler, error) {
 	}
 	var all []expr
 	for i, e := range doc.Emits {
-		ce := compiledEmit{eventType: e.EventType, fields: irdoc.SortedKeys(e.Payload)}
+		ce := compiledEmit{eventType: e.EventType, fields: docparse.SortedKeys(e.Payload)}
 		for _, f := range ce.fields {
 			x := prog(renv, fmt.Sprintf("emits[%d].payload.%s", i, f), e.Payload[f])
 			ce.values = append(ce.values, x)
@@ -168,7 +168,7 @@ func compile(doc *Document, version int, o celexpr.Options) (*Handler, error) {
 // compileExpr compiles one expression: its output type must be one of want
 // (or dyn) when want is given, it may name only declared reads, and unless
 // o.RuntimeOnly its worst-case cost must stay under the limit.
-func compileExpr(c *irdoc.Checker, env *cel.Env, path, src string, doc *Document, o celexpr.Options, want []string) (expr, bool) {
+func compileExpr(c *docparse.Checker, env *cel.Env, path, src string, doc *Document, o celexpr.Options, want []string) (expr, bool) {
 	report := func(f string, args ...any) { c.Add(path, f, args...) }
 	checked, ok := celexpr.Compile(env, src, report)
 	if !ok {
@@ -185,7 +185,7 @@ func compileExpr(c *irdoc.Checker, env *cel.Env, path, src string, doc *Document
 		}
 		parent, ok := n.Parent()
 		if !ok || parent.Kind() != ast.SelectKind {
-			x.reads = irdoc.SortedKeys(doc.Reads) // reads as a whole
+			x.reads = docparse.SortedKeys(doc.Reads) // reads as a whole
 			continue
 		}
 		name := parent.AsSelect().FieldName()

@@ -24,7 +24,7 @@
 //	    payload: {artistId: intent.payload.artistId}
 //
 // Read names, rule names, tables and key columns are plain SQL identifiers
-// (projection.ValidIdentifier). Every value under reads.*.key, reject_if,
+// (docparse.ValidIdentifier). Every value under reads.*.key, reject_if,
 // reason and emits[*].payload is a CEL expression. Key expressions see one
 // variable, intent; rules and payloads see intent and reads:
 //
@@ -46,7 +46,7 @@
 // # Limits and errors
 //
 // Each evaluation of an expression may spend the CEL cost limit
-// (WithCostLimit, default projection.DefaultCostLimit, CAUSET_IR_COST_LIMIT);
+// (WithCostLimit, default celexpr.DefaultCostLimit, CAUSET_IR_COST_LIMIT);
 // Validate rejects an expression whose worst-case cost over any intent body
 // and any read row within their size limits is unbounded or over it, and an
 // evaluation past it fails. Decide returns:

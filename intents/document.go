@@ -9,8 +9,7 @@ import (
 
 	"github.com/causet/projection-retry/event"
 	"github.com/causet/projection-retry/internal/celexpr"
-	"github.com/causet/projection-retry/internal/irdoc"
-	"github.com/causet/projection-retry/projection"
+	"github.com/causet/projection-retry/internal/docparse"
 )
 
 // Bounds of a handler document, so that one decision stays a small,
@@ -62,13 +61,13 @@ var typeRE = regexp.MustCompile(`^[A-Za-z0-9_.:/-]{1,200}$`)
 // ValidationError lists every fault found in a document; each names its
 // path, such as "rules[0].reject_if".
 type ValidationError struct {
-	Problems []projection.Problem
+	Problems []docparse.Problem
 }
 
 func (e *ValidationError) Error() string { return docFormat.Message(e.Problems) }
 
 // docFormat is how handler documents are decoded and their faults reported.
-var docFormat = irdoc.Format{
+var docFormat = docparse.Format{
 	Kind:   "intent handler",
 	Fields: checkFields,
 	Types: map[string]string{
@@ -77,19 +76,19 @@ var docFormat = irdoc.Format{
 		"[]intents.Rule":          "a list of {name, reject_if, reason}",
 		"[]intents.Emit":          "a list of {event_type, payload}",
 	},
-	Invalid: func(ps []projection.Problem) error { return &ValidationError{Problems: ps} },
+	Invalid: func(ps []docparse.Problem) error { return &ValidationError{Problems: ps} },
 }
 
 // Parse decodes a YAML or JSON document, rejects unknown fields with their
 // path, and validates it. Expressions written as YAML numbers, booleans or
 // null are taken as CEL literals. opts are Validate's.
 func Parse(data []byte, opts ...Option) (*Document, error) {
-	return irdoc.Parse(docFormat, data, func(doc *Document) error { return Validate(doc, opts...) })
+	return docparse.Parse(docFormat, data, func(doc *Document) error { return Validate(doc, opts...) })
 }
 
 // ParseFile reads and parses one document; errors name the file.
 func ParseFile(path string, opts ...Option) (*Document, error) {
-	return irdoc.ParseFile(path, func(data []byte) (*Document, error) { return Parse(data, opts...) })
+	return docparse.ParseFile(path, func(data []byte) (*Document, error) { return Parse(data, opts...) })
 }
 
 // Validate checks a document and compiles its CEL expressions. The error, a
@@ -102,33 +101,33 @@ func Validate(doc *Document, opts ...Option) error {
 
 // checkFields rejects unknown fields and turns scalar expressions into CEL
 // source text.
-func checkFields(c *irdoc.Checker, top map[string]any) {
+func checkFields(c *docparse.Checker, top map[string]any) {
 	c.Known("", top, "intent_type", "version", "reads", "rules", "emits")
 	reads, _ := top["reads"].(map[string]any)
-	for _, name := range irdoc.SortedKeys(reads) {
+	for _, name := range docparse.SortedKeys(reads) {
 		if r, ok := reads[name].(map[string]any); ok {
 			c.Known("reads."+name, r, "table", "key")
-			irdoc.Literals(r["key"])
+			docparse.Literals(r["key"])
 		}
 	}
 	rules, _ := top["rules"].([]any)
 	for i, x := range rules {
 		if r, ok := x.(map[string]any); ok {
 			c.Known(fmt.Sprintf("rules[%d]", i), r, "name", "reject_if", "reason")
-			irdoc.Literals(r, "reject_if", "reason")
+			docparse.Literals(r, "reject_if", "reason")
 		}
 	}
 	emits, _ := top["emits"].([]any)
 	for i, x := range emits {
 		if e, ok := x.(map[string]any); ok {
 			c.Known(fmt.Sprintf("emits[%d]", i), e, "event_type", "payload")
-			irdoc.Literals(e["payload"])
+			docparse.Literals(e["payload"])
 		}
 	}
 }
 
 // checkShape validates everything except CEL expressions.
-func checkShape(c *irdoc.Checker, doc *Document) {
+func checkShape(c *docparse.Checker, doc *Document) {
 	if doc.IntentType == "" {
 		c.Add("intent_type", "is required")
 	} else if !typeRE.MatchString(doc.IntentType) {
@@ -140,7 +139,7 @@ func checkShape(c *irdoc.Checker, doc *Document) {
 	if len(doc.Reads) > MaxReads {
 		c.Add("reads", "has %d entries, more than the %d allowed", len(doc.Reads), MaxReads)
 	}
-	for _, name := range irdoc.SortedKeys(doc.Reads) {
+	for _, name := range docparse.SortedKeys(doc.Reads) {
 		r, base := doc.Reads[name], "reads."+name
 		c.Ident(base, name)
 		if r.Table == "" {
@@ -151,7 +150,7 @@ func checkShape(c *irdoc.Checker, doc *Document) {
 		if len(r.Key) == 0 {
 			c.Add(base+".key", "must map at least one key column to an expression")
 		}
-		for _, col := range irdoc.SortedKeys(r.Key) {
+		for _, col := range docparse.SortedKeys(r.Key) {
 			c.Ident(base+".key."+col, col)
 		}
 	}
@@ -184,7 +183,7 @@ func checkShape(c *irdoc.Checker, doc *Document) {
 		if e.Payload == nil {
 			c.Add(base+".payload", "is required (a mapping of payload field to CEL expression)")
 		}
-		for _, f := range irdoc.SortedKeys(e.Payload) {
+		for _, f := range docparse.SortedKeys(e.Payload) {
 			if f == "" || len(f) > event.MaxEventTypeBytes || strings.ContainsRune(f, 0) || !utf8.ValidString(f) {
 				c.Add(base+".payload", "field name %s must be 1 to %d bytes of UTF-8 without NUL", strconv.Quote(f), event.MaxEventTypeBytes)
 			}

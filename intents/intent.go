@@ -11,7 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/causet/projection-retry/event"
-	"github.com/causet/projection-retry/projection"
+	"github.com/causet/projection-retry/internal/celexpr"
 )
 
 // Limits of an intent, beside the ID limits of the event envelope
@@ -58,7 +58,7 @@ func invalid(format string, args ...any) error {
 
 // EvalError is an expression that failed to evaluate (a CEL error, the cost
 // limit, a value of the wrong type); Path names it, e.g. rules[0].reason.
-type EvalError = projection.EvalError
+type EvalError = celexpr.EvalError
 
 // ReadError is a Reader failure for the read Read of the handler.
 type ReadError struct {

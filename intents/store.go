@@ -11,27 +11,27 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/causet/projection-retry/internal/catalog"
 	"github.com/causet/projection-retry/internal/celexpr"
-	"github.com/causet/projection-retry/internal/irdoc"
-	"github.com/causet/projection-retry/internal/pgstore"
+	"github.com/causet/projection-retry/internal/docparse"
 )
 
 // NotifyChannel is the LISTEN/NOTIFY channel Deploy notifies; the payload
 // is "<intentType>:<version>".
 const NotifyChannel = "causet_intent_handlers"
 
-// deployLockBase names a deploy's advisory lock (pgstore.LockClass and a
+// deployLockBase names a deploy's advisory lock (catalog.LockClass and a
 // hash of it with the intent type).
 const deployLockBase = "intent-handler-deploy:"
 
 // versions is the store of deployed handler versions.
-var versions = pgstore.Versions{
+var versions = catalog.Versions{
 	Kind:    "intent handler",
 	Table:   "causet_intent_handlers",
 	Key:     "intent_type",
 	Channel: NotifyChannel,
 	Serialize: func(ctx context.Context, tx pgx.Tx, intentType string) error {
-		_, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, hashtext($2))", pgstore.LockClass, deployLockBase+intentType)
+		_, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, hashtext($2))", catalog.LockClass, deployLockBase+intentType)
 		return err
 	},
 }
@@ -58,7 +58,7 @@ type Deployment struct {
 // List returns the newest deployed version of every intent type, ordered
 // by type; an empty list when the schema does not exist yet.
 func List(ctx context.Context, pool *pgxpool.Pool) ([]Deployment, error) {
-	vs, err := pgstore.List[Document](ctx, pool, versions)
+	vs, err := catalog.List[Document](ctx, pool, versions)
 	if err != nil || vs == nil {
 		return nil, err
 	}
@@ -221,5 +221,5 @@ func (c *Catalog) Watch(ctx context.Context, interval time.Duration) {
 func (c *Catalog) IntentTypes() []string {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	return irdoc.SortedKeys(c.handlers)
+	return docparse.SortedKeys(c.handlers)
 }

@@ -9,9 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/intents"
-	"github.com/causet/projection-retry/projection"
+	"github.com/causet/projection-retry/internal/pgerr"
 )
 
 // UnavailableError is a PostgreSQL failure: nothing of the intent was
@@ -86,8 +85,7 @@ func decideError(err error) error {
 // large. Lost connections, cancellations, serialization failures and
 // resource errors are the database's.
 func handlerFault(err error) bool {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
-		projection.Classify(err) == contract.KindConnection {
+	if pgerr.Connection(err) {
 		return false
 	}
 	var pe *pgconn.PgError

@@ -18,7 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/causet/projection-retry/internal/celexpr"
-	"github.com/causet/projection-retry/internal/irdoc"
+	"github.com/causet/projection-retry/internal/docparse"
 )
 
 var celEnv = sync.OnceValues(func() (*cel.Env, error) {
@@ -55,7 +55,7 @@ type column struct {
 // over the cost limit is a problem.
 func compile(doc *Document, version int, opts ...Option) (*compiled, error) {
 	o := celexpr.NewOptions(opts)
-	c := &irdoc.Checker{}
+	c := &docparse.Checker{}
 	checkShape(c, doc)
 	if doc == nil {
 		return nil, docFormat.Err(c)
@@ -65,7 +65,7 @@ func compile(doc *Document, version int, opts ...Option) (*compiled, error) {
 		return nil, fmt.Errorf("cel environment: %w", err)
 	}
 	out := &compiled{doc: doc, version: version, ops: map[string]*compiledOp{}}
-	for _, et := range irdoc.SortedKeys(doc.On) {
+	for _, et := range docparse.SortedKeys(doc.On) {
 		op := doc.On[et]
 		base := "on." + et
 		cop := &compiledOp{kind: op.Op, costLimit: o.CostLimit}
@@ -99,7 +99,7 @@ func compile(doc *Document, version int, opts ...Option) (*compiled, error) {
 				}
 			}
 		}
-		for _, name := range irdoc.SortedKeys(op.Columns) {
+		for _, name := range docparse.SortedKeys(op.Columns) {
 			if isKey(doc, name) {
 				continue
 			}
@@ -107,7 +107,7 @@ func compile(doc *Document, version int, opts ...Option) (*compiled, error) {
 				setCols = append(setCols, col)
 			}
 		}
-		for _, name := range irdoc.SortedKeys(op.Increment) {
+		for _, name := range docparse.SortedKeys(op.Increment) {
 			if col, ok := prog("increment", name, op.Increment[name], true); ok {
 				incCols = append(incCols, col)
 			}

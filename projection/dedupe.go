@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/causet/projection-retry/event"
-	"github.com/causet/projection-retry/internal/pgstore"
+	"github.com/causet/projection-retry/internal/catalog"
 )
 
 // The dedupe ledger, causet_projection_applied, remembers which (projection,
@@ -336,7 +336,7 @@ func createHour(ctx context.Context, tx pgx.Tx, h int32) error {
 // detachedHours are hours whose partition was detached, or left pending
 // detachment, by a maintenance run that did not finish: they are dropped
 // with the expired ones.
-func detachedHours(ctx context.Context, q pgstore.Querier) ([]int32, error) {
+func detachedHours(ctx context.Context, q catalog.Querier) ([]int32, error) {
 	rows, err := q.Query(ctx, `SELECT substring(c.relname FROM '^causet_projection_applied_h([0-9]+)$')::int
 FROM pg_class c
 WHERE c.relnamespace = 'public'::regnamespace AND c.relkind = 'r' AND c.relname ~ '^causet_projection_applied_h[0-9]+$'
@@ -401,7 +401,7 @@ FROM pg_class c LEFT JOIN pg_inherits i ON i.inhrelid = c.oid WHERE c.oid = to_r
 }
 
 // DedupeHourPartitions lists the hour buckets that have partitions, in order.
-func DedupeHourPartitions(ctx context.Context, q pgstore.Querier) ([]int32, error) {
+func DedupeHourPartitions(ctx context.Context, q catalog.Querier) ([]int32, error) {
 	rows, err := q.Query(ctx, `SELECT substring(c.relname FROM '^causet_projection_applied_h([0-9]+)$')::int
 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 WHERE i.inhparent = 'causet_projection_applied'::regclass AND c.relname ~ '^causet_projection_applied_h[0-9]+$'

@@ -1,17 +1,13 @@
 package projection
 
 import (
-	"context"
 	"errors"
-	"io"
-	"net"
-	"strings"
-	"syscall"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/internal/pgerr"
 )
 
 // ApplyError is a classified apply failure. Error returns Err's message; for
@@ -69,27 +65,7 @@ func Classify(err error) contract.ErrorKind {
 	if errors.As(err, &ee) || errors.Is(err, ErrNotDeployed) {
 		return contract.KindIREval
 	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		switch {
-		case strings.HasPrefix(pe.Code, "08"),
-			pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03", // admin/crash shutdown, cannot connect now
-			pe.Code == "53300": // too many connections
-			return contract.KindConnection
-		}
-		return contract.KindSQL
-	}
-	var ce *pgconn.ConnectError
-	var ne net.Error
-	var oe *net.OpError
-	switch {
-	case errors.As(err, &ce), errors.As(err, &oe), errors.As(err, &ne),
-		pgconn.SafeToRetry(err), pgconn.Timeout(err),
-		errors.Is(err, pgconn.ErrConnClosed),
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled),
-		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
-		strings.Contains(err.Error(), "closed pool"), strings.Contains(err.Error(), "conn closed"):
+	if pgerr.Connection(err) {
 		return contract.KindConnection
 	}
 	return contract.KindSQL

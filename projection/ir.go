@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/causet/projection-retry/internal/irdoc"
+	"github.com/causet/projection-retry/internal/docparse"
 )
 
 // Operation kinds.
@@ -48,11 +48,11 @@ var eventTypeRE = regexp.MustCompile(`^[A-Za-z0-9_.:/-]{1,200}$`)
 
 // ValidIdentifier reports whether s is a plain SQL identifier as IR documents
 // require: ^[a-z_][a-z0-9_]{0,62}$.
-func ValidIdentifier(s string) bool { return irdoc.ValidIdentifier(s) }
+func ValidIdentifier(s string) bool { return docparse.ValidIdentifier(s) }
 
 // Problem is one fault in a document, at a path such as
 // "on.ARTIST_FOLLOWED.columns.followed_at".
-type Problem = irdoc.Problem
+type Problem = docparse.Problem
 
 // ValidationError lists every fault found in a document.
 type ValidationError struct {
@@ -62,7 +62,7 @@ type ValidationError struct {
 func (e *ValidationError) Error() string { return docFormat.Message(e.Problems) }
 
 // docFormat is how IR documents are decoded and their faults reported.
-var docFormat = irdoc.Format{
+var docFormat = docparse.Format{
 	Kind:   "projection",
 	Fields: checkFields,
 	Types: map[string]string{
@@ -77,24 +77,24 @@ var docFormat = irdoc.Format{
 // YAML numbers, booleans or null (e.g. `plays: 1`) are taken as CEL literals.
 // opts are Validate's.
 func Parse(data []byte, opts ...Option) (*Document, error) {
-	return irdoc.Parse(docFormat, data, func(doc *Document) error { return Validate(doc, opts...) })
+	return docparse.Parse(docFormat, data, func(doc *Document) error { return Validate(doc, opts...) })
 }
 
 // checkFields rejects unknown fields and turns scalar expressions into CEL
 // source text.
-func checkFields(c *irdoc.Checker, m map[string]any) {
+func checkFields(c *docparse.Checker, m map[string]any) {
 	c.Known("", m, "name", "version", "source_events", "table", "key", "on")
 	on, _ := m["on"].(map[string]any)
-	for _, et := range irdoc.SortedKeys(on) {
+	for _, et := range docparse.SortedKeys(on) {
 		op, ok := on[et].(map[string]any)
 		if !ok {
 			continue
 		}
-		for _, k := range irdoc.SortedKeys(op) {
+		for _, k := range docparse.SortedKeys(op) {
 			switch k {
 			case "op":
 			case "columns", "increment":
-				irdoc.Literals(op[k])
+				docparse.Literals(op[k])
 			default:
 				c.Add("on."+et+"."+k, "unknown field (want op, columns, increment)")
 			}
@@ -105,7 +105,7 @@ func checkFields(c *irdoc.Checker, m map[string]any) {
 // ParseFile reads and parses one document; errors name the file. opts are
 // Validate's.
 func ParseFile(path string, opts ...Option) (*Document, error) {
-	return irdoc.ParseFile(path, func(data []byte) (*Document, error) { return Parse(data, opts...) })
+	return docparse.ParseFile(path, func(data []byte) (*Document, error) { return Parse(data, opts...) })
 }
 
 // Validate checks a document, compiling its CEL expressions. The error, a
@@ -118,7 +118,7 @@ func Validate(doc *Document, opts ...Option) error {
 }
 
 // checkShape validates everything except CEL expressions.
-func checkShape(c *irdoc.Checker, doc *Document) {
+func checkShape(c *docparse.Checker, doc *Document) {
 	if doc == nil {
 		c.Add("", "document is empty")
 		return
@@ -168,7 +168,7 @@ func checkShape(c *irdoc.Checker, doc *Document) {
 	if len(doc.On) == 0 {
 		c.Add("on", "must define an operation for each source event")
 	}
-	for _, et := range irdoc.SortedKeys(doc.On) {
+	for _, et := range docparse.SortedKeys(doc.On) {
 		op := doc.On[et]
 		base := "on." + et
 		if !listed[et] {
@@ -178,11 +178,11 @@ func checkShape(c *irdoc.Checker, doc *Document) {
 	}
 }
 
-func checkOperation(c *irdoc.Checker, doc *Document, base string, op Operation) {
-	for _, col := range irdoc.SortedKeys(op.Columns) {
+func checkOperation(c *docparse.Checker, doc *Document, base string, op Operation) {
+	for _, col := range docparse.SortedKeys(op.Columns) {
 		c.Ident(base+".columns."+col, col)
 	}
-	for _, col := range irdoc.SortedKeys(op.Increment) {
+	for _, col := range docparse.SortedKeys(op.Increment) {
 		c.Ident(base+".increment."+col, col)
 	}
 	missingKeys := func() {
@@ -200,7 +200,7 @@ func checkOperation(c *irdoc.Checker, doc *Document, base string, op Operation) 
 		}
 	case OpDelete:
 		missingKeys()
-		for _, col := range irdoc.SortedKeys(op.Columns) {
+		for _, col := range docparse.SortedKeys(op.Columns) {
 			if !slices.Contains(doc.Key, col) {
 				c.Add(base+".columns."+col, "delete takes key columns only")
 			}
@@ -213,7 +213,7 @@ func checkOperation(c *irdoc.Checker, doc *Document, base string, op Operation) 
 		if len(op.Increment) == 0 {
 			c.Add(base+".increment", "must list at least one column to increment")
 		}
-		for _, col := range irdoc.SortedKeys(op.Increment) {
+		for _, col := range docparse.SortedKeys(op.Increment) {
 			if slices.Contains(doc.Key, col) {
 				c.Add(base+".increment."+col, "a key column cannot be incremented")
 			} else if _, ok := op.Columns[col]; ok {

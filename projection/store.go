@@ -7,7 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/causet/projection-retry/internal/pgstore"
+	"github.com/causet/projection-retry/internal/catalog"
 )
 
 // NotifyChannel is the LISTEN/NOTIFY channel Deploy notifies; the payload is
@@ -15,7 +15,7 @@ import (
 const NotifyChannel = "causet_projections"
 
 // versions is the IR version store.
-var versions = pgstore.Versions{
+var versions = catalog.Versions{
 	Kind:    "projection",
 	Table:   "causet_projection_versions",
 	Key:     "name",
@@ -47,21 +47,21 @@ type Deployment struct {
 	Document     *Document
 }
 
-type querier = pgstore.Querier
+type querier = catalog.Querier
 
 func loadLatest(ctx context.Context, q querier) ([]Deployment, error) {
-	vs, err := pgstore.LoadLatest[Document](ctx, q, versions)
+	vs, err := catalog.LoadLatest[Document](ctx, q, versions)
 	return deployments(vs), err
 }
 
 // List returns the newest deployed version of every projection, ordered by
 // name. It returns an empty list when the schema does not exist yet.
 func List(ctx context.Context, pool *pgxpool.Pool) ([]Deployment, error) {
-	vs, err := pgstore.List[Document](ctx, pool, versions)
+	vs, err := catalog.List[Document](ctx, pool, versions)
 	return deployments(vs), err
 }
 
-func deployments(vs []pgstore.Version[Document]) []Deployment {
+func deployments(vs []catalog.Version[Document]) []Deployment {
 	var out []Deployment
 	for _, v := range vs {
 		out = append(out, Deployment{Name: v.Key, Version: v.Version, DeployedAt: v.DeployedAt,

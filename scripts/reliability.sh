@@ -82,8 +82,8 @@ scenario fuzz_decode $GO test -run '^$' -fuzz '^FuzzDecode$' -fuzztime "$FUZZTIM
 scenario fuzz_validate $GO test -run '^$' -fuzz '^FuzzValidate$' -fuzztime "$FUZZTIME" ./projection/
 
 if [[ $profile == full ]]; then
-  say "== scenario 8 (security): existing tests in security_test/, config/ (TLS, mTLS, SASL, API key, redaction)"
-  scenario security $GO test -count=1 ./security_test/ ./config/ \
+  say "== scenario 8 (security): existing tests in securitytest/, config/ (TLS, mTLS, SASL, API key, redaction)"
+  scenario security $GO test -count=1 ./securitytest/ ./config/ \
     -run 'Secret|Injection|Kafka(TLS|MutualTLS|SASL)RoundTrip|KafkaSecurity|Temporal(TLSDial|EnvconfigOptions)'
 fi
 

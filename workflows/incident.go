@@ -291,7 +291,7 @@ func (w *incidentRun) finish(ctx workflow.Context) error {
 	if w.in.Policy == config.IncidentHold && w.st.CaughtUpAt == nil {
 		w.st.State = next
 		w.upsertState(ctx)
-		if err := workflow.ExecuteActivity(moveTo(next), contract.SetIncidentStateActivity, SetIncidentStateInput{ID: w.id(), State: next}).Get(ctx, nil); err != nil {
+		if err := workflow.ExecuteActivity(moveTo(next), contract.SetIncidentStateActivity, contract.SetIncidentStateInput{ID: w.id(), State: next}).Get(ctx, nil); err != nil {
 			return err
 		}
 		verb := "released"
@@ -312,7 +312,7 @@ func (w *incidentRun) finish(ctx workflow.Context) error {
 	}
 	w.st.State = final
 	w.upsertState(ctx)
-	return workflow.ExecuteActivity(moveTo(final), contract.SetIncidentStateActivity, SetIncidentStateInput{ID: w.id(), State: final}).Get(ctx, nil)
+	return workflow.ExecuteActivity(moveTo(final), contract.SetIncidentStateActivity, contract.SetIncidentStateInput{ID: w.id(), State: final}).Get(ctx, nil)
 }
 
 // held reports whether the incident's events are parked (policy hold).
@@ -329,10 +329,4 @@ func (w *incidentRun) upsertState(ctx workflow.Context) {
 	_ = workflow.UpsertTypedSearchAttributes(ctx,
 		contract.AttrProjection.ValueSet(w.in.Projection),
 		contract.AttrIncidentState.ValueSet(string(w.st.State)))
-}
-
-// SetIncidentStateInput is the SetIncidentState activity's input.
-type SetIncidentStateInput struct {
-	ID    string                 `json:"id"`
-	State contract.IncidentState `json:"state"`
 }

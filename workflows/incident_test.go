@@ -73,7 +73,7 @@ func newIncHarness(t *testing.T, probe func(n int) (contract.ProbeResult, error)
 		}
 		return h.probe(n)
 	}, activity.RegisterOptions{Name: contract.ProbeIncidentActivity})
-	h.env.RegisterActivityWithOptions(func(_ context.Context, in workflows.SetIncidentStateInput) error {
+	h.env.RegisterActivityWithOptions(func(_ context.Context, in contract.SetIncidentStateInput) error {
 		h.record(contract.SetIncidentStateActivity, in)
 		return nil
 	}, activity.RegisterOptions{Name: contract.SetIncidentStateActivity})
@@ -177,7 +177,7 @@ func failing(n int) func(int) (contract.ProbeResult, error) {
 }
 
 func setState(s contract.IncidentState) incCall {
-	return incCall{Name: contract.SetIncidentStateActivity, Arg: workflows.SetIncidentStateInput{ID: incID, State: s}}
+	return incCall{Name: contract.SetIncidentStateActivity, Arg: contract.SetIncidentStateInput{ID: incID, State: s}}
 }
 
 var awaitReleased = incCall{Name: contract.AwaitIncidentReleasedActivity, Arg: incID}

@@ -2,7 +2,6 @@ package workflows
 
 import (
 	"errors"
-	"fmt"
 	"time"
 
 	"go.temporal.io/sdk/converter"
@@ -11,42 +10,9 @@ import (
 
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/contract"
-	"github.com/causet/projection-retry/event"
 )
 
-// ApplyInput is the ApplyProjection activity's input.
-type ApplyInput struct {
-	Event      event.Envelope `json:"event"`
-	Projection string         `json:"projection"`
-	// Run is 0 for the original schedule, n for the n-th replay.
-	Run int `json:"run,omitempty"`
-	// FirstAttempt is the overall number of the activity's first attempt (2 in
-	// inline mode, where the bridge made attempt 1).
-	FirstAttempt int `json:"firstAttempt"`
-	// Delays is the plan's waits between attempts, for the nextRetryIn log field.
-	Delays []time.Duration `json:"delays"`
-	// MaxAttempts is the total number of attempts of a run.
-	MaxAttempts int `json:"maxAttempts"`
-	// Force applies a replayed event even when its entity has applied a
-	// later one (the replay signal's "force").
-	Force bool `json:"force,omitempty"`
-}
-
-// ApplyOutput is ApplyProjection's result on success.
-type ApplyOutput struct {
-	IRVersion int  `json:"irVersion"`
-	Duplicate bool `json:"duplicate,omitempty"`
-	// Attempts are the activity's failed attempts before the one that succeeded.
-	Attempts []contract.Attempt `json:"attempts,omitempty"`
-	// Attempt is the overall number of the attempt that succeeded.
-	Attempt   int       `json:"attempt"`
-	StartedAt time.Time `json:"startedAt"`
-}
-
-const (
-	applyTimeout   = time.Minute
-	publishTimeout = 30 * time.Second
-)
+const publishTimeout = 30 * time.Second
 
 // Change IDs for workflow.GetVersion.
 const (
@@ -70,21 +36,6 @@ const (
 	// instead of at every probe.
 	changeHoldTimerOnce = "hold-timer-once"
 )
-
-// SettleUnreported marks as timed out every attempt in attempts that started
-// but never reported its outcome. ApplyProjection records each attempt in its
-// heartbeat details as it starts, so an attempt that overran its
-// StartToClose timeout (or whose worker was lost, which the server also ends
-// as a timeout) is still there with its number and start time.
-func SettleUnreported(attempts []contract.Attempt) []contract.Attempt {
-	for i := range attempts {
-		if attempts[i].ErrorKind == "" {
-			attempts[i].ErrorKind = string(contract.KindSQL)
-			attempts[i].Error = fmt.Sprintf("attempt timed out after %s", applyTimeout)
-		}
-	}
-	return attempts
-}
 
 // deadLetterRetry never gives up: the record must not be lost, so the
 // workflow waits for the topic to come back rather than closing without it.
@@ -262,11 +213,11 @@ func (r *retryRun) runSchedule(ctx workflow.Context, plan config.Plan, run int, 
 		}
 	}
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: applyTimeout,
+		StartToCloseTimeout: contract.ApplyTimeout,
 		RetryPolicy:         retryPolicy(plan.Policy),
 		Summary:             contract.ApplySummary(plan, run),
 	})
-	in := ApplyInput{
+	in := contract.ApplyInput{
 		Event:        r.in.Event,
 		Projection:   r.in.Projection,
 		Run:          run,
@@ -275,7 +226,7 @@ func (r *retryRun) runSchedule(ctx workflow.Context, plan config.Plan, run int, 
 		MaxAttempts:  len(plan.Offsets),
 		Force:        r.force,
 	}
-	var out ApplyOutput
+	var out contract.ApplyOutput
 	err := workflow.ExecuteActivity(actx, contract.ApplyProjectionActivity, in).Get(ctx, &out)
 	if err == nil {
 		r.status.Attempts = append(r.status.Attempts, out.Attempts...)
@@ -308,7 +259,7 @@ func failedAttempts(ctx workflow.Context, err error, run, first int) []contract.
 		}
 		n := len(attempts)
 		if n > 0 && attempts[n-1].ErrorKind == "" {
-			return SettleUnreported(attempts)
+			return contract.SettleUnreported(attempts)
 		}
 		// An attempt run by an older worker records no start: it is the one
 		// after the last recorded attempt.
@@ -316,7 +267,7 @@ func failedAttempts(ctx workflow.Context, err error, run, first int) []contract.
 		if n > 0 {
 			next = attempts[n-1].Number + 1
 		}
-		return SettleUnreported(append(attempts, contract.Attempt{Number: next, Run: run, StartedAt: workflow.Now(ctx)}))
+		return contract.SettleUnreported(append(attempts, contract.Attempt{Number: next, Run: run, StartedAt: workflow.Now(ctx)}))
 	}
 	var appErr *temporal.ApplicationError
 	if errors.As(err, &appErr) && appErr.HasDetails() {

@@ -484,7 +484,7 @@ func newTimeoutHarness(t *testing.T, failures int, hang ...int32) *harness {
 	beats := &lastHeartbeat{last: map[string][]contract.Attempt{}}
 	var mu sync.Mutex
 	lastErr := map[string]error{} // by activity ID
-	apply := func(ctx context.Context, in workflows.ApplyInput) (out workflows.ApplyOutput, err error) {
+	apply := func(ctx context.Context, in contract.ApplyInput) (out contract.ApplyOutput, err error) {
 		id := activity.GetInfo(ctx).ActivityID
 		defer func() {
 			if p := recover(); p != nil {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"log/slog"
 
-	"github.com/causet/projection-retry/internal/app"
+	"github.com/causet/projection-retry/app"
 	"github.com/causet/projection-retry/starter"
 )
 

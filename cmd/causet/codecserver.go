@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/causet/projection-retry/config"
-	"github.com/causet/projection-retry/internal/payloadcodec"
+	"github.com/causet/projection-retry/payloadcodec"
 )
 
 // Defaults of the codec server's variables.

@@ -21,11 +21,11 @@ import (
 	"go.temporal.io/sdk/client"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/causet/projection-retry/app"
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/contract"
-	"github.com/causet/projection-retry/devstack/proc"
 	"github.com/causet/projection-retry/event"
-	"github.com/causet/projection-retry/internal/app"
+	"github.com/causet/projection-retry/internal/proc"
 )
 
 // TestTemporalUIDecodesWithCodecServer starts a dev server whose UI uses

@@ -16,13 +16,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/api/workflowservice/v1"
 
+	"github.com/causet/projection-retry/app"
 	"github.com/causet/projection-retry/client"
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/devstack"
+	"github.com/causet/projection-retry/intentapi"
 	"github.com/causet/projection-retry/intents"
-	"github.com/causet/projection-retry/internal/app"
 	"github.com/causet/projection-retry/relay"
-	"github.com/causet/projection-retry/runtime"
 )
 
 // devOut is where `causet dev` prints its banner (tests swap it).
@@ -44,7 +44,7 @@ func (c devCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if c.Rate <= 0 || c.Rate > 1000 {
 		return fmt.Errorf("--rate=%v is invalid: want intents per second from 0 (exclusive) to 1000", c.Rate)
 	}
-	rtAddr, err := runtime.AddrFromEnv(os.LookupEnv)
+	rtAddr, err := intentapi.AddrFromEnv(os.LookupEnv)
 	if err != nil {
 		return err
 	}
@@ -150,7 +150,7 @@ func (c devCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	printDevBanner(devOut, devBanner{
 		demo: c.Demo, rate: c.Rate, cfg: cfg, stack: stack, projections: projections, handlers: handlers,
 		namespace: svc.Temporal.Namespace, cli: cli, self: causetName(),
-		runtimeURL: base, runtimeDefault: ln.Addr().String() == runtime.DefaultAddr,
+		runtimeURL: base, runtimeDefault: ln.Addr().String() == intentapi.DefaultAddr,
 		codecURL: codec.endpoint(), codecKey: codec.currentKey(),
 	})
 	if c.Demo {
@@ -318,7 +318,7 @@ type devBanner struct {
 	// cli and self are how the temporal CLI and this program are spelled.
 	cli, self string
 	// runtimeURL is the runtime's base URL; runtimeDefault is set when it
-	// listens on runtime.DefaultAddr, where `causet submit` looks without
+	// listens on intentapi.DefaultAddr, where `causet submit` looks without
 	// flags.
 	runtimeURL     string
 	runtimeDefault bool

@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/causet/projection-retry/config"
-	"github.com/causet/projection-retry/internal/payloadcodec"
+	"github.com/causet/projection-retry/payloadcodec"
 )
 
 // devCodec is the codec server `causet dev` runs when payload encryption

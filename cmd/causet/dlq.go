@@ -17,9 +17,9 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
+	"github.com/causet/projection-retry/app"
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/dlq"
-	"github.com/causet/projection-retry/internal/app"
 	"github.com/causet/projection-retry/internal/tracing"
 )
 

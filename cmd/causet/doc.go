@@ -4,5 +4,5 @@
 // bridge and worker (the projection side), intents and projections (deploy
 // the documents), submit (intents through the retrying client), dlq,
 // produce and bench. Every command assembles the service through
-// internal/app.
+// package app.
 package main

@@ -17,10 +17,10 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/causet/projection-retry/app"
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/incident"
-	"github.com/causet/projection-retry/internal/app"
 )
 
 type incidentsCmd struct {

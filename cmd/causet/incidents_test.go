@@ -50,7 +50,7 @@ func TestIncidentsCommands(t *testing.T) {
 		return contract.ProbeResult{Error: `column "followed_at" does not exist`}, nil
 	}, activity.RegisterOptions{Name: contract.ProbeIncidentActivity})
 	var states []contract.IncidentState
-	w.RegisterActivityWithOptions(func(_ context.Context, in workflows.SetIncidentStateInput) error {
+	w.RegisterActivityWithOptions(func(_ context.Context, in contract.SetIncidentStateInput) error {
 		states = append(states, in.State)
 		return nil
 	}, activity.RegisterOptions{Name: contract.SetIncidentStateActivity})
@@ -119,7 +119,7 @@ func TestIncidentsResolveRestartsAnEndedRun(t *testing.T) {
 	w.RegisterActivityWithOptions(func(context.Context, contract.IncidentInput) (contract.ProbeResult, error) {
 		return contract.ProbeResult{Error: "still failing"}, nil
 	}, activity.RegisterOptions{Name: contract.ProbeIncidentActivity})
-	w.RegisterActivityWithOptions(func(context.Context, workflows.SetIncidentStateInput) error { return nil },
+	w.RegisterActivityWithOptions(func(context.Context, contract.SetIncidentStateInput) error { return nil },
 		activity.RegisterOptions{Name: contract.SetIncidentStateActivity})
 	w.RegisterActivityWithOptions(func(context.Context, string) error { return nil }, activity.RegisterOptions{Name: contract.AwaitIncidentReleasedActivity})
 	require.NoError(t, w.Start())

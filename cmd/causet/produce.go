@@ -12,9 +12,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/causet/projection-retry/app"
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/event"
-	"github.com/causet/projection-retry/internal/app"
 	"github.com/causet/projection-retry/internal/tracing"
 	"github.com/causet/projection-retry/starter"
 )

@@ -5,9 +5,9 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/causet/projection-retry/app"
 	"github.com/causet/projection-retry/config"
-	"github.com/causet/projection-retry/internal/app"
-	"github.com/causet/projection-retry/runtime"
+	"github.com/causet/projection-retry/intentapi"
 )
 
 // runtimeCmd serves the write path: POST /v1/intents and friends.
@@ -16,11 +16,11 @@ type runtimeCmd struct{}
 // Run serves until interrupted. It needs PostgreSQL only, so the service is
 // opened WithWritePathOnly (no projection engine, no Temporal).
 func (runtimeCmd) Run(ctx context.Context, logger *slog.Logger) error {
-	addr, err := runtime.AddrFromEnv(os.LookupEnv)
+	addr, err := intentapi.AddrFromEnv(os.LookupEnv)
 	if err != nil {
 		return err
 	}
-	auth, err := runtime.AuthFromEnv(os.LookupEnv)
+	auth, err := intentapi.AuthFromEnv(os.LookupEnv)
 	if err != nil {
 		return err
 	}

@@ -6,8 +6,8 @@ import (
 
 	sdkworker "go.temporal.io/sdk/worker"
 
+	"github.com/causet/projection-retry/app"
 	"github.com/causet/projection-retry/config"
-	"github.com/causet/projection-retry/internal/app"
 )
 
 type workerCmd struct{}

@@ -27,10 +27,10 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
+	"github.com/causet/projection-retry/app"
 	"github.com/causet/projection-retry/config"
-	"github.com/causet/projection-retry/internal/app"
+	"github.com/causet/projection-retry/intentapi"
 	"github.com/causet/projection-retry/relay"
-	"github.com/causet/projection-retry/runtime"
 )
 
 // partitionsAnnotation records, on the bridge Deployment, how many
@@ -224,7 +224,7 @@ func TestKubernetesEnvNamesAreRead(t *testing.T) {
 			if strings.HasPrefix(name, "causet-runtime-tokens") {
 				// Mounted as a file (CAUSET_RUNTIME_TOKENS_FILE), not an environment.
 				require.Contains(t, s.Data, "tokens", "%s: Secret %s", r.dir, name)
-				_, err := runtime.ParseTokens(string(s.Data["tokens"]), name)
+				_, err := intentapi.ParseTokens(string(s.Data["tokens"]), name)
 				require.NoError(t, err, "%s: Secret %s", r.dir, name)
 				continue
 			}
@@ -267,7 +267,7 @@ func TestKubernetesEnvNamesAreRead(t *testing.T) {
 			require.NoError(t, err, "%s: Deployment %s", r.dir, d.Name)
 			switch proc {
 			case "runtime":
-				_, err = runtime.AddrFromEnv(lookup)
+				_, err = intentapi.AddrFromEnv(lookup)
 			case "relay":
 				_, err = relay.LoadSettings(lookup)
 			}

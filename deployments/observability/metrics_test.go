@@ -21,10 +21,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.temporal.io/sdk/client"
 
+	"github.com/causet/projection-retry/app"
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/contract"
 	exampleprojections "github.com/causet/projection-retry/examples/projections"
-	"github.com/causet/projection-retry/internal/app"
 	"github.com/causet/projection-retry/internal/testenv"
 	"github.com/causet/projection-retry/projection"
 	"github.com/causet/projection-retry/relay"
@@ -102,7 +102,7 @@ func missing(want *selectors, scrapes ...map[string]bool) []string {
 }
 
 // TestMetricsExportedKafka runs a worker, a bridge and a relay as `causet
-// worker`, `causet bridge` and `causet relay` assemble them (internal/app),
+// worker`, `causet bridge` and `causet relay` assemble them (package app),
 // each with its own registry and /metrics, and checks that every metric the
 // alert rules and the dashboard read is exported by one of them.
 //

@@ -30,6 +30,6 @@
 // stops the PostgreSQL cluster and Temporal dev server it started.
 //
 // The cluster and the dev server are started by package
-// [github.com/causet/projection-retry/devstack/proc], as `causet dev` starts
+// [github.com/causet/projection-retry/internal/proc], as `causet dev` starts
 // them.
 package testenv

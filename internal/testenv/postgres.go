@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/causet/projection-retry/devstack/proc"
+	"github.com/causet/projection-retry/internal/proc"
 	"github.com/causet/projection-retry/internal/schema"
 )
 

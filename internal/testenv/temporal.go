@@ -17,7 +17,7 @@ import (
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 
-	"github.com/causet/projection-retry/devstack/proc"
+	"github.com/causet/projection-retry/internal/proc"
 )
 
 // TemporalCLIVersion is the temporal CLI that `make tools` installs into ./bin.

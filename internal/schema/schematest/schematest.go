@@ -15,8 +15,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
-
-	"github.com/causet/projection-retry/dlq"
 )
 
 //go:embed testdata/before-migrations.sql.gz
@@ -45,21 +43,22 @@ func LoadBeforeMigrations(t testing.TB, pool *pgxpool.Pool) {
 }
 
 // DeadLetter is one dead letter of the release, as `causet dlq tail --json`
-// printed it.
-type DeadLetter struct {
-	Topic     string     `json:"topic"`
-	Partition int32      `json:"partition"`
-	Offset    int64      `json:"offset"`
-	Timestamp time.Time  `json:"timestamp"`
-	Key       string     `json:"key"`
-	Record    dlq.Record `json:"record"`
+// printed it; R is the record type that reads it (dlq.Record), a parameter
+// so that this leaf imports no package above it.
+type DeadLetter[R any] struct {
+	Topic     string    `json:"topic"`
+	Partition int32     `json:"partition"`
+	Offset    int64     `json:"offset"`
+	Timestamp time.Time `json:"timestamp"`
+	Key       string    `json:"key"`
+	Record    R         `json:"record"`
 }
 
 // DeadLetters are the dead letters the release published with the
 // database: one per example projection.
-func DeadLetters(t testing.TB) []DeadLetter {
+func DeadLetters[R any](t testing.TB) []DeadLetter[R] {
 	t.Helper()
-	var out []DeadLetter
+	var out []DeadLetter[R]
 	require.NoError(t, json.Unmarshal(beforeMigrationsDLQ, &out))
 	require.NotEmpty(t, out)
 	return out

@@ -1,0 +1,61 @@
+package contract
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/causet/projection-retry/event"
+)
+
+// ApplyTimeout is the StartToClose timeout of one ApplyProjection attempt.
+const ApplyTimeout = time.Minute
+
+// ApplyInput is the ApplyProjection activity's input.
+type ApplyInput struct {
+	Event      event.Envelope `json:"event"`
+	Projection string         `json:"projection"`
+	// Run is 0 for the original schedule, n for the n-th replay.
+	Run int `json:"run,omitempty"`
+	// FirstAttempt is the overall number of the activity's first attempt (2 in
+	// inline mode, where the bridge made attempt 1).
+	FirstAttempt int `json:"firstAttempt"`
+	// Delays is the plan's waits between attempts, for the nextRetryIn log field.
+	Delays []time.Duration `json:"delays"`
+	// MaxAttempts is the total number of attempts of a run.
+	MaxAttempts int `json:"maxAttempts"`
+	// Force applies a replayed event even when its entity has applied a
+	// later one (the replay signal's "force").
+	Force bool `json:"force,omitempty"`
+}
+
+// ApplyOutput is ApplyProjection's result on success.
+type ApplyOutput struct {
+	IRVersion int  `json:"irVersion"`
+	Duplicate bool `json:"duplicate,omitempty"`
+	// Attempts are the activity's failed attempts before the one that succeeded.
+	Attempts []Attempt `json:"attempts,omitempty"`
+	// Attempt is the overall number of the attempt that succeeded.
+	Attempt   int       `json:"attempt"`
+	StartedAt time.Time `json:"startedAt"`
+}
+
+// SettleUnreported marks as timed out every attempt in attempts that started
+// but never reported its outcome. ApplyProjection records each attempt in its
+// heartbeat details as it starts, so an attempt that overran its
+// StartToClose timeout (or whose worker was lost, which the server also ends
+// as a timeout) is still there with its number and start time.
+func SettleUnreported(attempts []Attempt) []Attempt {
+	for i := range attempts {
+		if attempts[i].ErrorKind == "" {
+			attempts[i].ErrorKind = string(KindSQL)
+			attempts[i].Error = fmt.Sprintf("attempt timed out after %s", ApplyTimeout)
+		}
+	}
+	return attempts
+}
+
+// SetIncidentStateInput is the SetIncidentState activity's input.
+type SetIncidentStateInput struct {
+	ID    string        `json:"id"`
+	State IncidentState `json:"state"`
+}
