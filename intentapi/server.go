@@ -50,9 +50,11 @@ type Options struct {
 	// ShutdownTimeout bounds how long Serve waits for requests in flight
 	// once its context ends (DefaultShutdownTimeout).
 	ShutdownTimeout time.Duration
-	// RefreshInterval is how often Serve reloads the catalog, so a deploy
-	// is used within it (DefaultRefreshInterval). A request for a type the
-	// catalog does not know reloads it at once (at most once a second).
+	// RefreshInterval is how often Serve reloads the catalog besides on each
+	// deploy notification, so a deploy is used within it even while the
+	// notification cannot arrive (DefaultRefreshInterval). A request for a
+	// type the catalog does not know reloads it at once (at most once a
+	// second).
 	RefreshInterval time.Duration
 }
 
@@ -117,10 +119,10 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // OpsHandler serves /healthz, /readyz (Ready) and /metrics (Gatherer).
 func (s *Server) OpsHandler() http.Handler { return s.ops }
 
-// Serve serves on ln until ctx ends, refreshing the catalog every
-// RefreshInterval, then stops accepting and waits up to ShutdownTimeout for
-// the requests in flight, which keep their own contexts: an intent being
-// recorded is finished, not cut.
+// Serve serves on ln until ctx ends, refreshing the catalog on each deploy
+// notification and every RefreshInterval, then stops accepting and waits up
+// to ShutdownTimeout for the requests in flight, which keep their own
+// contexts: an intent being recorded is finished, not cut.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           s.handler,

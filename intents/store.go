@@ -38,8 +38,8 @@ var versions = catalog.Versions{
 
 // Deploy validates doc and stores it as version N+1 of its intent type (N
 // the newest deployed version, 0 if none).
-// Concurrent deploys of one type are serialized. Catalogs use the new
-// version from their next Refresh. opts are Validate's.
+// Concurrent deploys of one type are serialized. It notifies NotifyChannel,
+// on which watching catalogs (Watch) refresh at once. opts are Validate's.
 func Deploy(ctx context.Context, pool *pgxpool.Pool, doc *Document, opts ...Option) (int, error) {
 	if err := Validate(doc, opts...); err != nil {
 		return 0, err
@@ -200,21 +200,11 @@ func (c *Catalog) Decide(ctx context.Context, in Intent, r Reader) (Decision, er
 	return h.Decide(ctx, in, r)
 }
 
-// Watch refreshes the catalog every interval until ctx ends, logging
-// failures; a deploy is used within one interval.
+// Watch keeps the catalog current until ctx ends: it refreshes on each
+// deploy notification and every interval, so a deploy is used at once, and
+// within one interval even while notifications cannot arrive.
 func (c *Catalog) Watch(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := c.Refresh(ctx); err != nil && ctx.Err() == nil {
-				c.logger.Warn("intent handler catalog refresh failed", "error", err.Error())
-			}
-		}
-	}
+	versions.Watch(ctx, c.pool, interval, c.Refresh, c.logger)
 }
 
 // IntentTypes lists the intent types with a compiled handler, sorted.

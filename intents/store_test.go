@@ -3,6 +3,7 @@ package intents_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -74,6 +75,29 @@ func TestDeployVersionsAndCatalog(t *testing.T) {
 	_, err = intents.Deploy(ctx, pool, &intents.Document{IntentType: "Bad"})
 	var ve *intents.ValidationError
 	require.ErrorAs(t, err, &ve, "an invalid document is never stored")
+}
+
+// A watching catalog takes a deploy at its notification, long before its
+// periodic refresh.
+func TestWatchingCatalogRefreshesOnDeployNotification(t *testing.T) {
+	ctx, pool := dbSetup(t)
+	cat, err := intents.NewCatalog(ctx, pool, nil)
+	require.NoError(t, err)
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); cat.Watch(wctx, time.Hour) }()
+	defer func() { stop(); <-done }()
+
+	v1 := "intent_type: Ping\nemits: [{event_type: PINGED, payload: {v: 1}}]\n"
+	require.Equal(t, 1, deployYAML(t, ctx, pool, v1))
+	// IntentTypes reads the cache only: nothing but the watch can fill it.
+	require.Eventually(t, func() bool { return slices.Contains(cat.IntentTypes(), "Ping") }, 10*time.Second, 20*time.Millisecond)
+	require.Equal(t, 2, deployYAML(t, ctx, pool, strings.Replace(v1, "v: 1", "v: 2", 1)))
+	in := intents.Intent{IntentID: "i", IntentType: "Ping", EntityID: "e", ForkID: "f", Payload: map[string]any{}}
+	require.Eventually(t, func() bool {
+		d, err := cat.Decide(ctx, in, intents.NewReader(pool))
+		return err == nil && d.HandlerVersion == 2
+	}, 10*time.Second, 20*time.Millisecond)
 }
 
 func TestConcurrentDeploysGetDistinctVersions(t *testing.T) {

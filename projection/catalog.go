@@ -8,9 +8,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // catalogState is an immutable snapshot of the newest deployed versions.
@@ -98,51 +95,4 @@ func (e *Engine) refresh(ctx context.Context, q querier, v int64) (*catalogState
 	}
 	e.mu.Unlock()
 	return st, nil
-}
-
-// listen keeps a LISTEN connection open and refreshes the cache on each
-// notification and after each (re)connect.
-func (e *Engine) listen(ctx context.Context) {
-	defer close(e.done)
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		start := time.Now()
-		err := e.listenOnce(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if time.Since(start) > 10*time.Second {
-			backoff = 100 * time.Millisecond
-		}
-		e.logger.Warn("projection listener lost its connection; relying on per-apply catalog checks until it reconnects",
-			"error", err.Error(), "retryIn", backoff.String())
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 5*time.Second)
-	}
-}
-
-func (e *Engine) listenOnce(ctx context.Context) error {
-	conn, err := pgx.ConnectConfig(ctx, e.pool.Config().ConnConfig.Copy())
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, "LISTEN "+quote(NotifyChannel)); err != nil {
-		return err
-	}
-	if err := e.Refresh(ctx); err != nil {
-		e.logger.Warn("projection cache refresh failed", "error", err.Error())
-	}
-	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
-			return err
-		}
-		if err := e.Refresh(ctx); err != nil {
-			e.logger.Warn("projection cache refresh failed", "error", err.Error())
-		}
-	}
 }

@@ -101,7 +101,11 @@ func NewEngine(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, opt
 	lctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
 	e.done = make(chan struct{})
-	go e.listen(lctx)
+	go func() {
+		defer close(e.done)
+		// Every apply checks the catalog counter too: no periodic refresh.
+		versions.Watch(lctx, pool, 0, e.Refresh, logger)
+	}()
 	return e, nil
 }
 
