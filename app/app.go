@@ -15,6 +15,7 @@ import (
 
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/internal/dialer"
+	"github.com/causet/projection-retry/internal/health"
 	"github.com/causet/projection-retry/internal/schema"
 	"github.com/causet/projection-retry/internal/tracing"
 	"github.com/causet/projection-retry/projection"
@@ -44,7 +45,7 @@ type Service struct {
 	closers []func()
 	// health answers /healthz and /readyz on the metrics server: PostgreSQL,
 	// Temporal when opened, the bridge's group membership once built.
-	health *Health
+	health *health.Health
 	group  *groupMembership
 }
 
@@ -98,7 +99,7 @@ func Open(ctx context.Context, cfg config.Config, opts ...Option) (_ *Service, e
 	if !o.tracingSet {
 		o.tracing = tracing.Default()
 	}
-	s := &Service{Config: cfg, Logger: o.logger, health: NewHealth(DefaultReadyTimeout), tracing: o.tracing}
+	s := &Service{Config: cfg, Logger: o.logger, health: health.New(health.DefaultTimeout), tracing: o.tracing}
 	defer func() {
 		if err != nil {
 			s.Close()

@@ -2,156 +2,19 @@ package app
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
-	"strings"
-	"sync"
 	"sync/atomic"
-	"time"
 
+	"github.com/causet/projection-retry/internal/health"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// DefaultReadyTimeout bounds one /readyz answer: a probe that has not
-// answered by then counts as failed, so an orchestrator's probe (whose own
-// timeout is usually a few seconds) always gets an answer.
-const DefaultReadyTimeout = 2 * time.Second
-
-// Check is one dependency /readyz asks; Name names it in a 503's reason.
-type Check struct {
-	Name  string
-	Probe func(context.Context) error
-}
-
-// Health answers GET /healthz (200 while the process runs) and GET /readyz
-// (200 when every check answers within the timeout, else 503 naming the
-// failing ones). Checks may be added while it serves.
-type Health struct {
-	timeout time.Duration
-	mu      sync.Mutex
-	checks  []Check
-}
-
-// NewHealth returns a Health with checks; timeout <= 0 is DefaultReadyTimeout.
-func NewHealth(timeout time.Duration, checks ...Check) *Health {
-	if timeout <= 0 {
-		timeout = DefaultReadyTimeout
-	}
-	return &Health{timeout: timeout, checks: checks}
-}
-
-// Add adds a check to /readyz.
-func (h *Health) Add(c Check) {
-	h.mu.Lock()
-	h.checks = append(h.checks, c)
-	h.mu.Unlock()
-}
-
-// Register serves /healthz and /readyz on mux.
-func (h *Health) Register(mux *http.ServeMux) {
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeHealth(w, http.StatusOK, healthBody{Status: "ok"})
-	})
-	mux.HandleFunc("GET /readyz", h.ready)
-}
-
-// healthBody is the JSON of /healthz and /readyz.
-type healthBody struct {
-	Status string `json:"status"`
-	// Reason lists the failing checks, "name: error", joined by "; ".
-	Reason string `json:"reason,omitempty"`
-	// Checks is "ok" or the error of each check.
-	Checks map[string]string `json:"checks,omitempty"`
-}
-
-type checkResult struct {
-	i   int
-	err error
-}
-
-// Ready runs every check at once, all bounded by the timeout, and returns
-// each one's outcome ("ok" or its error) and the reason of a failure: the
-// failing checks in the order they were added ("" when all answered).
-func (h *Health) Ready(ctx context.Context) (checks map[string]string, reason string) {
-	h.mu.Lock()
-	cs := append([]Check(nil), h.checks...)
-	h.mu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, h.timeout)
-	defer cancel()
-	// Buffered: a probe that ignores its context may answer after we gave
-	// up on it without blocking forever.
-	results := make(chan checkResult, len(cs))
-	for i, c := range cs {
-		go func() { results <- checkResult{i, c.Probe(ctx)} }()
-	}
-	errs := make([]error, len(cs))
-	answered := make([]bool, len(cs))
-wait:
-	for range cs {
-		select {
-		case r := <-results:
-			errs[r.i], answered[r.i] = r.err, true
-		case <-ctx.Done():
-			break wait
-		}
-	}
-	checks = make(map[string]string, len(cs))
-	var failed []string
-	for i, c := range cs {
-		var msg string
-		switch err := errs[i]; {
-		case !answered[i]:
-			msg = fmt.Sprintf("no answer within %s", h.timeout)
-		case err == nil:
-			checks[c.Name] = "ok"
-			continue
-		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil:
-			msg = fmt.Sprintf("no answer within %s (%s)", h.timeout, oneLineError(err))
-		default:
-			msg = oneLineError(err)
-		}
-		checks[c.Name] = msg
-		failed = append(failed, c.Name+": "+msg)
-	}
-	return checks, strings.Join(failed, "; ")
-}
-
-func (h *Health) ready(w http.ResponseWriter, r *http.Request) {
-	checks, reason := h.Ready(r.Context())
-	if reason != "" {
-		writeHealth(w, http.StatusServiceUnavailable, healthBody{Status: "not ready", Reason: reason, Checks: checks})
-		return
-	}
-	writeHealth(w, http.StatusOK, healthBody{Status: "ready", Checks: checks})
-}
-
-func writeHealth(w http.ResponseWriter, status int, b healthBody) {
-	body, _ := json.Marshal(b)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(body, '\n'))
-}
-
-// oneLineError keeps a reason short and on one line (pgx joins the errors of
-// each address it tried with line breaks).
-func oneLineError(err error) string {
-	msg := lineBreaks.Replace(strings.TrimSpace(err.Error()))
-	if len(msg) > 300 {
-		msg = msg[:300] + "…"
-	}
-	return msg
-}
-
-var lineBreaks = strings.NewReplacer("\r\n", "; ", "\n", "; ")
-
 // postgresCheck pings the pool; the error names the host and port, never
 // the password.
-func (s *Service) postgresCheck() Check {
-	return Check{Name: "postgres", Probe: func(ctx context.Context) error {
+func (s *Service) postgresCheck() health.Check {
+	return health.Check{Name: "postgres", Probe: func(ctx context.Context) error {
 		if err := s.Pool.Ping(ctx); err != nil {
 			return errors.New(s.poolError(err))
 		}
@@ -161,8 +24,8 @@ func (s *Service) postgresCheck() Check {
 
 // temporalCheck asks the frontend's health check, as the bridge's outage
 // probe does.
-func (s *Service) temporalCheck() Check {
-	return Check{Name: "temporal", Probe: func(ctx context.Context) error {
+func (s *Service) temporalCheck() health.Check {
+	return health.Check{Name: "temporal", Probe: func(ctx context.Context) error {
 		if err := s.Temporal.Probe(ctx); err != nil {
 			return fmt.Errorf("Temporal at %s: %w", s.Temporal.HostPort, err)
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/causet/projection-retry/internal/health"
 	"github.com/causet/projection-retry/internal/testenv"
 )
 
@@ -36,7 +37,7 @@ func TestGroupMembershipKafka(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	check := func(g *groupMembership) error {
-		cctx, cancel := context.WithTimeout(ctx, DefaultReadyTimeout)
+		cctx, cancel := context.WithTimeout(ctx, health.DefaultTimeout)
 		defer cancel()
 		return g.check(cctx)
 	}
@@ -67,7 +68,7 @@ func TestGroupMembershipUnreachableKafka(t *testing.T) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"), kgo.ConsumerGroup(g.group), kgo.ConsumeTopics("causet.events.v1"), kgo.WithHooks(g))
 	require.NoError(t, err)
 	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), DefaultReadyTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), health.DefaultTimeout)
 	defer cancel()
 	require.EqualError(t, g.check(ctx), `not yet joined consumer group "causet-projection-worker"`)
 }

@@ -2,101 +2,17 @@ package app_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
-	"net/http/httptest"
-	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/causet/projection-retry/app"
+	"github.com/causet/projection-retry/internal/health"
 )
-
-type healthAnswer struct {
-	Status string            `json:"status"`
-	Reason string            `json:"reason"`
-	Checks map[string]string `json:"checks"`
-}
-
-func serveHealth(t *testing.T, h *app.Health, path string) (int, healthAnswer) {
-	t.Helper()
-	mux := http.NewServeMux()
-	h.Register(mux)
-	rec := httptest.NewRecorder()
-	mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
-	require.Equal(t, "application/json", rec.Header().Get("Content-Type"))
-	var a healthAnswer
-	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &a), "body %q", rec.Body.String())
-	return rec.Code, a
-}
-
-func probe(err error) func(context.Context) error {
-	return func(context.Context) error { return err }
-}
-
-func TestHealthReady(t *testing.T) {
-	h := app.NewHealth(time.Second,
-		app.Check{Name: "postgres", Probe: probe(nil)},
-		app.Check{Name: "temporal", Probe: probe(nil)})
-	code, a := serveHealth(t, h, "/readyz")
-	require.Equal(t, http.StatusOK, code)
-	require.Equal(t, healthAnswer{Status: "ready", Checks: map[string]string{"postgres": "ok", "temporal": "ok"}}, a)
-
-	code, a = serveHealth(t, h, "/healthz")
-	require.Equal(t, http.StatusOK, code)
-	require.Equal(t, "ok", a.Status)
-
-	// No checks: ready (a process that depends on nothing it can ask).
-	code, a = serveHealth(t, app.NewHealth(0), "/readyz")
-	require.Equal(t, http.StatusOK, code)
-	require.Equal(t, "ready", a.Status)
-}
-
-func TestHealthNotReadyNamesTheFailingDependency(t *testing.T) {
-	h := app.NewHealth(time.Second,
-		app.Check{Name: "postgres", Probe: probe(errors.New("PostgreSQL at db:5432: connection refused\nsecond address: refused"))},
-		app.Check{Name: "temporal", Probe: probe(nil)})
-	h.Add(app.Check{Name: "kafka", Probe: probe(errors.New(`not yet joined consumer group "g"`))})
-	code, a := serveHealth(t, h, "/readyz")
-	require.Equal(t, http.StatusServiceUnavailable, code)
-	require.Equal(t, "not ready", a.Status)
-	require.Equal(t, `postgres: PostgreSQL at db:5432: connection refused; second address: refused; kafka: not yet joined consumer group "g"`, a.Reason,
-		"failing checks in the order added, each on one line")
-	require.Equal(t, "ok", a.Checks["temporal"])
-	require.Equal(t, `not yet joined consumer group "g"`, a.Checks["kafka"])
-
-	// Liveness does not depend on them.
-	code, _ = serveHealth(t, h, "/healthz")
-	require.Equal(t, http.StatusOK, code)
-}
-
-// TestHealthTimeout: a probe that never answers, even one that ignores its
-// context, fails /readyz after the timeout instead of hanging it.
-func TestHealthTimeout(t *testing.T) {
-	block := make(chan struct{})
-	defer close(block)
-	h := app.NewHealth(200*time.Millisecond,
-		app.Check{Name: "postgres", Probe: probe(nil)},
-		app.Check{Name: "temporal", Probe: func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }},
-		app.Check{Name: "kafka", Probe: func(context.Context) error { <-block; return nil }})
-	start := time.Now()
-	code, a := serveHealth(t, h, "/readyz")
-	took := time.Since(start)
-	require.Equal(t, http.StatusServiceUnavailable, code)
-	require.GreaterOrEqual(t, took, 200*time.Millisecond)
-	require.Less(t, took, 2*time.Second, "bounded by the timeout")
-	require.Equal(t, "ok", a.Checks["postgres"])
-	require.True(t, strings.HasPrefix(a.Checks["temporal"], "no answer within 200ms"), a.Checks["temporal"])
-	require.Equal(t, "no answer within 200ms", a.Checks["kafka"])
-	// The temporal probe may return its context's error before the
-	// handler gives up on it, or not: either way it names the timeout.
-	require.Regexp(t, `^temporal: no answer within 200ms( \(context deadline exceeded\))?; kafka: no answer within 200ms$`, a.Reason)
-}
 
 // TestServeMetricsHealth: the metrics server answers /healthz and /readyz
 // beside /metrics.
@@ -104,7 +20,7 @@ func TestServeMetricsHealth(t *testing.T) {
 	addr := freeAddr(t)
 	var down atomic.Bool
 	stop, err := app.ServeMetrics(addr, prometheus.NewRegistry(), quiet(),
-		app.Check{Name: "postgres", Probe: func(context.Context) error {
+		health.Check{Name: "postgres", Probe: func(context.Context) error {
 			if down.Load() {
 				return errors.New("connection refused")
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/incident"
+	"github.com/causet/projection-retry/internal/health"
 	"github.com/causet/projection-retry/parking"
 	"github.com/causet/projection-retry/starter"
 	"github.com/causet/projection-retry/worker"
@@ -116,7 +117,7 @@ func (s *Service) BridgeOptions() (starter.Options, error) {
 	}
 	if s.group == nil {
 		s.group = &groupMembership{group: opts.Group}
-		s.health.Add(Check{Name: "kafka", Probe: s.group.check})
+		s.health.Add(health.Check{Name: "kafka", Probe: s.group.check})
 	}
 	opts.KafkaOptions = append(sec, kgo.WithHooks(kprom.NewMetrics("causet_bridge_kafka", kprom.Registerer(s.Registry)), s.group))
 	// Fetched records carry their trace in Context, which the bridge's hand-off spans continue.
@@ -142,4 +143,4 @@ func (s *Service) ServeMetrics() (stop func(), err error) {
 // Health is the service's /healthz and /readyz: PostgreSQL, Temporal unless
 // opened WithWritePathOnly, and the bridge's consumer group once
 // BridgeOptions (or NewBridge) was called.
-func (s *Service) Health() *Health { return s.health }
+func (s *Service) Health() *health.Health { return s.health }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/causet/projection-retry/intentapi"
 	"github.com/causet/projection-retry/intents"
+	"github.com/causet/projection-retry/internal/health"
 	"github.com/causet/projection-retry/ledger"
 	"github.com/causet/projection-retry/relay"
 	"github.com/causet/projection-retry/starter"
@@ -80,7 +81,7 @@ func (s *Service) NewRuntime(ctx context.Context, o RuntimeOptions) (*Runtime, e
 		Auth:       o.Auth,
 		Catalog:    catalog,
 		Ledger:     l,
-		Ready:      s.Pool.Ping,
+		Health:     s.health,
 		Logger:     o.Logger,
 		Registerer: s.Registry,
 		Gatherer:   s.Registry,
@@ -150,13 +151,13 @@ func (s *Service) NewRelay(settings relay.Settings) (*relay.Relay, error) {
 }
 
 // ServeMetrics serves reg as /metrics on addr (CAUSET_METRICS_ADDR, which an
-// error names), with /healthz and /readyz of checks (NewHealth), until the
+// error names), with /healthz and /readyz of checks (package health), until the
 // returned stop; a server that fails later is logged on logger.
-func ServeMetrics(addr string, reg prometheus.Gatherer, logger *slog.Logger, checks ...Check) (stop func(), err error) {
-	return serveMetrics(addr, reg, logger, NewHealth(DefaultReadyTimeout, checks...))
+func ServeMetrics(addr string, reg prometheus.Gatherer, logger *slog.Logger, checks ...health.Check) (stop func(), err error) {
+	return serveMetrics(addr, reg, logger, health.New(health.DefaultTimeout, checks...))
 }
 
-func serveMetrics(addr string, reg prometheus.Gatherer, logger *slog.Logger, health *Health) (stop func(), err error) {
+func serveMetrics(addr string, reg prometheus.Gatherer, logger *slog.Logger, h *health.Health) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("CAUSET_METRICS_ADDR=%s: %w", addr, err)
@@ -166,7 +167,7 @@ func serveMetrics(addr string, reg prometheus.Gatherer, logger *slog.Logger, hea
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	health.Register(mux)
+	h.Register(mux)
 	// A scraper on a silent link holds a connection at most this long.
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}

@@ -155,7 +155,7 @@ func (b *bench) startWritePath(ctx context.Context) (*writePath, error) {
 	w.reg = prometheus.NewRegistry()
 	srv, err := intentapi.New(intentapi.Options{
 		Catalog: catalog, Ledger: ledger.New(pool, catalog, ledger.WithLogger(runtimeLog)),
-		Ready: pool.Ping, Logger: runtimeLog, Registerer: w.reg,
+		Logger: runtimeLog, Registerer: w.reg,
 	})
 	if err != nil {
 		return nil, err

@@ -24,7 +24,7 @@ func TestHealthReadinessAndUnknownRoutes(t *testing.T) {
 		ops          bool // on the operations listener, not the API's
 	}{
 		{"GET", "/healthz", 200, `{"status":"ok"}`, "", true},
-		{"GET", "/readyz", 200, `{"status":"ready"}`, "", true},
+		{"GET", "/readyz", 200, `{"status":"ready","checks":{"postgres":"ok"}}`, "", true},
 		{"GET", "/healthz", 404, `{"error":"no such endpoint: GET /healthz"}`, "", false},
 		{"GET", "/metrics", 404, `{"error":"no such endpoint: GET /metrics"}`, "", false},
 		{"GET", "/nope", 404, `{"error":"no such endpoint: GET /nope"}`, "", false},

@@ -20,6 +20,7 @@ import (
 	exampleprojections "github.com/causet/projection-retry/examples/projections"
 	"github.com/causet/projection-retry/intentapi"
 	"github.com/causet/projection-retry/intents"
+	"github.com/causet/projection-retry/internal/health"
 	"github.com/causet/projection-retry/internal/testenv"
 	"github.com/causet/projection-retry/ledger"
 	"github.com/causet/projection-retry/projection"
@@ -81,7 +82,8 @@ func setup(t *testing.T, costLimit uint64, extra ...string) *fixture {
 	f := &fixture{ctx: ctx, pool: pool, url: pool.Config().ConnString(), catalog: catalog,
 		reg: prometheus.NewRegistry(), logs: &testenv.LogBuffer{}}
 	f.ledger = ledger.New(pool, catalog, ledger.WithRetry(3, testWaits, testTryTimeout))
-	f.server, err = intentapi.New(intentapi.Options{Catalog: catalog, Ledger: f.ledger, Ready: pool.Ping,
+	f.server, err = intentapi.New(intentapi.Options{Catalog: catalog, Ledger: f.ledger,
+		Health:     health.New(0, health.Check{Name: "postgres", Probe: pool.Ping}),
 		Logger:     slog.New(slog.NewJSONHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Registerer: f.reg, Gatherer: f.reg})
 	require.NoError(t, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/causet/projection-retry/intents"
+	"github.com/causet/projection-retry/internal/health"
 	"github.com/causet/projection-retry/ledger"
 )
 
@@ -35,8 +36,9 @@ type Options struct {
 	Auth *Tokens
 	// Ledger records intents. Required.
 	Ledger *ledger.Ledger
-	// Ready answers /readyz (a pool's Ping); nil is always ready.
-	Ready func(context.Context) error
+	// Health answers /healthz and /readyz on OpsHandler; nil is always
+	// ready.
+	Health *health.Health
 	// Logger gets the access log (DEBUG) and one line per intent (INFO);
 	// nil discards.
 	Logger *slog.Logger
@@ -101,10 +103,11 @@ func New(opts Options) (*Server, error) {
 	// Health and metrics answer on a listener of their own (the process's
 	// CAUSET_METRICS_ADDR), never on the API's, and need no token.
 	ops := http.NewServeMux()
-	ops.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	ops.HandleFunc("GET /readyz", s.ready)
+	h := opts.Health
+	if h == nil {
+		h = health.New(health.DefaultTimeout)
+	}
+	h.Register(ops)
 	if opts.Gatherer != nil {
 		ops.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}))
 	}
@@ -116,7 +119,7 @@ func New(opts Options) (*Server, error) {
 // Auth, its bearer tokens.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// OpsHandler serves /healthz, /readyz (Ready) and /metrics (Gatherer).
+// OpsHandler serves /healthz, /readyz (Health) and /metrics (Gatherer).
 func (s *Server) OpsHandler() http.Handler { return s.ops }
 
 // Serve serves on ln until ctx ends, refreshing the catalog on each deploy
@@ -154,18 +157,6 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("runtime: shutdown: %w", err)
 	}
 	return nil
-}
-
-func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
-	if s.opts.Ready != nil {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if err := s.opts.Ready(ctx); err != nil {
-			writeError(w, http.StatusServiceUnavailable, "PostgreSQL does not answer: "+err.Error())
-			return
-		}
-	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
 func methodNotAllowed(allow string) http.HandlerFunc {
