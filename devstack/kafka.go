@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/causet/projection-retry/internal/backoff"
 	"github.com/causet/projection-retry/internal/proc"
 )
 
@@ -101,10 +102,9 @@ func EnsureTopics(ctx context.Context, brokers []string, partitions int32, topic
 		if err == nil && ready(td, topics) {
 			return nil
 		}
-		if ctx.Err() != nil {
+		if backoff.Sleep(ctx, 100*time.Millisecond) != nil {
 			return fmt.Errorf("topics %v not ready after 60s (last error %v)", topics, err)
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 

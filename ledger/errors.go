@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/causet/projection-retry/intents"
+	"github.com/causet/projection-retry/internal/backoff"
 	"github.com/causet/projection-retry/internal/pgerr"
 )
 
@@ -120,10 +120,8 @@ func attempt[T any](ctx context.Context, l *Ledger, op string, fn func(context.C
 		}
 		wait := l.waits[min(try-1, len(l.waits)-1)]
 		l.logger.Warn("ledger retry", "op", op, "try", try, "error", err.Error(), "retryIn", wait.String())
-		select {
-		case <-ctx.Done():
+		if backoff.Sleep(ctx, wait) != nil {
 			return zero, &UnavailableError{Op: op, Tries: try, Err: err}
-		case <-time.After(wait):
 		}
 	}
 }

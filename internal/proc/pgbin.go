@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/causet/projection-retry/internal/backoff"
 	embeddedpostgres "github.com/fergusstrange/embedded-postgres"
 )
 
@@ -397,11 +398,9 @@ func lockFile(ctx context.Context, path string) (func(), error) {
 			_ = f.Close()
 			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}
-		select {
-		case <-ctx.Done():
+		if backoff.Sleep(ctx, 200*time.Millisecond) != nil {
 			_ = f.Close()
 			return nil, fmt.Errorf("waiting for another process to fetch PostgreSQL into %s: %w", filepath.Dir(path), ctx.Err())
-		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }

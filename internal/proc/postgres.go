@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/causet/projection-retry/internal/backoff"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -200,10 +201,9 @@ func (p *Postgres) startLocked(ctx context.Context) error {
 			return nil
 		}
 		cancel()
-		if ctx.Err() != nil || time.Now().After(deadline) {
+		if time.Now().After(deadline) || backoff.Sleep(ctx, 100*time.Millisecond) != nil {
 			return fmt.Errorf("postgres on 127.0.0.1:%d not accepting connections: %w", p.Port, err)
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/causet/projection-retry/internal/backoff"
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
@@ -267,7 +268,7 @@ func (t *Temporal) launchLocked(ctx context.Context) error {
 			t.killLocked()
 			return fmt.Errorf("temporal dev server on %s not healthy after %v: %v\n%s", t.HostPort, temporalReadyTimeout, err, tail(t.logFile, 30))
 		}
-		time.Sleep(200 * time.Millisecond)
+		_ = backoff.Sleep(ctx, 200*time.Millisecond) // a cancelled ctx ends the start at the top of the loop
 	}
 }
 
