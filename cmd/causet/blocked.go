@@ -2,14 +2,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
-	"text/tabwriter"
 	"time"
 
 	"github.com/causet/projection-retry/parking"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // blockedCmd lists the keys entity ordering holds (CAUSET_ORDERING=entity):
@@ -25,39 +24,22 @@ type blockedCmd struct {
 var blockedOut io.Writer = os.Stdout
 
 func (c blockedCmd) Run(ctx context.Context) error {
-	if c.Limit < 1 || c.Limit > 10_000 {
-		return fmt.Errorf("--limit=%d is invalid: want 1 to 10000", c.Limit)
-	}
-	pool, err := documentsPool(ctx)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	keys, err := parking.NewStore(pool).List(ctx, c.Projection, c.Limit)
-	if err != nil {
-		return err
-	}
-	if c.JSON {
-		enc := json.NewEncoder(blockedOut)
-		for _, k := range keys {
-			if err := enc.Encode(map[string]any{
+	return listing[parking.Listed]{
+		out:   blockedOut,
+		empty: "no blocked keys",
+		read: func(ctx context.Context, pool *pgxpool.Pool, limit int) ([]parking.Listed, error) {
+			return parking.NewStore(pool).List(ctx, c.Projection, limit)
+		},
+		json: func(k parking.Listed) any {
+			return map[string]any{
 				"topic": k.Topic, "partition": k.Partition, "projection": k.Projection, "forkId": k.ForkID, "entityId": k.EntityID,
 				"head": k.Head, "headState": k.State, "parked": k.Parked, "blockedAt": k.BlockedAt.UTC(),
-			}); err != nil {
-				return err
 			}
-		}
-		return nil
-	}
-	if len(keys) == 0 {
-		fmt.Fprintln(blockedOut, "no blocked keys")
-		return nil
-	}
-	tw := tabwriter.NewWriter(blockedOut, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PROJECTION\tFORK\tENTITY\tPARKED\tHEAD\tHEAD STATE\tBLOCKED SINCE\tPARTITION")
-	for _, k := range keys {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s/%d\n", k.Projection, k.ForkID, k.EntityID, k.Parked, k.Head, k.State,
-			k.BlockedAt.UTC().Format(time.RFC3339), k.Topic, k.Partition)
-	}
-	return tw.Flush()
+		},
+		head: "PROJECTION\tFORK\tENTITY\tPARKED\tHEAD\tHEAD STATE\tBLOCKED SINCE\tPARTITION",
+		row: func(k parking.Listed) string {
+			return fmt.Sprintf("%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s/%d", k.Projection, k.ForkID, k.EntityID, k.Parked, k.Head, k.State,
+				k.BlockedAt.UTC().Format(time.RFC3339), k.Topic, k.Partition)
+		},
+	}.run(ctx, c.Limit, c.JSON)
 }

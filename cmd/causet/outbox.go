@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
-	"text/tabwriter"
 	"time"
 
 	"github.com/causet/projection-retry/relay"
@@ -28,38 +26,17 @@ type outboxListCmd struct {
 var outboxOut io.Writer = os.Stdout
 
 func (c outboxListCmd) Run(ctx context.Context) error {
-	if c.Limit < 1 || c.Limit > 10_000 {
-		return fmt.Errorf("--limit=%d is invalid: want 1 to 10000", c.Limit)
-	}
-	pool, err := documentsPool(ctx)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	events, err := relay.ListSetAside(ctx, pool, c.Limit)
-	if err != nil {
-		return err
-	}
-	if c.JSON {
-		enc := json.NewEncoder(outboxOut)
-		for _, e := range events {
-			if err := enc.Encode(e); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if len(events) == 0 {
-		fmt.Fprintln(outboxOut, "no events set aside")
-		return nil
-	}
-	tw := tabwriter.NewWriter(outboxOut, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "POSITION\tEVENT\tTYPE\tFORK\tENTITY\tBYTES\tSET ASIDE\tREASON")
-	for _, e := range events {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", e.Position, e.EventID, e.EventType, e.ForkID, e.EntityID, e.Bytes,
-			e.SetAsideAt.UTC().Format(time.RFC3339), e.Reason)
-	}
-	return tw.Flush()
+	return listing[relay.SetAsideEvent]{
+		out:   outboxOut,
+		empty: "no events set aside",
+		read:  relay.ListSetAside,
+		json:  func(e relay.SetAsideEvent) any { return e },
+		head:  "POSITION\tEVENT\tTYPE\tFORK\tENTITY\tBYTES\tSET ASIDE\tREASON",
+		row: func(e relay.SetAsideEvent) string {
+			return fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s", e.Position, e.EventID, e.EventType, e.ForkID, e.EntityID, e.Bytes,
+				e.SetAsideAt.UTC().Format(time.RFC3339), e.Reason)
+		},
+	}.run(ctx, c.Limit, c.JSON)
 }
 
 type outboxRedriveCmd struct {
