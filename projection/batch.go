@@ -87,6 +87,9 @@ func (e *Engine) attempt(ctx context.Context, evs []event.Envelope, only string,
 		res, err := failAll(e.pairs(e.snapshot(), evs, only, opts.Hold), err)
 		return res, false, err
 	}
+	if opts.candidate != nil {
+		st = st.with(opts.candidate)
+	}
 	pairs := e.pairs(st, evs, only, opts.Hold)
 	if len(pairs) == 0 {
 		return nil, false, nil
@@ -144,6 +147,16 @@ func (e *Engine) attempt(ctx context.Context, evs []event.Envelope, only string,
 			res, ferr := failAll(pairs, fmt.Errorf("before commit: %w", err))
 			return res, false, ferr
 		}
+	}
+	if opts.rollBack {
+		if err := tx.Rollback(ctx); err != nil {
+			res, ferr := failAll(pairs, err)
+			return res, false, ferr
+		}
+		for _, sql := range badStmts {
+			_ = conn.Conn().Deallocate(ctx, sql)
+		}
+		return res, false, errRolledBack
 	}
 	if err := tx.Commit(ctx); err != nil {
 		res, ferr := failAll(pairs, err)

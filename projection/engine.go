@@ -60,6 +60,11 @@ type ApplyOptions struct {
 	// row. Entity ordering asks for it, so that an entity's later events are
 	// never applied before its earlier one that failed.
 	HoldAfterFailure bool
+
+	// candidate, set by Try, is applied as its projection's newest version;
+	// rollBack ends the transaction with a rollback where it would commit.
+	candidate *compiled
+	rollBack  bool
 }
 
 // Engine applies events to projections with the newest deployed IR.
