@@ -39,4 +39,11 @@
 // CAUSET_BENCH_PHASES, a comma-separated subset of ceiling, schedule,
 // inline, history, peer, retrytopics, workflow, handoff and intents, runs
 // only those phases (the stack is started all the same).
+//
+// Neighbours: a command-layer package; `causet bench` (cmd/causet) runs
+// it. It assembles its stack with package app and devstack (PostgreSQL,
+// Temporal, kfake), drives the real bridge as a child process and the
+// runtime (intentapi, ledger), relay and client in process, deploys the
+// example projections and intent handlers, and migrates its own databases
+// with internal/schema.
 package bench

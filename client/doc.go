@@ -53,4 +53,9 @@
 //     be recorded; re-submitting the same intentId is safe.
 //   - The context's error (errors.Is(err, context.Canceled)) when it ends
 //     between tries.
+//
+// Neighbours: a part that needs nothing of the server's code: it speaks
+// HTTP to package intentapi's server and decodes events with package event;
+// its waits are internal/backoff's. `causet submit` (cmd/causet), `causet
+// dev`'s demo traffic (package devstack) and the bench use it.
 package client

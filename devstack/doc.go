@@ -12,4 +12,10 @@
 // and stops what was started. The process starters live in package
 // [github.com/causet/projection-retry/internal/proc], which the test harness
 // (internal/testenv) shares.
+//
+// Neighbours: the assembly layer. `causet dev` (cmd/causet) and the bench
+// use it; it creates the example projections' tables and deploys them
+// (projection, examples/projections) and the example intent handlers
+// (intents, examples/intents), and makes the demo intents `causet dev
+// --demo` submits through package client.
 package devstack

@@ -1,11 +1,3 @@
-// Package incident recognises systemic failures: many distinct events of
-// one projection failing the same way. A failure's fingerprint is its
-// projection, error kind, SQLSTATE (or, for IR failures, the expression
-// path its message names) and message with the values stripped, so that
-// `null value in column "email" violates not-null constraint` of ten
-// thousand events is one fingerprint while a bad event's own error is
-// another. The Detector counts distinct events per fingerprint in a
-// sliding window; at the threshold the bridge opens the incident.
 package incident
 
 import (

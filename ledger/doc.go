@@ -48,4 +48,10 @@
 //     the handler's own reasons (an undefined table or column, a type
 //     mismatch), an emitted event that is not a valid envelope;
 //   - *UnavailableError: PostgreSQL failed (503).
+//
+// Neighbours: package intentapi's server submits through it, and package
+// app builds it on the process's pool (the bench, too). Below, it uses
+// intents (the Decider, Intent and its errors), event (the envelopes),
+// internal/pgerr (a read's failure: the database's or the handler's) and
+// internal/backoff; its tables are internal/schema's.
 package ledger

@@ -1,16 +1,3 @@
-// Package payloadcodec encrypts the payloads of Temporal histories (workflow
-// inputs and results, activity inputs and results, signals, queries, failure
-// details) with AES-256-GCM under keys chosen by ID, in the format of
-// Temporal's encryption sample:
-//
-//	metadata  encoding: binary/encrypted, encryption-key-id: <key ID>
-//	data      12-byte random nonce || AES-256-GCM(key, nonce, the whole payload as protobuf)
-//
-// The current key encrypts; every configured key decrypts, so keys rotate by
-// adding a new current key and keeping the old ones for as long as histories
-// they encrypted are kept. A payload that is not binary/encrypted decodes as
-// it is: histories from before encryption was turned on, and signals sent by
-// the temporal CLI without a codec, stay readable.
 package payloadcodec
 
 import (

@@ -31,11 +31,11 @@
 //     one that failed (franz-go fails every record buffered behind a failed
 //     one), so the acknowledged records of an entity are a prefix of its
 //     records in the batch.
-//   - A batch is marked only when every record of it was acknowledged; a
-//     failed batch is marked not at all and read again, and its rows come
-//     first again since nothing after them was marked. When Run's context
-//     ends mid-batch it marks, per entity, the acknowledged records that
-//     have no unacknowledged record of that entity before them in the batch.
+//   - After each batch the relay marks, per entity, the acknowledged
+//     records that have no unacknowledged record of that entity before them
+//     in the batch (a record set aside counts as done); the others are read
+//     again, and come first again, since no later record of their entity
+//     was marked.
 //
 // So marked rows are always a per-entity prefix, and whatever is sent is
 // sent after every earlier event of its entity. A relay killed between
@@ -54,6 +54,18 @@
 // batch waits until the broker answers. Writers of intents never wait for
 // the relay.
 //
+// # Events Kafka refuses
+//
+// A record Kafka refuses for itself (MESSAGE_TOO_LARGE and other
+// record-level refusals) fails its whole batch, so each row of a refused
+// batch is sent again alone: one acknowledged alone was refused only with
+// its batch, one refused alone is set aside — recorded in
+// causet_events_set_aside with Kafka's reason and logged at ERROR (event
+// relay_event_set_aside) — and the relay publishes the events after it,
+// its entity's included. ListSetAside lists them and Redrive puts them back
+// in the outbox (`causet outbox list|redrive`); an event sent again comes
+// after the later events of its entity that were published meanwhile.
+//
 // # Environment
 //
 //	CAUSET_RELAY_BATCH          rows per batch, 1 to 10000 (default 500)
@@ -67,9 +79,19 @@
 //
 //	causet_relay_published_total       events published and marked
 //	causet_relay_batch_failures_total  batches Kafka did not acknowledge whole
-//	causet_relay_lag_events            unpublished rows (read from the database at each scrape)
+//	causet_relay_set_aside_total       events set aside by this relay
+//	causet_relay_lag_events            unpublished rows, less those set aside (read from the database at each scrape)
 //	causet_relay_lag_seconds           age of the oldest unpublished row
+//	causet_relay_set_aside_events      events set aside, waiting for a redrive
 //
-// The lag gauges are read by every relay, the waiting ones too, so a relay
+// The database gauges are read by every relay, the waiting ones too, so a relay
 // that cannot take the lock still shows an outbox that does not drain.
+//
+// # Neighbours
+//
+// Package app builds it for `causet relay` and `causet dev`, and the bench
+// runs one of its own; `causet outbox` (cmd/causet) lists and re-drives
+// set-aside events through it. Below, it uses event, config and internal/backoff; it reads
+// the rows package ledger writes, and the bridge (package starter) consumes
+// what it publishes.
 package relay

@@ -30,4 +30,11 @@
 //	RELIABILITY scenario=<name>/<ordering> passed=<bool> lost=<n> double_applied=<n> duplicate_workflows=<n> ...
 //
 // which scripts/reliability.sh aggregates. See RELIABILITY.md for the figures.
+//
+// It is test code only. Neighbours: a command-layer package that nothing
+// imports. Its harness builds cmd/causet and runs the bridge, the worker,
+// the runtime and the relay as processes of that binary, on
+// internal/testenv's PostgreSQL, Temporal and Kafka, deploys the example
+// documents (projection, intents), submits intents with client, and reads
+// outcomes through dlq, ledger, contract and app's Temporal client.
 package reliability

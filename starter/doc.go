@@ -35,4 +35,12 @@
 //     and wakes their partitions.
 //   - tracing.go: recordTracer — the spans of batches and hand-offs.
 //   - engine.go: what the bridge needs of the projection engine.
+//
+// Neighbours: package app fills Options for `causet bridge` and `causet
+// dev` (the bench runs that bridge as a child). Below, the bridge uses the
+// projection engine (through the Engine interface), parking (blocked keys
+// and parked events), incident (the Registry), dlq (the publisher of poison
+// and refused records), contract (workflow IDs, inputs, search attributes),
+// config, event, internal/backoff and internal/tracing. The workflows it
+// starts are package workflows', run by the worker.
 package starter

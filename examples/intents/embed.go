@@ -1,6 +1,3 @@
-// Package exampleintents embeds the example intent handler documents
-// (INTENT_TYPE.yaml), whose events the example projections in
-// examples/projections apply, for `causet dev` and tests.
 package exampleintents
 
 import (

@@ -1,6 +1,3 @@
-// Package exampleprojections embeds the example projection IR documents
-// (NAME.yaml) and the DDL of their tables (NAME.sql), for `causet dev` and
-// tests.
 package exampleprojections
 
 import (

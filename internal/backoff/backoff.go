@@ -1,6 +1,3 @@
-// Package backoff is the capped exponential backoff with jitter that every
-// wait on a dependency in the service uses (the bridge's retrier, the
-// outbox relay).
 package backoff
 
 import (

@@ -1,7 +1,3 @@
-// Package docparse holds what projection IR documents and intent handler
-// documents share about their text: decoding YAML or JSON with unknown
-// fields and type mismatches named by path, scalar expressions taken as CEL
-// literals, and the problems a validation collects.
 package docparse
 
 import (

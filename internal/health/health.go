@@ -1,8 +1,3 @@
-// Package health answers GET /healthz and GET /readyz for every process
-// that serves them (the worker, the bridge, the runtime, the relay, and an
-// intentapi.Server's ops handler): one JSON body, one timeout, one way of
-// naming a failing dependency. The checks themselves (PostgreSQL, Temporal,
-// Kafka group membership) are built by package app.
 package health
 
 import (

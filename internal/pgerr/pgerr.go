@@ -1,7 +1,3 @@
-// Package pgerr tells a lost or refused PostgreSQL connection from an error
-// of the statement itself. The projection engine classifies apply failures
-// with it (connection vs sql) and the write path's ledger its reads, so both
-// sides of the system agree on what an outage of the database is.
 package pgerr
 
 import (

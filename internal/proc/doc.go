@@ -23,6 +23,9 @@
 // calling Stop (SIGKILL), a small watchdog shell notices and stops what was
 // started.
 //
-// The package depends on nothing else in this module, so any package's tests
-// can use it (through internal/testenv) without an import cycle.
+// Neighbours: a leaf. Package devstack (`causet dev`) and internal/testenv
+// (the tests) start their services with it; internal/proc/proctest checks,
+// in tests, what it left behind. Of this module it imports only
+// internal/backoff, so any package's tests can use it (through
+// internal/testenv) without an import cycle.
 package proc

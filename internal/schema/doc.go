@@ -14,5 +14,12 @@
 // dedupe ledger's hour partitions are created and dropped by its maintenance
 // (projection.MaintainDedupe) as time passes, not by migrations.
 //
-// `causet migrate up|status|sql` (cmd/causet) is the operator's side.
+// Neighbours: a leaf that imports no project package. Package app runs
+// Check in every process once its pool answers; `causet migrate
+// up|status|sql` (cmd/causet) is the operator's side; internal/testenv
+// migrates the template every test database is copied from, and the bench
+// its own databases. The tables' users (projection, ledger, intents,
+// parking, incident, internal/catalog) create none of their own.
+// internal/schema/schematest holds the database of the release before
+// versioned migrations, for the upgrade tests.
 package schema

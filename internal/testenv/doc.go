@@ -31,5 +31,9 @@
 //
 // The cluster and the dev server are started by package
 // [github.com/causet/projection-retry/internal/proc], as `causet dev` starts
-// them.
+// them, and each test database is copied from a template migrated by
+// package [github.com/causet/projection-retry/internal/schema]. Those are
+// the only project packages it imports: a leaf, so the tests of every
+// package, from the parts to the commands and the reliability suite, can
+// use it.
 package testenv

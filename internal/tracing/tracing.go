@@ -1,12 +1,3 @@
-// Package tracing builds the process's OpenTelemetry tracing from the
-// standard OTEL_* variables and hands it, as explicit options, to the
-// libraries that carry a trace across the pipeline: franz-go's kotel hooks
-// (record headers), the Temporal SDK's tracing interceptor (Temporal
-// headers) and the DLQ replayer (DLQ record headers).
-//
-// Tracing is off unless the environment asks for it (Enabled). Off, no
-// exporter exists, no hook or interceptor is installed and the bridge's
-// spans are no-ops: the hot path pays nothing but a nil check per batch.
 package tracing
 
 import (

@@ -1,5 +1,3 @@
-// Package exampledocs reads the example documents a package embeds, one
-// NAME.yaml per example.
 package exampledocs
 
 import (

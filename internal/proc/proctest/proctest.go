@@ -1,5 +1,3 @@
-// Package proctest has helpers for the tests of devstack and internal/proc
-// that check which processes and temp dirs are left behind.
 package proctest
 
 import (

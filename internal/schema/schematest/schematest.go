@@ -1,6 +1,3 @@
-// Package schematest holds, for tests, a database as the release before
-// versioned migrations left it (testdata/README.md says how it was made)
-// and the dead letters that release published with it.
 package schematest
 
 import (
