@@ -57,6 +57,7 @@ type options struct {
 	hostPort      string
 	setup         func(context.Context, *pgxpool.Pool) error
 	writePathOnly bool
+	readOnly      bool
 	tracing       *tracing.Tracing
 	tracingSet    bool
 }
@@ -118,7 +119,7 @@ func Open(ctx context.Context, cfg config.Config, opts ...Option) (_ *Service, e
 	if err := s.pingPool(ctx); err != nil {
 		return nil, err
 	}
-	if err := schema.Check(ctx, s.Pool, cfg.AutoMigrate, s.Logger); err != nil {
+	if err := schema.Check(ctx, s.Pool, cfg.AutoMigrate && !o.readOnly, s.Logger); err != nil {
 		return nil, err
 	}
 	if o.setup != nil {
@@ -133,7 +134,9 @@ func Open(ctx context.Context, cfg config.Config, opts ...Option) (_ *Service, e
 		return nil, err
 	}
 	s.closers = append(s.closers, s.Engine.Close)
-	s.startDedupeMaintenance()
+	if !o.readOnly {
+		s.startDedupeMaintenance()
+	}
 	if s.Temporal, err = DialTemporal(ctx, s.Logger, TemporalOptions{HostPort: o.hostPort, Metrics: s.Registry, Tracing: s.tracing}); err != nil {
 		return nil, err
 	}
@@ -142,11 +145,19 @@ func Open(ctx context.Context, cfg config.Config, opts ...Option) (_ *Service, e
 	if err := refuseOpenLanes(ctx, s.Temporal); err != nil {
 		return nil, err
 	}
+	if o.readOnly {
+		return s, nil
+	}
 	if err := worker.EnsureSearchAttributes(ctx, s.Temporal.Client.OperatorService(), s.Temporal.Namespace); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
+
+// WithReadOnly opens the service for commands that only read (`causet
+// projections check`): the schema is checked, never migrated, the dedupe
+// ledger is not maintained and no search attribute is added.
+func WithReadOnly() Option { return func(o *options) { o.readOnly = true } }
 
 // Close releases what the service opened, newest first: the DLQ producer,
 // the Temporal client, the engine, the pool. It is idempotent.

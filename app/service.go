@@ -66,7 +66,12 @@ func (s *Service) NewWorker() (sdkworker.Worker, error) {
 		// A run whose failure a holding incident has waits with it.
 		acts.Holds = incident.NewStore(s.Pool)
 	}
+	runner, err := s.RolloutRunner()
+	if err != nil {
+		return nil, err
+	}
 	w, err := worker.New(worker.Options{
+		Rollouts:   &activities.Rollouts{Runner: runner},
 		Client:     s.Temporal.Client,
 		TaskQueue:  s.Config.TaskQueue,
 		Activities: acts,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -44,6 +45,9 @@ type Options struct {
 	// Incidents implements the incident workflow's activities. Optional:
 	// without it incidents are not probed on this worker.
 	Incidents *activities.Incidents
+	// Rollouts implements the rollout workflow's activities. Optional:
+	// without it this worker runs no rollout.
+	Rollouts *activities.Rollouts
 }
 
 func (o *Options) validate() error {
@@ -88,6 +92,9 @@ func New(o Options) (sdkworker.Worker, error) {
 	if o.Incidents != nil {
 		RegisterIncidents(w, o.Incidents)
 	}
+	if o.Rollouts != nil {
+		RegisterRollouts(w, o.Rollouts)
+	}
 	return w, nil
 }
 
@@ -116,6 +123,21 @@ func RegisterIncidents(r sdkworker.Registry, a *activities.Incidents) {
 	r.RegisterActivityWithOptions(a.AwaitIncidentReleased, activity.RegisterOptions{Name: contract.AwaitIncidentReleasedActivity})
 }
 
+// RolloutVersioningBehavior: a rollout replays for minutes and its
+// activities are the ones of the build that deployed the fix; it keeps the
+// build it started on.
+const RolloutVersioningBehavior = workflow.VersioningBehaviorPinned
+
+// RegisterRollouts adds the rollout workflow and its activities.
+func RegisterRollouts(r sdkworker.Registry, a *activities.Rollouts) {
+	r.RegisterWorkflowWithOptions(workflows.ProjectionRolloutWorkflow, workflow.RegisterOptions{
+		Name: contract.RolloutWorkflowName, VersioningBehavior: RolloutVersioningBehavior})
+	r.RegisterActivityWithOptions(a.CheckCandidate, activity.RegisterOptions{Name: contract.CheckCandidateActivity})
+	r.RegisterActivityWithOptions(a.DeployCandidate, activity.RegisterOptions{Name: contract.DeployCandidateActivity})
+	r.RegisterActivityWithOptions(a.ReplayFailing, activity.RegisterOptions{Name: contract.ReplayFailingActivity})
+	r.RegisterActivityWithOptions(a.CountSettled, activity.RegisterOptions{Name: contract.CountSettledActivity})
+}
+
 // MissingSearchAttributesError lists the commands that create the search
 // attributes when the worker may not create them itself.
 type MissingSearchAttributesError struct {
@@ -129,23 +151,37 @@ func (e *MissingSearchAttributesError) Error() string {
 	fmt.Fprintf(&b, "search attributes %s are missing in namespace %q and could not be added (%v); create them with:",
 		strings.Join(e.Missing, ", "), e.Namespace, e.Cause)
 	for _, name := range e.Missing {
-		fmt.Fprintf(&b, "\n  temporal operator search-attribute create --namespace %s --name %s --type Keyword", e.Namespace, name)
+		fmt.Fprintf(&b, "\n  temporal operator search-attribute create --namespace %s --name %s --type %s", e.Namespace, name, searchAttributeType(name))
 	}
 	return b.String()
 }
 
-// EnsureSearchAttributes adds the Keyword search attributes the
+func allSearchAttributes() []string {
+	return append(slices.Clone(contract.SearchAttributeNames), contract.IntSearchAttributeNames...)
+}
+
+func searchAttributeType(name string) string {
+	if slices.Contains(contract.IntSearchAttributeNames, name) {
+		return "Int"
+	}
+	return "Keyword"
+}
+
+// EnsureSearchAttributes adds the Keyword and Int search attributes the
 // workflows use, where the server allows it; ops is client.OperatorService().
 func EnsureSearchAttributes(ctx context.Context, ops operatorservice.OperatorServiceClient, namespace string) error {
 	resp, err := ops.ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
 	if err != nil {
-		return &MissingSearchAttributesError{Namespace: namespace, Missing: contract.SearchAttributeNames, Cause: err}
+		return &MissingSearchAttributesError{Namespace: namespace, Missing: allSearchAttributes(), Cause: err}
 	}
 	add := map[string]enumspb.IndexedValueType{}
 	var missing []string
-	for _, name := range contract.SearchAttributeNames {
+	for _, name := range allSearchAttributes() {
 		if _, ok := resp.GetCustomAttributes()[name]; !ok {
 			add[name] = enumspb.INDEXED_VALUE_TYPE_KEYWORD
+			if searchAttributeType(name) == "Int" {
+				add[name] = enumspb.INDEXED_VALUE_TYPE_INT
+			}
 			missing = append(missing, name)
 		}
 	}

@@ -23,6 +23,8 @@ var projectionsOut io.Writer = os.Stdout
 
 type projectionsCmd struct {
 	Validate projectionsValidateCmd `cmd:"" help:"Check IR documents (no database needed)."`
+	Check    projectionsCheckCmd    `cmd:"" help:"Try a candidate IR document on the projection's failing events (dead letters, held, parked, retrying) in transactions that roll back; nothing is deployed or written (DATABASE_URL, Temporal, Kafka)."`
+	Rollout  projectionsRolloutCmd  `cmd:"" help:"Check, deploy and replay a fixed IR document as one Temporal workflow (projection-rollout:<projection>:<version>) with its progress in the UI."`
 	Deploy   projectionsDeployCmd   `cmd:"" help:"Validate IR documents, then deploy each as the next version of its projection (DATABASE_URL)."`
 	List     projectionsListCmd     `cmd:"" help:"List the newest deployed version of every projection and the dedupe ledger's size, oldest entry and horizon (DATABASE_URL)."`
 }
@@ -192,6 +194,11 @@ type docCommands[D, Dep any, VE error, O any] struct {
 // parseFiles parses every file, printing one line per file (and one per
 // fault); it fails if any is invalid.
 func (k docCommands[D, Dep, VE, O]) parseFiles(files []string) ([]*D, error) {
+	return k.parseFilesTo(*k.out, files)
+}
+
+// parseFilesTo is parseFiles printing to w.
+func (k docCommands[D, Dep, VE, O]) parseFilesTo(w io.Writer, files []string) ([]*D, error) {
 	cfg, err := config.FromEnv()
 	if err != nil {
 		return nil, err
@@ -204,16 +211,16 @@ func (k docCommands[D, Dep, VE, O]) parseFiles(files []string) ([]*D, error) {
 			bad++
 			var ve VE
 			if errors.As(err, &ve) {
-				fmt.Fprintf(*k.out, "%s: invalid\n", f)
+				fmt.Fprintf(w, "%s: invalid\n", f)
 				for _, p := range k.problems(ve) {
-					fmt.Fprintf(*k.out, "  %s\n", p)
+					fmt.Fprintf(w, "  %s\n", p)
 				}
 			} else {
-				fmt.Fprintf(*k.out, "%s: invalid: %v\n", f, err)
+				fmt.Fprintf(w, "%s: invalid: %v\n", f, err)
 			}
 			continue
 		}
-		fmt.Fprintf(*k.out, "%s: ok (%s)\n", f, k.summary(doc))
+		fmt.Fprintf(w, "%s: ok (%s)\n", f, k.summary(doc))
 		docs = append(docs, doc)
 	}
 	if bad > 0 {

@@ -1,7 +1,3 @@
-// Package catalog holds what the PostgreSQL stores share: the advisory lock
-// class, and tables of versioned documents (projection IR documents, intent
-// handler documents) deployed as version N+1 and listed newest first. The
-// tables themselves are created by the migrations of package schema.
 package catalog
 
 import (

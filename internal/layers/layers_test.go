@@ -34,7 +34,7 @@ var layerOf = map[string]int{
 	"projection": parts, "intents": parts, "ledger": parts, "parking": parts, "dlq": parts,
 	"incident": parts, "relay": parts, "client": parts,
 
-	"workflows": roles, "activities": roles, "starter": roles, "worker": roles, "intentapi": roles,
+	"workflows": roles, "activities": roles, "starter": roles, "worker": roles, "intentapi": roles, "rollout": roles,
 
 	"app": assembly, "devstack": assembly,
 

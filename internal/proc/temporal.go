@@ -34,6 +34,14 @@ var SearchAttributes = []string{
 	"CausetError",
 }
 
+// IntSearchAttributes are the custom Int search attributes the dev server
+// is started with (a rollout's progress; contract.IntSearchAttributeNames).
+var IntSearchAttributes = []string{
+	"CausetRolloutAffected",
+	"CausetRolloutApplied",
+	"CausetRolloutFailing",
+}
+
 // ErrNoTemporalCLI is returned when neither ./bin/temporal nor temporal on
 // PATH exists. Its message is one line.
 var ErrNoTemporalCLI = errors.New("temporal CLI not found in ./bin or on PATH: run `make tools` to install it into ./bin (or set TEMPORAL_ADDRESS to use a running server)")
@@ -204,6 +212,9 @@ func startTemporal(ctx context.Context, opts TemporalOptions, ports []int) (*Tem
 	for _, sa := range SearchAttributes {
 		t.argv = append(t.argv, "--search-attribute", sa+"=Keyword")
 	}
+	for _, sa := range IntSearchAttributes {
+		t.argv = append(t.argv, "--search-attribute", sa+"=Int")
+	}
 	for _, k := range slices.Sorted(maps.Keys(opts.DynamicConfig)) {
 		t.argv = append(t.argv, "--dynamic-config-value", k+"="+opts.DynamicConfig[k])
 	}
@@ -296,7 +307,7 @@ func (t *Temporal) healthy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, name := range SearchAttributes {
+	for _, name := range append(slices.Clone(SearchAttributes), IntSearchAttributes...) {
 		if _, ok := resp.GetCustomAttributes()[name]; !ok {
 			return fmt.Errorf("search attribute %s not registered yet", name)
 		}

@@ -185,6 +185,11 @@ func ensureSearchAttributes(t testing.TB, c client.Client, ns string) {
 			missing[name] = enums.INDEXED_VALUE_TYPE_KEYWORD
 		}
 	}
+	for _, name := range proc.IntSearchAttributes {
+		if _, ok := resp.GetCustomAttributes()[name]; !ok {
+			missing[name] = enums.INDEXED_VALUE_TYPE_INT
+		}
+	}
 	if len(missing) == 0 {
 		return
 	}

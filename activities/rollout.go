@@ -1,0 +1,51 @@
+package activities
+
+import (
+	"context"
+	"errors"
+
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/causet/projection-retry/contract"
+	"github.com/causet/projection-retry/projection"
+	"github.com/causet/projection-retry/rollout"
+)
+
+// Rollouts implements the rollout workflow's activities on a
+// rollout.Runner.
+type Rollouts struct {
+	Runner *rollout.Runner
+}
+
+// CheckCandidate checks the rollout's candidate against the events failing
+// now and records them as its affected events. A candidate that does not
+// validate fails it for good (contract.InvalidCandidateType).
+func (a *Rollouts) CheckCandidate(ctx context.Context, rolloutID string, in contract.RolloutInput) (contract.CheckCandidateResult, error) {
+	out, err := a.Runner.Check(ctx, rolloutID, in)
+	return out, invalidCandidate(err)
+}
+
+// DeployCandidate deploys the candidate unless it is deployed already.
+func (a *Rollouts) DeployCandidate(ctx context.Context, in contract.RolloutInput) (contract.DeployCandidateResult, error) {
+	out, err := a.Runner.Deploy(ctx, in)
+	return out, invalidCandidate(err)
+}
+
+// ReplayFailing replays the next batch of the rollout's dead letters.
+func (a *Rollouts) ReplayFailing(ctx context.Context, in contract.ReplayFailingInput) (contract.ReplayFailingResult, error) {
+	return a.Runner.ReplayBatch(ctx, in)
+}
+
+// CountSettled counts the rollout's events applied, failing again and
+// pending.
+func (a *Rollouts) CountSettled(ctx context.Context, in contract.CountSettledInput) (contract.SettledCount, error) {
+	return a.Runner.CountSettled(ctx, in)
+}
+
+func invalidCandidate(err error) error {
+	var ve *projection.ValidationError
+	if errors.As(err, &ve) {
+		return temporal.NewNonRetryableApplicationError(err.Error(), contract.InvalidCandidateType, err)
+	}
+	return err
+}

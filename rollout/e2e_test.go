@@ -1,0 +1,290 @@
+package rollout_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/causet/projection-retry/app"
+	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/contract"
+	"github.com/causet/projection-retry/event"
+	exampleprojections "github.com/causet/projection-retry/examples/projections"
+	"github.com/causet/projection-retry/internal/testenv"
+	"github.com/causet/projection-retry/projection"
+	"github.com/causet/projection-retry/rollout"
+)
+
+var recordHistories = flag.Bool("record-histories", false, "write the rollout workflow histories of the end-to-end tests to ../workflows/testdata")
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// stack is a worker and a bridge of one service on the test's database,
+// topics and task queue, with artist_followers deployed on a table that
+// lacks its followed_at column: every follow fails (sql), an unfollow
+// applies.
+type stack struct {
+	ctx      context.Context
+	svc      *app.Service
+	temporal testenv.TemporalServer
+	producer *kgo.Client
+	prefix   string
+}
+
+func newStack(t *testing.T, more map[string]string) *stack {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	t.Cleanup(cancel)
+	brokers := testenv.Kafka(t)
+	srv := testenv.Temporal(t)
+	topic, dlqTopic := testenv.Topic(t, "causet.events.v1"), testenv.Topic(t, "causet.dlq")
+	testenv.CreateTopic(t, brokers, topic, 1)
+	testenv.CreateTopic(t, brokers, dlqTopic, 1)
+	env := map[string]string{
+		"DATABASE_URL": testenv.PostgresURL(t), "KAFKA_BROKERS": brokers[0],
+		"CAUSET_EVENTS_TOPIC": topic, "CAUSET_DLQ_TOPIC": dlqTopic,
+		"CAUSET_CONSUMER_GROUP": testenv.Topic(t, "group"), "CAUSET_TASK_QUEUE": testenv.TaskQueue(t),
+		// Two attempts a second apart: dead letters within seconds.
+		"PROJECTION_WORKER_MAX_RETRIES": "2", "PROJECTION_WORKER_RETRY_INITIAL_MS": "1000",
+		"PROJECTION_WORKER_RETRY_MULTIPLIER": "1", "PROJECTION_WORKER_RETRY_MAX_MS": "1000",
+	}
+	maps.Copy(env, more)
+	cfg, err := config.Load(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	require.NoError(t, err)
+	svc, err := app.Open(ctx, cfg, app.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), app.WithTemporalAddress(srv.HostPort))
+	require.NoError(t, err)
+	t.Cleanup(svc.Close)
+	_, err = svc.Pool.Exec(ctx, testenv.FollowersNoFollowedAtDDL)
+	require.NoError(t, err)
+	data, err := exampleprojections.Document("artist_followers")
+	require.NoError(t, err)
+	doc, err := projection.Parse(data)
+	require.NoError(t, err)
+	_, err = svc.Engine.Deploy(ctx, doc)
+	require.NoError(t, err)
+
+	s := &stack{ctx: ctx, svc: svc, temporal: srv, prefix: testenv.Topic(t, "e")}
+	s.startWorker(t)
+	b, err := svc.NewBridge()
+	require.NoError(t, err)
+	bctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- b.Run(bctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	s.producer, err = kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
+	require.NoError(t, err)
+	t.Cleanup(s.producer.Close)
+	return s
+}
+
+func (s *stack) startWorker(t *testing.T) {
+	t.Helper()
+	w, err := s.svc.NewWorker()
+	require.NoError(t, err)
+	require.NoError(t, w.Start())
+	t.Cleanup(w.Stop)
+}
+
+// produce sends the events of users: a follow of artist-a each (which
+// fails), and for the first one an unfollow after it (parked behind it).
+func (s *stack) produce(t *testing.T, users int) (follows []string, unfollow string) {
+	t.Helper()
+	var recs []*kgo.Record
+	at := time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)
+	for i := range users {
+		user := fmt.Sprintf("user-%02d", i)
+		id := fmt.Sprintf("%s-follow-%02d", s.prefix, i)
+		follows = append(follows, id)
+		recs = append(recs, record(t, event.Envelope{EventID: id, EventType: "ARTIST_FOLLOWED", EntityID: user, ForkID: "production",
+			Sequence: 1, OccurredAt: at, Payload: json.RawMessage(`{"artistId":"artist-a"}`)}))
+	}
+	unfollow = s.prefix + "-unfollow-00"
+	recs = append(recs, record(t, event.Envelope{EventID: unfollow, EventType: "ARTIST_UNFOLLOWED", EntityID: "user-00", ForkID: "production",
+		Sequence: 2, OccurredAt: at.Add(time.Minute), Payload: json.RawMessage(`{"artistId":"artist-a"}`)}))
+	require.NoError(t, s.producer.ProduceSync(s.ctx, recs...).FirstErr())
+	return follows, unfollow
+}
+
+func record(t *testing.T, ev event.Envelope) *kgo.Record {
+	b, err := json.Marshal(ev)
+	require.NoError(t, err)
+	return &kgo.Record{Key: []byte(ev.EntityID), Value: b}
+}
+
+// waitDeadLettered waits until n runs of artist_followers are dead-lettered.
+func (s *stack) waitDeadLettered(t *testing.T, n int) {
+	t.Helper()
+	q := fmt.Sprintf("%s = 'artist_followers' AND %s = '%s' AND ExecutionStatus = 'Running'",
+		contract.AttrProjection.GetName(), contract.AttrRetryState.GetName(), contract.StateDeadLettered)
+	require.Eventually(t, func() bool { return len(s.temporal.ListWorkflows(t, q)) == n }, time.Minute, 200*time.Millisecond)
+}
+
+// candidate is artist_followers, fixed (without followed_at) or not.
+func candidate(t *testing.T, fixed bool) *projection.Document {
+	t.Helper()
+	data, err := exampleprojections.Document("artist_followers")
+	require.NoError(t, err)
+	if fixed {
+		data = []byte(strings.Replace(string(data), "      followed_at: event.occurredAt\n", "", 1))
+	}
+	doc, err := projection.Parse(data)
+	require.NoError(t, err)
+	return doc
+}
+
+func (s *stack) check(t *testing.T, doc *projection.Document) rollout.Report {
+	t.Helper()
+	runner, err := s.svc.RolloutRunner()
+	require.NoError(t, err)
+	failing, g, err := rollout.Gather(s.ctx, runner.Sources, doc.Name, 1000)
+	require.NoError(t, err)
+	rep, err := rollout.Check(s.ctx, s.svc.Engine, doc, failing, g)
+	require.NoError(t, err)
+	return rep
+}
+
+// rollout runs a rollout to its end and returns its ID, run ID and
+// progress (a stopped one's from its failure's details).
+func (s *stack) rollout(t *testing.T, doc *projection.Document, version int, maxFailing float64) (string, string, contract.RolloutProgress) {
+	t.Helper()
+	body, err := json.Marshal(doc)
+	require.NoError(t, err)
+	in := contract.RolloutInput{Projection: doc.Name, Document: body, Version: version, MaxFailing: maxFailing, Rate: 50, Limit: 1000, Identity: "test"}
+	id := contract.RolloutWorkflowID(doc.Name, version)
+	run, err := s.svc.Temporal.Client.ExecuteWorkflow(s.ctx, client.StartWorkflowOptions{ID: id, TaskQueue: s.svc.Config.TaskQueue},
+		contract.RolloutWorkflowName, in)
+	require.NoError(t, err)
+	var p contract.RolloutProgress
+	err = run.Get(s.ctx, &p)
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) && appErr.Type() == contract.RolloutStoppedType {
+		require.NoError(t, appErr.Details(&p))
+		require.Equal(t, contract.RolloutStopped, p.State)
+		return id, run.GetRunID(), p
+	}
+	require.NoError(t, err)
+	return id, run.GetRunID(), p
+}
+
+func (s *stack) count(t *testing.T, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, s.svc.Pool.QueryRow(s.ctx, sql, args...).Scan(&n))
+	return n
+}
+
+// A wrong candidate is reported still failing, and its rollout stops after
+// the check with nothing deployed; the fix is reported applicable, and its
+// rollout deploys it and applies every affected event once, the parked
+// unfollow after its follow.
+func TestRolloutWrongThenRightCandidate(t *testing.T) {
+	// A dead letter keeps its entity's later events parked behind it.
+	s := newStack(t, map[string]string{"CAUSET_DLQ_HOLD_ENTITY": "true"})
+	const users = 6
+	follows, unfollow := s.produce(t, users)
+	s.waitDeadLettered(t, users)
+
+	wrong := s.check(t, candidate(t, false))
+	require.Equal(t, users+1, wrong.Checked, "every dead letter and the parked unfollow: %+v", wrong.BySource)
+	require.Equal(t, users, wrong.BySource[rollout.DeadLettered])
+	require.Equal(t, 1, wrong.BySource[rollout.Parked])
+	require.Equal(t, users, wrong.Totals[rollout.StillFails])
+	require.Equal(t, 1, wrong.Totals[rollout.WouldApply], "the unfollow does not touch the column")
+	require.Len(t, wrong.Groups, 1, "one fingerprint: the follows' error, the unfollow parked behind one of them")
+	require.Len(t, wrong.Groups[0].StillFailing, 1)
+	require.Contains(t, wrong.Groups[0].StillFailing[0].Error, `column "followed_at"`)
+	require.Contains(t, wrong.Text(0), "still failing with the candidate")
+
+	_, stoppedRun, p := s.rollout(t, candidate(t, false), 2, 0.1)
+	require.Equal(t, contract.RolloutStopped, p.State, p.Reason)
+	require.False(t, p.Deployed)
+	require.Contains(t, p.Reason, "nothing was deployed")
+	require.Equal(t, 1, s.svc.Engine.Version("artist_followers"), "the wrong candidate was not deployed")
+
+	right := s.check(t, candidate(t, true))
+	require.Equal(t, users+1, right.Totals[rollout.WouldApply], "%s", right.Text(0))
+	require.Zero(t, s.count(t, `SELECT count(*) FROM artist_followers`), "checks write nothing")
+
+	// The stopped rollout may be run again with the fix: same version.
+	id, doneRun, p := s.rollout(t, candidate(t, true), 2, 0.1)
+	require.NotEqual(t, stoppedRun, doneRun)
+	require.Equal(t, contract.RolloutDone, p.State, p.Reason)
+	require.True(t, p.Deployed)
+	require.Equal(t, 2, p.Version)
+	require.Equal(t, users, p.Replayed)
+	require.Equal(t, users+1, p.Applied)
+	require.Zero(t, p.Failing)
+	require.Zero(t, p.Pending)
+	// user-00 followed, then unfollowed: in order, it follows no one.
+	require.Equal(t, users-1, s.count(t, `SELECT count(*) FROM artist_followers`))
+	require.Zero(t, s.count(t, `SELECT count(*) FROM artist_followers WHERE user_id = 'user-00'`))
+	for _, id := range append(follows, unfollow) {
+		require.Equal(t, 1, s.count(t, `SELECT count(*) FROM causet_projection_applied WHERE key = $1`,
+			projection.DedupeKey("artist_followers", "production", id)), "%s applied once", id)
+	}
+	if *recordHistories {
+		testenv.WriteHistory(t, s.ctx, s.svc.Temporal.Client, id, stoppedRun, filepath.Join("..", "workflows", "testdata", "rollout_stopped_at_check.json"))
+		testenv.WriteHistory(t, s.ctx, s.svc.Temporal.Client, id, doneRun, filepath.Join("..", "workflows", "testdata", "rollout_done.json"))
+	}
+	// The UI's list shows the counts.
+	desc, err := s.svc.Temporal.Client.DescribeWorkflowExecution(s.ctx, id, "")
+	require.NoError(t, err)
+	var applied int64
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayload(desc.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()[contract.AttrRolloutApplied.GetName()], &applied))
+	require.EqualValues(t, users+1, applied)
+
+	// Started again, the same rollout finds the run that ran: nothing is
+	// checked, deployed or replayed twice.
+	first, err := s.svc.Temporal.Client.DescribeWorkflowExecution(s.ctx, id, "")
+	require.NoError(t, err)
+	again, err := s.svc.Temporal.Client.ExecuteWorkflow(s.ctx, client.StartWorkflowOptions{ID: id, TaskQueue: s.svc.Config.TaskQueue,
+		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY}, contract.RolloutWorkflowName, contract.RolloutInput{})
+	require.NoError(t, err)
+	require.Equal(t, first.GetWorkflowExecutionInfo().GetExecution().GetRunId(), again.GetRunID())
+	var same contract.RolloutProgress
+	require.NoError(t, again.Get(s.ctx, &same))
+	require.Equal(t, p, same)
+	require.Equal(t, 2, s.svc.Engine.Version("artist_followers"))
+}
+
+// By default a dead letter lets its entity's later events go: the
+// unfollow applies, and the follow's replay would now apply an older event
+// after it, which a replay refuses. The check says so, and the rollout
+// leaves that dead letter alone.
+func TestRolloutOutOfOrderDeadLetter(t *testing.T) {
+	s := newStack(t, nil)
+	const users = 3
+	s.produce(t, users)
+	s.waitDeadLettered(t, users)
+	require.Eventually(t, func() bool { return s.count(t, `SELECT count(*) FROM causet_projection_applied`) == 1 }, 30*time.Second, 100*time.Millisecond,
+		"the unfollow applies once its follow is dead-lettered")
+
+	rep := s.check(t, candidate(t, true))
+	require.Equal(t, users, rep.Checked)
+	require.Equal(t, users-1, rep.Totals[rollout.WouldApply])
+	require.Equal(t, 1, rep.Totals[rollout.OutOfOrder], "%s", rep.Text(0))
+
+	_, _, p := s.rollout(t, candidate(t, true), 2, 0.1)
+	require.Equal(t, contract.RolloutDone, p.State, p.Reason)
+	require.Equal(t, 1, p.OutOfOrder)
+	require.Equal(t, users-1, p.Replayed, "the out-of-order dead letter is not replayed")
+	require.Equal(t, users-1, p.Applied)
+	require.Zero(t, s.count(t, `SELECT count(*) FROM artist_followers WHERE user_id = 'user-00'`), "the older follow never applies after the unfollow")
+	require.Equal(t, users-1, s.count(t, `SELECT count(*) FROM artist_followers`))
+}

@@ -1,0 +1,252 @@
+package rollout
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"go.temporal.io/api/serviceerror"
+
+	"github.com/causet/projection-retry/contract"
+	"github.com/causet/projection-retry/dlq"
+	"github.com/causet/projection-retry/incident"
+	"github.com/causet/projection-retry/projection"
+)
+
+// Engine is what a rollout checks and deploys with; *projection.Engine is
+// one.
+type Engine interface {
+	Trier
+	Deploy(ctx context.Context, doc *projection.Document) (int, error)
+}
+
+// Runner does the work of a rollout's activities.
+type Runner struct {
+	Sources Sources
+	Engine  Engine
+	// Replay holds the replayer's settings (Client, TaskQueue, Retry,
+	// ReplayWindow, DedupeHorizon, Propagator); each batch sets the rest.
+	Replay dlq.ReplayerOptions
+	Logger *slog.Logger
+}
+
+func retryID(proj string, e EventOutcome) string {
+	return contract.RetryWorkflowID(proj, e.Event.ForkID, e.Event.EventID)
+}
+
+// Candidate decodes a rollout's document.
+func Candidate(in contract.RolloutInput) (*projection.Document, error) {
+	doc, err := projection.Parse(in.Document)
+	if err != nil {
+		return nil, err
+	}
+	if doc.Name != in.Projection {
+		return nil, fmt.Errorf("the candidate is projection %q, the rollout's is %q", doc.Name, in.Projection)
+	}
+	return doc, nil
+}
+
+// Check gathers the failing events, checks the candidate on them and
+// records them as the rollout's affected events.
+func (r *Runner) Check(ctx context.Context, rolloutID string, in contract.RolloutInput) (contract.CheckCandidateResult, error) {
+	var out contract.CheckCandidateResult
+	doc, err := Candidate(in)
+	if err != nil {
+		return out, err
+	}
+	failing, g, err := Gather(ctx, r.Sources, in.Projection, in.Limit)
+	if err != nil {
+		return out, err
+	}
+	rep, err := Check(ctx, r.Engine, doc, failing, g)
+	if err != nil {
+		return out, err
+	}
+	if err := record(ctx, r.Sources.Pool, rolloutID, in.Projection, rep.Events); err != nil {
+		return out, fmt.Errorf("record the rollout's events: %w", err)
+	}
+	out = contract.CheckCandidateResult{Affected: rep.Checked, WouldApply: rep.Totals[WouldApply], WouldFail: rep.Totals[StillFails],
+		OutOfOrder: rep.Totals[OutOfOrder], Summary: rep.Text(5)}
+	for _, e := range rep.Events {
+		if e.Source == DeadLettered && e.Outcome == WouldApply {
+			out.ToReplay++
+		}
+	}
+	return out, nil
+}
+
+// Deploy deploys the candidate unless the newest deployed version is it
+// already, then asks the projection's incidents for a probe at once.
+func (r *Runner) Deploy(ctx context.Context, in contract.RolloutInput) (contract.DeployCandidateResult, error) {
+	doc, err := Candidate(in)
+	if err != nil {
+		return contract.DeployCandidateResult{}, err
+	}
+	res, err := r.deploy(ctx, doc)
+	if err != nil {
+		return res, err
+	}
+	return res, r.probeIncidents(ctx, in.Projection)
+}
+
+func (r *Runner) deploy(ctx context.Context, doc *projection.Document) (contract.DeployCandidateResult, error) {
+	deps, err := projection.List(ctx, r.Sources.Pool)
+	if err != nil {
+		return contract.DeployCandidateResult{}, err
+	}
+	want, err := json.Marshal(doc)
+	if err != nil {
+		return contract.DeployCandidateResult{}, err
+	}
+	for _, d := range deps {
+		if d.Name != doc.Name {
+			continue
+		}
+		have, err := json.Marshal(d.Document)
+		if err == nil && bytes.Equal(have, want) {
+			return contract.DeployCandidateResult{Version: d.Version, AlreadyDeployed: true, DeployedAt: d.DeployedAt}, nil
+		}
+	}
+	v, err := r.Engine.Deploy(ctx, doc)
+	if err != nil {
+		return contract.DeployCandidateResult{}, err
+	}
+	return contract.DeployCandidateResult{Version: v, DeployedAt: time.Now().UTC()}, nil
+}
+
+// SameAsDeployed reports the newest deployed version of doc's projection
+// and whether doc is it.
+func SameAsDeployed(deps []projection.Deployment, doc *projection.Document) (int, bool) {
+	want, _ := json.Marshal(doc)
+	for _, d := range deps {
+		if d.Name == doc.Name {
+			have, _ := json.Marshal(d.Document)
+			return d.Version, bytes.Equal(have, want)
+		}
+	}
+	return 0, false
+}
+
+// probeIncidents signals the projection's holding incidents that a new
+// version is deployed: each probes at once instead of at its next backoff.
+func (r *Runner) probeIncidents(ctx context.Context, proj string) error {
+	rows, err := incident.NewStore(r.Sources.Pool).Active(ctx)
+	if err != nil {
+		return err
+	}
+	for _, row := range rows {
+		if row.Input.Projection != proj || row.State != contract.IncidentHolding {
+			continue
+		}
+		if err := r.Sources.Temporal.SignalWorkflow(ctx, row.ID, "", contract.SignalDeployed, nil); err != nil && !isNotFound(err) {
+			return fmt.Errorf("signal incident %s: %w", row.ID, err)
+		}
+	}
+	return nil
+}
+
+// ReplayBatch replays the next batch of the rollout's dead letters, in
+// order and at the input's rate. A run still open is signalled; one that
+// closed is started again from its DLQ record. Refused and failed replays
+// are counted, not retried: they stay dead letters.
+func (r *Runner) ReplayBatch(ctx context.Context, in contract.ReplayFailingInput) (contract.ReplayFailingResult, error) {
+	out := contract.ReplayFailingResult{Next: in.After}
+	rows, err := replays(ctx, r.Sources.Pool, in.RolloutID, in.After, in.Batch)
+	if err != nil {
+		return out, err
+	}
+	if len(rows) < in.Batch {
+		out.Done = true
+	}
+	if len(rows) == 0 {
+		return out, nil
+	}
+	var items map[int]dlq.Item
+	if r.Sources.DLQ != nil {
+		if items, err = readItems(ctx, *r.Sources.DLQ, rows); err != nil {
+			return out, err
+		}
+	}
+	o := r.Replay
+	o.Rate, o.Identity, o.Reason, o.Logger = in.Rate, in.Identity, in.Reason, r.Logger
+	rp, err := dlq.NewReplayer(o)
+	if err != nil {
+		return out, err
+	}
+	for _, row := range rows {
+		it, ok := items[row.seq]
+		if !ok {
+			// Known to Temporal only: its open run is signalled by ID.
+			it = dlq.Item{Record: dlq.Record{Workflow: &dlq.WorkflowRef{ID: row.workflowID}}}
+		}
+		res, err := rp.Replay(ctx, it)
+		if err != nil {
+			return out, err
+		}
+		switch res.Outcome {
+		case dlq.Signalled, dlq.Restarted:
+			out.Replayed++
+		case dlq.Refused:
+			out.Refused++
+		case dlq.Failed:
+			out.Failed++
+		}
+		out.Next = row.seq
+	}
+	return out, nil
+}
+
+// CountSettled counts how the events the rollout acts on stand: applied
+// (the ledger has them), failing (their run was dead-lettered again since
+// the deploy) or pending.
+func (r *Runner) CountSettled(ctx context.Context, in contract.CountSettledInput) (contract.SettledCount, error) {
+	var out contract.SettledCount
+	evs, err := readActedOn(ctx, r.Sources.Pool, in.RolloutID)
+	if err != nil {
+		return out, err
+	}
+	applied, err := appliedKeys(ctx, r.Sources.Pool, evs)
+	if err != nil {
+		return out, err
+	}
+	again, err := deadLetteredSince(ctx, r.Sources, in.Projection, in.DeployedAt)
+	if err != nil {
+		return out, err
+	}
+	for _, e := range evs {
+		switch {
+		case applied[e.key]:
+			out.Applied++
+		case again[e.workflowID]:
+			out.Failing++
+		default:
+			out.Pending++
+		}
+	}
+	return out, nil
+}
+
+// deadLetteredSince lists the projection's open dead letters that were
+// dead-lettered at or after since (their memo says when).
+func deadLetteredSince(ctx context.Context, s Sources, proj string, since time.Time) (map[string]bool, error) {
+	runs, err := listRuns(ctx, s, proj)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for id, r := range runs {
+		if r.open && r.state == contract.StateDeadLettered && !r.deadLetteredAt.Before(since) {
+			out[id] = true
+		}
+	}
+	return out, nil
+}
+
+func isNotFound(err error) bool {
+	var nf *serviceerror.NotFound
+	return errors.As(err, &nf)
+}

@@ -1,0 +1,178 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/causet/projection-retry/dlq"
+	"github.com/causet/projection-retry/projection"
+)
+
+// record writes a rollout's checked events as its affected set, in check
+// order, replacing what an earlier try of the same check wrote.
+func record(ctx context.Context, pool *pgxpool.Pool, rolloutID, proj string, events []EventOutcome) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `DELETE FROM causet_rollout_events WHERE rollout_id = $1`, rolloutID); err != nil {
+			return err
+		}
+		rows := make([][]any, len(events))
+		for i, e := range events {
+			id := e.WorkflowID
+			if e.Source != DeadLettered {
+				// Parked, held, retrying: the event's own run, should it fail.
+				id = retryID(proj, e)
+			}
+			var topic *string
+			var part *int32
+			var off *int64
+			if e.Item != nil {
+				topic, part, off = &e.Item.Topic, &e.Item.Partition, &e.Item.Offset
+			}
+			rows[i] = []any{rolloutID, i + 1, string(e.Source), proj, e.Event.ForkID, e.Event.EventID,
+				projection.DedupeKey(proj, e.Event.ForkID, e.Event.EventID), bucketOf(e), id, string(e.Outcome), topic, part, off}
+		}
+		_, err := tx.CopyFrom(ctx, pgx.Identifier{"causet_rollout_events"},
+			[]string{"rollout_id", "seq", "source", "projection", "fork_id", "event_id", "dedupe_key", "bucket", "workflow_id", "outcome",
+				"dlq_topic", "dlq_partition", "dlq_offset"}, pgx.CopyFromRows(rows))
+		return err
+	})
+}
+
+func bucketOf(e EventOutcome) int32 {
+	if e.Event.OccurredAt.IsZero() {
+		return 0
+	}
+	return projection.DedupeHour(e.Event.OccurredAt)
+}
+
+// replayRow is one dead letter of a rollout to replay.
+type replayRow struct {
+	seq        int
+	workflowID string
+	topic      *string
+	partition  *int32
+	offset     *int64
+}
+
+// replays returns the rollout's dead letters the check said would apply,
+// after sequence after, at most n, in order.
+func replays(ctx context.Context, pool *pgxpool.Pool, rolloutID string, after, n int) ([]replayRow, error) {
+	rows, err := pool.Query(ctx, `SELECT seq, workflow_id, dlq_topic, dlq_partition, dlq_offset FROM causet_rollout_events
+WHERE rollout_id = $1 AND seq > $2 AND source = $3 AND outcome = $4 ORDER BY seq LIMIT $5`,
+		rolloutID, after, string(DeadLettered), string(WouldApply), n)
+	if err != nil {
+		return nil, fmt.Errorf("read the rollout's dead letters: %w", err)
+	}
+	var out []replayRow
+	var r replayRow
+	_, err = pgx.ForEachRow(rows, []any{&r.seq, &r.workflowID, &r.topic, &r.partition, &r.offset}, func() error {
+		out = append(out, r)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the rollout's dead letters: %w", err)
+	}
+	return out, nil
+}
+
+// actedOn are the rollout's events the check said would apply: the ones
+// it deploys and replays for.
+type actedOn struct {
+	workflowID string
+	key        [16]byte
+	bucket     int32
+}
+
+func readActedOn(ctx context.Context, pool *pgxpool.Pool, rolloutID string) ([]actedOn, error) {
+	rows, err := pool.Query(ctx, `SELECT workflow_id, dedupe_key, bucket FROM causet_rollout_events
+WHERE rollout_id = $1 AND outcome = $2 ORDER BY seq`, rolloutID, string(WouldApply))
+	if err != nil {
+		return nil, fmt.Errorf("read the rollout's events: %w", err)
+	}
+	var out []actedOn
+	var a actedOn
+	_, err = pgx.ForEachRow(rows, []any{&a.workflowID, &a.key, &a.bucket}, func() error {
+		out = append(out, a)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the rollout's events: %w", err)
+	}
+	return out, nil
+}
+
+// appliedKeys returns which of keys the dedupe ledger holds: one query per
+// hour bucket (its own partition), and one for bucket 0, where the ledger
+// puts events outside its window.
+func appliedKeys(ctx context.Context, pool *pgxpool.Pool, evs []actedOn) (map[[16]byte]bool, error) {
+	byBucket := map[int32][][16]byte{}
+	var all [][16]byte
+	for _, e := range evs {
+		byBucket[e.bucket] = append(byBucket[e.bucket], e.key)
+		all = append(all, e.key)
+	}
+	byBucket[0] = all
+	out := map[[16]byte]bool{}
+	for b, keys := range byBucket {
+		rows, err := pool.Query(ctx, `SELECT key FROM causet_projection_applied WHERE bucket = $1 AND key = ANY($2::uuid[])`, b, keys)
+		if err != nil {
+			return nil, fmt.Errorf("read the dedupe ledger: %w", err)
+		}
+		var k [16]byte
+		if _, err := pgx.ForEachRow(rows, []any{&k}, func() error { out[k] = true; return nil }); err != nil {
+			return nil, fmt.Errorf("read the dedupe ledger: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// readItems reads the DLQ records at the coordinates of rows, in one pass
+// from the lowest offset wanted on each partition.
+func readItems(ctx context.Context, o dlq.ReaderOptions, rows []replayRow) (map[int]dlq.Item, error) {
+	want := map[int32]map[int64]int{}
+	from := map[int32]int64{}
+	for _, r := range rows {
+		if r.topic == nil || *r.topic != o.Topic {
+			continue
+		}
+		p, off := *r.partition, *r.offset
+		if want[p] == nil {
+			want[p] = map[int64]int{}
+			from[p] = off
+		}
+		want[p][off] = r.seq
+		from[p] = min(from[p], off)
+	}
+	out := map[int]dlq.Item{}
+	left := 0
+	for _, offs := range want {
+		left += len(offs)
+	}
+	if left == 0 {
+		return out, nil
+	}
+	o.Start, o.Follow, o.Filter = dlq.FromOffsets(from), false, dlq.Filter{}
+	rd, err := dlq.NewReader(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	errDone := errors.New("every record read")
+	err = rd.Read(ctx, func(it dlq.Item) error {
+		if seq, ok := want[it.Partition][it.Offset]; ok {
+			out[seq] = it
+			if left--; left == 0 {
+				return errDone
+			}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errDone) {
+		return nil, err
+	}
+	return out, nil
+}

@@ -1,0 +1,195 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/causet/projection-retry/contract"
+)
+
+// Rollout pacing.
+const (
+	// rolloutReplayBatch is how many dead letters one ReplayFailing
+	// activity replays; the progress is counted between batches.
+	rolloutReplayBatch = 100
+	// rolloutSettleEvery is how often a rollout counts its events while
+	// the replayed runs finish their schedules.
+	rolloutSettleEvery = 5 * time.Second
+	// rolloutSettleFor bounds that wait: a replayed run's schedule is
+	// seconds to minutes, and a parked event waits for its head.
+	rolloutSettleFor = 30 * time.Minute
+)
+
+// ProjectionRolloutWorkflow rolls a fixed projection out as one operation:
+// it checks the candidate against the events failing now (nothing
+// written), stops there if too many would still fail, deploys it, replays
+// the dead letters the check says it applies, in order and at the input's
+// rate, and counts the affected events as they apply or fail again. It
+// stops by itself when the share failing again passes MaxFailing, and can
+// be cancelled; its progress is its query, its current details and three
+// search attributes. Its ID (contract.RolloutWorkflowID) makes a second
+// start of the same rollout find this one once it is done; a stopped or
+// cancelled one ends as a failure, and may be started again.
+func ProjectionRolloutWorkflow(ctx workflow.Context, in contract.RolloutInput) (contract.RolloutProgress, error) {
+	r := &rolloutRun{in: in, id: workflow.GetInfo(ctx).WorkflowExecution.ID,
+		p: contract.RolloutProgress{State: contract.RolloutChecking, Projection: in.Projection, Version: in.Version}}
+	if err := workflow.SetQueryHandler(ctx, contract.QueryRolloutProgress, func() (contract.RolloutProgress, error) { return r.p, nil }); err != nil {
+		return r.p, err
+	}
+	r.show(ctx)
+	err := r.run(ctx)
+	if temporal.IsCanceledError(err) || errors.Is(err, workflow.ErrCanceled) {
+		// Cancelled: record where it stopped, then end as cancelled.
+		dctx, _ := workflow.NewDisconnectedContext(ctx)
+		r.p.State, r.p.Reason = contract.RolloutCancelled, "cancelled by an operator: replays sent so far stand, the rest were not sent"
+		r.show(dctx)
+		return r.p, err
+	}
+	return r.p, err
+}
+
+type rolloutRun struct {
+	in contract.RolloutInput
+	id string
+	p  contract.RolloutProgress
+}
+
+func (r *rolloutRun) run(ctx workflow.Context) error {
+	check := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 5 * time.Minute,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3, NonRetryableErrorTypes: []string{contract.InvalidCandidateType}},
+	})
+	var chk contract.CheckCandidateResult
+	if err := workflow.ExecuteActivity(check, contract.CheckCandidateActivity, r.id, r.in).Get(ctx, &chk); err != nil {
+		return r.stop(ctx, fmt.Sprintf("the check failed: %v", err), err)
+	}
+	r.p.Affected, r.p.WouldApply, r.p.WouldFail, r.p.OutOfOrder = chk.Affected, chk.WouldApply, chk.WouldFail, chk.OutOfOrder
+	if share(chk.WouldFail, chk.Affected) > r.in.MaxFailing {
+		return r.stop(ctx, fmt.Sprintf("%d of %d affected events (%.0f%%) still fail with the candidate, more than the %.0f%% allowed: nothing was deployed.\n\n%s",
+			chk.WouldFail, chk.Affected, 100*share(chk.WouldFail, chk.Affected), 100*r.in.MaxFailing, chk.Summary), nil)
+	}
+
+	r.p.State = contract.RolloutDeploying
+	r.show(ctx)
+	deploy := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: time.Minute,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 10, NonRetryableErrorTypes: []string{contract.InvalidCandidateType}},
+	})
+	var dep contract.DeployCandidateResult
+	if err := workflow.ExecuteActivity(deploy, contract.DeployCandidateActivity, r.in).Get(ctx, &dep); err != nil {
+		return r.stop(ctx, fmt.Sprintf("the deploy failed: %v", err), err)
+	}
+	r.p.Deployed, r.p.Version = true, dep.Version
+
+	r.p.State = contract.RolloutReplaying
+	r.show(ctx)
+	batch := max(rolloutReplayBatch, 1)
+	perBatch := time.Duration(float64(batch)/max(r.in.Rate, 0.1)*float64(time.Second)) + time.Minute
+	replay := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: perBatch,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumInterval: time.Minute},
+	})
+	count := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: time.Minute,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumInterval: time.Minute},
+	})
+	counted := func() (bool, error) {
+		var c contract.SettledCount
+		in := contract.CountSettledInput{RolloutID: r.id, Projection: r.in.Projection, DeployedAt: dep.DeployedAt}
+		if err := workflow.ExecuteActivity(count, contract.CountSettledActivity, in).Get(ctx, &c); err != nil {
+			return false, err
+		}
+		r.p.Applied, r.p.Failing, r.p.Pending = c.Applied, c.Failing, c.Pending
+		r.show(ctx)
+		return share(c.Failing, r.p.WouldApply) > r.in.MaxFailing, nil
+	}
+	for after := 0; ; {
+		var rr contract.ReplayFailingResult
+		in := contract.ReplayFailingInput{RolloutID: r.id, After: after, Batch: batch, Rate: r.in.Rate, Identity: r.in.Identity, Reason: r.in.Reason}
+		if err := workflow.ExecuteActivity(replay, contract.ReplayFailingActivity, in).Get(ctx, &rr); err != nil {
+			return err
+		}
+		r.p.Replayed += rr.Replayed
+		after = rr.Next
+		over, err := counted()
+		if err != nil {
+			return err
+		}
+		if over {
+			return r.overThreshold(ctx, "while replaying: the dead letters not replayed yet were left as they are")
+		}
+		if rr.Done {
+			break
+		}
+	}
+
+	r.p.State = contract.RolloutSettling
+	r.show(ctx)
+	until := workflow.Now(ctx).Add(rolloutSettleFor)
+	for r.p.Pending > 0 && workflow.Now(ctx).Before(until) {
+		if err := workflow.Sleep(ctx, rolloutSettleEvery); err != nil {
+			return err
+		}
+		over, err := counted()
+		if err != nil {
+			return err
+		}
+		if over {
+			return r.overThreshold(ctx, "after the replays")
+		}
+	}
+	r.p.State = contract.RolloutDone
+	if r.p.Pending > 0 {
+		r.p.Reason = fmt.Sprintf("%d affected events had not settled after %s: they apply (or fail) on their own schedules", r.p.Pending, rolloutSettleFor)
+	}
+	r.show(ctx)
+	return nil
+}
+
+func (r *rolloutRun) overThreshold(ctx workflow.Context, when string) error {
+	return r.stop(ctx, fmt.Sprintf("%d of the %d events the candidate was to fix failed again (%.0f%%, more than the %.0f%% allowed) %s.",
+		r.p.Failing, r.p.WouldApply, 100*share(r.p.Failing, r.p.WouldApply), 100*r.in.MaxFailing, when), nil)
+}
+
+// stop ends the rollout as stopped with reason: as a failure (type
+// contract.RolloutStoppedType, the progress as its details), which the UI
+// shows as such and after which the same rollout may be started again.
+func (r *rolloutRun) stop(ctx workflow.Context, reason string, err error) error {
+	if temporal.IsCanceledError(err) {
+		return err
+	}
+	r.p.State, r.p.Reason = contract.RolloutStopped, reason
+	r.show(ctx)
+	return temporal.NewNonRetryableApplicationError(reason, contract.RolloutStoppedType, err, r.p)
+}
+
+// show publishes the progress: current details and search attributes.
+func (r *rolloutRun) show(ctx workflow.Context) {
+	r.p.UpdatedAt = workflow.Now(ctx).UTC()
+	workflow.SetCurrentDetails(ctx, r.p.CurrentDetails())
+	// A failed upsert only leaves the list's columns stale; the query and
+	// the details stay right.
+	_ = workflow.UpsertTypedSearchAttributes(ctx,
+		contract.AttrProjection.ValueSet(r.in.Projection),
+		contract.AttrRolloutAffected.ValueSet(int64(r.p.Affected)),
+		contract.AttrRolloutApplied.ValueSet(int64(r.p.Applied)),
+		contract.AttrRolloutFailing.ValueSet(int64(r.p.Failing+r.p.WouldFail*boolInt(!r.p.Deployed))))
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func share(n, of int) float64 {
+	if of == 0 {
+		return 0
+	}
+	return float64(n) / float64(of)
+}
