@@ -47,7 +47,7 @@ type stack struct {
 	prefix   string
 }
 
-func newStack(t *testing.T, more map[string]string) *stack {
+func newStack(t testing.TB, more map[string]string) *stack {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancel)
@@ -93,7 +93,7 @@ func newStack(t *testing.T, more map[string]string) *stack {
 	return s
 }
 
-func (s *stack) startWorker(t *testing.T) {
+func (s *stack) startWorker(t testing.TB) {
 	t.Helper()
 	w, err := s.svc.NewWorker()
 	require.NoError(t, err)
@@ -136,7 +136,7 @@ func (s *stack) waitDeadLettered(t *testing.T, n int) {
 }
 
 // candidate is artist_followers, fixed (without followed_at) or not.
-func candidate(t *testing.T, fixed bool) *projection.Document {
+func candidate(t testing.TB, fixed bool) *projection.Document {
 	t.Helper()
 	data, err := exampleprojections.Document("artist_followers")
 	require.NoError(t, err)
@@ -182,7 +182,7 @@ func (s *stack) rollout(t *testing.T, doc *projection.Document, version int, max
 	return id, run.GetRunID(), p
 }
 
-func (s *stack) count(t *testing.T, sql string, args ...any) int {
+func (s *stack) count(t testing.TB, sql string, args ...any) int {
 	t.Helper()
 	var n int
 	require.NoError(t, s.svc.Pool.QueryRow(s.ctx, sql, args...).Scan(&n))
@@ -287,4 +287,33 @@ func TestRolloutOutOfOrderDeadLetter(t *testing.T) {
 	require.Equal(t, users-1, p.Applied)
 	require.Zero(t, s.count(t, `SELECT count(*) FROM artist_followers WHERE user_id = 'user-00'`), "the older follow never applies after the unfollow")
 	require.Equal(t, users-1, s.count(t, `SELECT count(*) FROM artist_followers`))
+}
+
+// Dead letters whose records the check cannot read (no DLQ topic here, or
+// past its retention) are read from their runs' histories, the same events.
+func TestCheckReadsRunsWithoutRecords(t *testing.T) {
+	s := newStack(t, nil)
+	const users = 4
+	follows, _ := s.produce(t, users)
+	s.waitDeadLettered(t, users)
+	runner, err := s.svc.RolloutRunner()
+	require.NoError(t, err)
+	src := runner.Sources
+	src.DLQ = nil
+	failing, g, err := rollout.Gather(s.ctx, src, "artist_followers", 100)
+	require.NoError(t, err)
+	require.Zero(t, g.DLQRecords)
+	var ids []string
+	for _, f := range failing {
+		require.Equal(t, rollout.DeadLettered, f.Source)
+		require.Nil(t, f.Item)
+		require.Equal(t, "sql", f.ErrorKind, "the kind from the run's memo")
+		ids = append(ids, f.Event.EventID)
+	}
+	require.ElementsMatch(t, follows, ids)
+	// Limit bounds the runs read.
+	failing, g, err = rollout.Gather(s.ctx, src, "artist_followers", 2)
+	require.NoError(t, err)
+	require.Len(t, failing, 2)
+	require.True(t, g.Truncated)
 }
