@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/causet/projection-retry/contract"
@@ -31,9 +32,18 @@ func (a *Rollouts) DeployCandidate(ctx context.Context, in contract.RolloutInput
 	return out, invalidCandidate(err)
 }
 
-// ReplayFailing replays the next batch of the rollout's dead letters.
+// ReplayFailing replays the next batch of the rollout's dead letters,
+// heartbeating after each: a try after a lost worker goes on after the
+// last replay the previous one reported.
 func (a *Rollouts) ReplayFailing(ctx context.Context, in contract.ReplayFailingInput) (contract.ReplayFailingResult, error) {
-	return a.Runner.ReplayBatch(ctx, in)
+	var done *contract.ReplayFailingResult
+	if activity.HasHeartbeatDetails(ctx) {
+		var d contract.ReplayFailingResult
+		if activity.GetHeartbeatDetails(ctx, &d) == nil {
+			done = &d
+		}
+	}
+	return a.Runner.ReplayBatch(ctx, in, done, func(r contract.ReplayFailingResult) { activity.RecordHeartbeat(ctx, r) })
 }
 
 // CountSettled counts the rollout's events applied, failing again and

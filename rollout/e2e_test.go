@@ -127,11 +127,12 @@ func record(t *testing.T, ev event.Envelope) *kgo.Record {
 	return &kgo.Record{Key: []byte(ev.EntityID), Value: b}
 }
 
-// waitDeadLettered waits until n runs of artist_followers are dead-lettered.
+// waitDeadLettered waits until n runs of artist_followers on the test's
+// task queue are dead-lettered.
 func (s *stack) waitDeadLettered(t *testing.T, n int) {
 	t.Helper()
-	q := fmt.Sprintf("%s = 'artist_followers' AND %s = '%s' AND ExecutionStatus = 'Running'",
-		contract.AttrProjection.GetName(), contract.AttrRetryState.GetName(), contract.StateDeadLettered)
+	q := fmt.Sprintf("%s = 'artist_followers' AND %s = '%s' AND ExecutionStatus = 'Running' AND TaskQueue = '%s'",
+		contract.AttrProjection.GetName(), contract.AttrRetryState.GetName(), contract.StateDeadLettered, s.svc.Config.TaskQueue)
 	require.Eventually(t, func() bool { return len(s.temporal.ListWorkflows(t, q)) == n }, time.Minute, 200*time.Millisecond)
 }
 

@@ -152,14 +152,20 @@ func (r *Runner) probeIncidents(ctx context.Context, proj string) error {
 // ReplayBatch replays the next batch of the rollout's dead letters, in
 // order and at the input's rate. A run still open is signalled; one that
 // closed is started again from its DLQ record. Refused and failed replays
-// are counted, not retried: they stay dead letters.
-func (r *Runner) ReplayBatch(ctx context.Context, in contract.ReplayFailingInput) (contract.ReplayFailingResult, error) {
+// are counted, not retried: they stay dead letters. done, when a try of
+// the batch before this one reported it, is where to go on from; progress
+// is told the result after each replay.
+func (r *Runner) ReplayBatch(ctx context.Context, in contract.ReplayFailingInput, done *contract.ReplayFailingResult,
+	progress func(contract.ReplayFailingResult)) (contract.ReplayFailingResult, error) {
 	out := contract.ReplayFailingResult{Next: in.After}
-	rows, err := replays(ctx, r.Sources.Pool, in.RolloutID, in.After, in.Batch)
+	if done != nil {
+		out = *done
+	}
+	rows, err := replays(ctx, r.Sources.Pool, in.RolloutID, out.Next, in.Batch-(out.Next-in.After))
 	if err != nil {
 		return out, err
 	}
-	if len(rows) < in.Batch {
+	if len(rows) < in.Batch-(out.Next-in.After) {
 		out.Done = true
 	}
 	if len(rows) == 0 {
@@ -196,6 +202,9 @@ func (r *Runner) ReplayBatch(ctx context.Context, in contract.ReplayFailingInput
 			out.Failed++
 		}
 		out.Next = row.seq
+		if progress != nil {
+			progress(out)
+		}
 	}
 	return out, nil
 }

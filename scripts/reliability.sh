@@ -36,7 +36,7 @@ esac
 # Which orderings each scenario runs is decided by the tests from the
 # profile: in the short profile the default (entity), and both for 7.
 if [[ $profile == short ]]; then
-  run=${RELIABILITY_RUN:-'^TestReliability(1BridgeKill9|2WorkerKill9DuringBackoff|3PostgresOutage|7BadInput|9HotKey|10ReleaseDuringRebalance|11WritePathRelayKill9|12WritePathKafkaOutage|13WritePathPostgresOutage|14IncidentHold|15WritePathPoisonRow|16LongReader|17BridgePostgresBlackhole|18BridgeKafkaBlackhole|19WorkerTemporalBlackhole|20SlowLossyLinks|21OneWayPartition|22WritePathSilentLinks)$'}
+  run=${RELIABILITY_RUN:-'^TestReliability(1BridgeKill9|2WorkerKill9DuringBackoff|3PostgresOutage|7BadInput|9HotKey|10ReleaseDuringRebalance|11WritePathRelayKill9|12WritePathKafkaOutage|13WritePathPostgresOutage|14IncidentHold|15WritePathPoisonRow|16LongReader|17BridgePostgresBlackhole|18BridgeKafkaBlackhole|19WorkerTemporalBlackhole|20SlowLossyLinks|21OneWayPartition|22WritePathSilentLinks|23RolloutKill9)$'}
   timeout=50m
 else
   run=${RELIABILITY_RUN:-'^TestReliability'}

@@ -13,9 +13,13 @@ import (
 
 // Rollout pacing.
 const (
-	// rolloutReplayBatch is how many dead letters one ReplayFailing
-	// activity replays; the progress is counted between batches.
-	rolloutReplayBatch = 100
+	// rolloutBatchFor is how long one ReplayFailing activity replays at
+	// the rollout's rate (10 to 100 dead letters); the progress is counted
+	// between batches.
+	rolloutBatchFor = 5 * time.Second
+	// rolloutReplayHeartbeat bounds how long a replay batch on a lost
+	// worker goes unnoticed; its heartbeat says where a retry goes on.
+	rolloutReplayHeartbeat = 10 * time.Second
 	// rolloutSettleEvery is how often a rollout counts its events while
 	// the replayed runs finish their schedules.
 	rolloutSettleEvery = 5 * time.Second
@@ -87,10 +91,11 @@ func (r *rolloutRun) run(ctx workflow.Context) error {
 
 	r.p.State = contract.RolloutReplaying
 	r.show(ctx)
-	batch := max(rolloutReplayBatch, 1)
+	batch := min(max(int(r.in.Rate*rolloutBatchFor.Seconds()), 10), 100)
 	perBatch := time.Duration(float64(batch)/max(r.in.Rate, 0.1)*float64(time.Second)) + time.Minute
 	replay := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: perBatch,
+		HeartbeatTimeout:    rolloutReplayHeartbeat,
 		RetryPolicy:         &temporal.RetryPolicy{MaximumInterval: time.Minute},
 	})
 	count := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
