@@ -107,7 +107,7 @@ func (p *fakePublisher) Publish(_ context.Context, key []byte, r dlq.Record) (co
 }
 
 // heartbeatLog records every activity.RecordHeartbeat call (before the SDK
-// batches them) through a worker interceptor.
+// batches them) through testenv.OnHeartbeat.
 type heartbeatLog struct {
 	mu    sync.Mutex
 	calls [][]any
@@ -147,38 +147,6 @@ func (h *heartbeatLog) attempts(t *testing.T) [][]contract.Attempt {
 	return out
 }
 
-type heartbeatInterceptor struct {
-	interceptor.WorkerInterceptorBase
-	log *heartbeatLog
-}
-
-func (w *heartbeatInterceptor) InterceptActivity(_ context.Context, next interceptor.ActivityInboundInterceptor) interceptor.ActivityInboundInterceptor {
-	i := &heartbeatInbound{log: w.log}
-	i.Next = next
-	return i
-}
-
-type heartbeatInbound struct {
-	interceptor.ActivityInboundInterceptorBase
-	log *heartbeatLog
-}
-
-func (i *heartbeatInbound) Init(outbound interceptor.ActivityOutboundInterceptor) error {
-	o := &heartbeatOutbound{log: i.log}
-	o.Next = outbound
-	return i.Next.Init(o)
-}
-
-type heartbeatOutbound struct {
-	interceptor.ActivityOutboundInterceptorBase
-	log *heartbeatLog
-}
-
-func (o *heartbeatOutbound) RecordHeartbeat(ctx context.Context, details ...any) {
-	o.log.add(details)
-	o.Next.RecordHeartbeat(ctx, details...)
-}
-
 // onlyLine returns the single log line whose msg is msg.
 func onlyLine(t *testing.T, logs *testenv.LogBuffer, msg string) map[string]any {
 	t.Helper()
@@ -210,7 +178,9 @@ func newHarness(t *testing.T, applier activities.Applier, pub activities.DeadLet
 		Logger:    slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Metrics:   activities.NewMetrics(h.reg),
 	}
-	h.env.SetWorkerOptions(sdkworker.Options{Interceptors: []interceptor.WorkerInterceptor{&heartbeatInterceptor{log: h.hb}}})
+	h.env.SetWorkerOptions(sdkworker.Options{Interceptors: []interceptor.WorkerInterceptor{
+		testenv.OnHeartbeat(func(_ context.Context, details []any) { h.hb.add(details) }),
+	}})
 	h.env.RegisterActivityWithOptions(h.acts.ApplyProjection, activity.RegisterOptions{Name: contract.ApplyProjectionActivity})
 	h.env.RegisterActivityWithOptions(h.acts.PublishDeadLetter, activity.RegisterOptions{Name: contract.PublishDeadLetterActivity})
 	return h

@@ -24,11 +24,6 @@ import (
 	"github.com/causet/projection-retry/projection"
 )
 
-// followersNoFollowedAt is artist_followers without the followed_at column:
-// the seed's schema mismatch.
-const followersNoFollowedAt = `CREATE TABLE artist_followers (
-	user_id text NOT NULL, artist_id text NOT NULL, PRIMARY KEY (user_id, artist_id))`
-
 // engineWithFollowers gives a fresh database with ddl, artist_followers
 // deployed, and a projection engine on it.
 func engineWithFollowers(t *testing.T, ddl string) (*pgxpool.Pool, *projection.Engine) {
@@ -49,23 +44,6 @@ func engineWithFollowers(t *testing.T, ddl string) (*pgxpool.Pool, *projection.E
 	require.NoError(t, err)
 	require.Equal(t, 1, v)
 	return pool, engine
-}
-
-// followers returns the rows of artist_followers as user/artist → followed_at.
-func followers(t *testing.T, pool *pgxpool.Pool) map[string]time.Time {
-	t.Helper()
-	rows, err := pool.Query(context.Background(), "SELECT user_id, artist_id, followed_at FROM artist_followers")
-	require.NoError(t, err)
-	defer rows.Close()
-	out := map[string]time.Time{}
-	for rows.Next() {
-		var u, a string
-		var at time.Time
-		require.NoError(t, rows.Scan(&u, &a, &at))
-		out[u+"/"+a] = at.UTC()
-	}
-	require.NoError(t, rows.Err())
-	return out
 }
 
 // rowCount counts the rows of artist_followers.
@@ -96,7 +74,7 @@ func TestApplyProjectionWritesToPostgres(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, out.IRVersion)
 	require.False(t, out.Duplicate)
-	require.Equal(t, map[string]time.Time{"user-1/artist-9": occurred}, followers(t, pool))
+	require.Equal(t, map[string]time.Time{"user-1/artist-9": occurred}, testenv.Followers(t, context.Background(), pool))
 	require.Equal(t, 1, ledgerRows(t, pool, "e1"))
 
 	again := followed("e1", "user-1", "artist-9")
@@ -104,7 +82,7 @@ func TestApplyProjectionWritesToPostgres(t *testing.T) {
 	out, err = h.apply(applyInput(again, 2))
 	require.NoError(t, err)
 	require.True(t, out.Duplicate)
-	require.Equal(t, map[string]time.Time{"user-1/artist-9": occurred}, followers(t, pool))
+	require.Equal(t, map[string]time.Time{"user-1/artist-9": occurred}, testenv.Followers(t, context.Background(), pool))
 	require.Equal(t, 1, ledgerRows(t, pool, "e1"))
 
 	require.Zero(t, total(t, h.reg, retriesTotal))
@@ -115,7 +93,7 @@ func TestApplyProjectionWritesToPostgres(t *testing.T) {
 // attempt fails as sql with PostgreSQL's message, writes nothing (no row,
 // no ledger row, so a later attempt can still apply it) and counts a retry.
 func TestApplyProjectionSchemaMismatchOnPostgres(t *testing.T) {
-	pool, engine := engineWithFollowers(t, followersNoFollowedAt)
+	pool, engine := engineWithFollowers(t, testenv.FollowersNoFollowedAtDDL)
 	h := newHarness(t, engine, nil)
 
 	_, err := h.apply(applyInput(followed("e1", "user-1", "artist-9"), 1))
@@ -140,7 +118,7 @@ func TestApplyProjectionSchemaMismatchOnPostgres(t *testing.T) {
 	out, err := h.apply(applyInput(followed("e1", "user-1", "artist-9"), 2))
 	require.NoError(t, err)
 	require.Equal(t, 2, out.Attempt)
-	require.Equal(t, map[string]time.Time{"user-1/artist-9": occurred}, followers(t, pool))
+	require.Equal(t, map[string]time.Time{"user-1/artist-9": occurred}, testenv.Followers(t, context.Background(), pool))
 	require.Equal(t, 1, ledgerRows(t, pool, "e1"))
 }
 

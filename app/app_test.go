@@ -3,8 +3,6 @@ package app_test
 import (
 	"context"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -14,22 +12,9 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/causet/projection-retry/app"
-	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/internal/testenv"
 )
-
-func TestMain(m *testing.M) { testenv.Main(m) }
-
-// load is the configuration of env alone.
-func load(t *testing.T, env map[string]string) config.Config {
-	t.Helper()
-	cfg, err := config.Load(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
-	require.NoError(t, err)
-	return cfg
-}
-
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func TestOpenNeedsDatabaseURL(t *testing.T) {
 	_, err := app.Open(context.Background(), load(t, nil), app.WithLogger(quiet()))
@@ -41,31 +26,12 @@ func TestOpenBadDatabaseURLHidesIt(t *testing.T) {
 	require.EqualError(t, err, "DATABASE_URL is not a valid PostgreSQL URL")
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // TestServiceKafka opens the service on a dev server of the test's, runs the
 // worker and the bridge it builds, and serves its metrics.
 func TestServiceKafka(t *testing.T) {
 	srv := testenv.Temporal(t)
-	brokers := testenv.Kafka(t)
-	topic, dlqTopic := testenv.Topic(t, "causet.events.v1"), testenv.Topic(t, "causet.dlq")
-	testenv.CreateTopic(t, brokers, topic, 1)
-	testenv.CreateTopic(t, brokers, dlqTopic, 1)
-	cfg := load(t, map[string]string{
-		"DATABASE_URL":          testenv.PostgresURL(t),
-		"KAFKA_BROKERS":         brokers[0],
-		"CAUSET_EVENTS_TOPIC":   topic,
-		"CAUSET_DLQ_TOPIC":      dlqTopic,
-		"CAUSET_CONSUMER_GROUP": testenv.Topic(t, "group"),
-		"CAUSET_TASK_QUEUE":     testenv.TaskQueue(t),
-		"CAUSET_METRICS_ADDR":   freeAddr(t),
-	})
+	env, topic, dlqTopic := consumerEnv(t, testenv.Kafka(t), map[string]string{"CAUSET_METRICS_ADDR": freeAddr(t)})
+	cfg := load(t, env)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -101,11 +67,7 @@ func TestServiceKafka(t *testing.T) {
 	require.NoError(t, w.Start())
 	defer w.Stop()
 
-	b, err := svc.NewBridge()
-	require.NoError(t, err)
-	bctx, stopBridge := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- b.Run(bctx) }()
+	stopBridge, done := runBridge(t, ctx, svc)
 
 	stopMetrics, err := svc.ServeMetrics()
 	require.NoError(t, err)

@@ -3,15 +3,12 @@ package app_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/base64"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kgo"
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
@@ -27,30 +24,8 @@ import (
 	"github.com/causet/projection-retry/event"
 	"github.com/causet/projection-retry/internal/testenv"
 	"github.com/causet/projection-retry/payloadcodec"
-	"github.com/causet/projection-retry/projection"
 	"github.com/causet/projection-retry/starter"
 )
-
-// followersWithoutColumn writes followed_at, which the test's table lacks:
-// every attempt fails as sql and the event is dead-lettered.
-const followersWithoutColumn = `
-name: artist_followers
-source_events: [ARTIST_FOLLOWED]
-table: artist_followers
-key: [user_id, artist_id]
-on:
-  ARTIST_FOLLOWED:
-    op: upsert
-    columns: {user_id: event.entityId, artist_id: event.payload.artistId, followed_at: event.occurredAt}
-`
-
-func newPayloadKey(t *testing.T) string {
-	t.Helper()
-	k := make([]byte, config.PayloadKeySize)
-	_, err := rand.Read(k)
-	require.NoError(t, err)
-	return base64.StdEncoding.EncodeToString(k)
-}
 
 // TestEncryptedHistoryKafka runs a retry workflow to its dead letter with
 // the worker and client that `causet worker` builds from CAUSET_PAYLOAD_KEYS,
@@ -79,7 +54,7 @@ func TestEncryptedHistoryKafka(t *testing.T) {
 		artist = "artist-plaintext-7c41e9" // in the event's payload only
 		reason = "reason-plaintext-d2b85f" // in the discard signal only
 	)
-	k1, k2 := newPayloadKey(t), newPayloadKey(t)
+	k1, k2 := testenv.RandomKey(t, config.PayloadKeySize), testenv.RandomKey(t, config.PayloadKeySize)
 	ev := event.Envelope{
 		EventID: "enc-" + cfg.TaskQueue, EventType: "ARTIST_FOLLOWED", EntityID: "user-1", ForkID: "production",
 		OccurredAt: time.Now().UTC().Truncate(time.Second), Payload: []byte(`{"artistId":"` + artist + `"}`),
@@ -91,17 +66,8 @@ func TestEncryptedHistoryKafka(t *testing.T) {
 		Retry:        config.Retry{MaxAttempts: 2, Initial: time.Second, Multiplier: 2, Max: time.Second},
 		ReplayWindow: time.Hour,
 	}
-	setup := app.WithSetup(func(ctx context.Context, pool *pgxpool.Pool) error {
-		if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS artist_followers (user_id text NOT NULL, artist_id text NOT NULL, PRIMARY KEY (user_id, artist_id))`); err != nil {
-			return err
-		}
-		doc, err := projection.Parse([]byte(followersWithoutColumn))
-		if err != nil {
-			return err
-		}
-		_, err = projection.Deploy(ctx, pool, doc)
-		return err
-	})
+	// Each open runs the setup: the table may be there already.
+	setup := withFollowers(`CREATE TABLE IF NOT EXISTS artist_followers (user_id text NOT NULL, artist_id text NOT NULL, PRIMARY KEY (user_id, artist_id))`)
 	open := func() *app.Service {
 		svc, err := app.Open(ctx, cfg, app.WithLogger(quiet()), app.WithTemporalAddress(srv.HostPort), setup)
 		require.NoError(t, err)
@@ -218,14 +184,7 @@ func gauge(t *testing.T, svc *app.Service, name, keyID string) float64 {
 
 func waitRetryState(t *testing.T, ctx context.Context, c client.Client, id string, want contract.State) {
 	t.Helper()
-	var st contract.Status
-	require.Eventually(t, func() bool {
-		v, err := c.QueryWorkflow(ctx, id, "", contract.QueryStatus)
-		if err != nil {
-			return false
-		}
-		return v.Get(&st) == nil && st.State == want
-	}, 60*time.Second, 200*time.Millisecond, "workflow %s never reached %s (last: %+v)", id, want, st)
+	testenv.WaitQuery(t, ctx, c, id, contract.QueryStatus, 60*time.Second, func(st contract.Status) bool { return st.State == want })
 }
 
 func history(t *testing.T, ctx context.Context, c client.Client, id, runID string) []*historypb.HistoryEvent {
@@ -283,20 +242,10 @@ func payloadsOutsideSearchAttributes(events []*historypb.HistoryEvent) []*common
 
 func firstDLQRecord(t *testing.T, ctx context.Context, brokers []string, topic string) dlq.Record {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	recs := testenv.FirstRecords(t, ctx, brokers, topic, 20*time.Second)
+	r, err := dlq.Decode(recs[0].Value)
 	require.NoError(t, err)
-	defer cl.Close()
-	fctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	for {
-		fs := cl.PollFetches(fctx)
-		require.NoError(t, fctx.Err(), "no DLQ record on %s", topic)
-		if recs := fs.Records(); len(recs) > 0 {
-			r, err := dlq.Decode(recs[0].Value)
-			require.NoError(t, err)
-			return r
-		}
-	}
+	return r
 }
 
 // A bad CAUSET_PAYLOAD_KEYS stops DialTemporal before it dials, with one

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
@@ -20,20 +19,7 @@ import (
 	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/internal/testenv"
 	"github.com/causet/projection-retry/internal/tracing"
-	"github.com/causet/projection-retry/projection"
 )
-
-// tracedIR writes a column its table lacks: every attempt fails (sql).
-const tracedIR = `
-name: artist_followers
-source_events: [ARTIST_FOLLOWED]
-table: artist_followers
-key: [user_id, artist_id]
-on:
-  ARTIST_FOLLOWED:
-    op: upsert
-    columns: {user_id: event.entityId, artist_id: event.payload.artistId, followed_at: event.occurredAt}
-`
 
 // spans indexes the spans a SpanRecorder saw start (ended or not: a
 // dead-lettered run's RunWorkflow span stays open with the run).
@@ -114,47 +100,25 @@ func startTracedStack(t *testing.T, ordering string) *tracedStack {
 
 	srv := testenv.Temporal(t)
 	brokers := testenv.Kafka(t)
-	topic, dlqTopic := testenv.Topic(t, "causet.events.v1"), testenv.Topic(t, "causet.dlq")
-	testenv.CreateTopic(t, brokers, topic, 1)
-	testenv.CreateTopic(t, brokers, dlqTopic, 1)
-	cfg := load(t, map[string]string{
-		"DATABASE_URL":                       testenv.PostgresURL(t),
-		"KAFKA_BROKERS":                      brokers[0],
-		"CAUSET_EVENTS_TOPIC":                topic,
-		"CAUSET_DLQ_TOPIC":                   dlqTopic,
-		"CAUSET_CONSUMER_GROUP":              testenv.Topic(t, "group"),
-		"CAUSET_TASK_QUEUE":                  testenv.TaskQueue(t),
+	env, topic, dlqTopic := consumerEnv(t, brokers, map[string]string{
 		"CAUSET_ORDERING":                    ordering,
 		"PROJECTION_WORKER_MAX_RETRIES":      "2",
 		"PROJECTION_WORKER_RETRY_INITIAL_MS": "1000",
 		"PROJECTION_WORKER_RETRY_MAX_MS":     "1000",
 	})
+	cfg := load(t, env)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 
 	svc, err := app.Open(ctx, cfg, app.WithLogger(quiet()), app.WithTemporalAddress(srv.HostPort), app.WithTracing(tr),
-		app.WithSetup(func(ctx context.Context, pool *pgxpool.Pool) error {
-			if _, err := pool.Exec(ctx, `CREATE TABLE artist_followers (user_id text NOT NULL, artist_id text NOT NULL, PRIMARY KEY (user_id, artist_id))`); err != nil {
-				return err
-			}
-			d, err := projection.Parse([]byte(tracedIR))
-			if err != nil {
-				return err
-			}
-			_, err = projection.Deploy(ctx, pool, d)
-			return err
-		}))
+		withFollowers(testenv.FollowersNoFollowedAtDDL))
 	require.NoError(t, err)
 	t.Cleanup(svc.Close)
 	w, err := svc.NewWorker()
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)
-	b, err := svc.NewBridge()
-	require.NoError(t, err)
-	bctx, stopBridge := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- b.Run(bctx) }()
+	stopBridge, done := runBridge(t, ctx, svc)
 	t.Cleanup(func() {
 		stopBridge()
 		select {

@@ -3,13 +3,11 @@ package app_test
 import (
 	"context"
 	"encoding/json"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -112,11 +110,7 @@ func TestUpgradeFromTheReleaseBeforeMigrationsKafka(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
 	defer w.Stop()
-	b, err := svc.NewBridge()
-	require.NoError(t, err)
-	bctx, stopBridge := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- b.Run(bctx) }()
+	stopBridge, done := runBridge(t, ctx, svc)
 	defer func() {
 		stopBridge()
 		require.NoError(t, <-done)
@@ -148,12 +142,12 @@ ORDER BY e.position LIMIT 1`).Scan(&dupEnv, &dupArtist, &dupPlays))
 
 	require.Eventually(t, func() bool {
 		return count(`SELECT count(*)::int FROM causet_blocked_keys`) == 0 && count(`SELECT count(*)::int FROM causet_parked_events`) == 0 &&
-			gathered(t, svc.Registry, "causet_bridge_applied_total", `result="duplicate"`) >= 1
+			testenv.SumMetric(t, svc.Registry, "causet_bridge_applied_total", map[string]string{"result": "duplicate"}) >= 1
 	}, 3*time.Minute, 200*time.Millisecond, "blocked keys %d, parked events %d, duplicates %v",
 		count(`SELECT count(*)::int FROM causet_blocked_keys`), count(`SELECT count(*)::int FROM causet_parked_events`),
-		gathered(t, svc.Registry, "causet_bridge_applied_total", `result="duplicate"`))
-	released := gathered(t, svc.Registry, "causet_bridge_parked_events_total", `result="released"`) +
-		gathered(t, svc.Registry, "causet_bridge_parked_events_total", `result="head"`)
+		testenv.SumMetric(t, svc.Registry, "causet_bridge_applied_total", map[string]string{"result": "duplicate"}))
+	released := testenv.SumMetric(t, svc.Registry, "causet_bridge_parked_events_total", map[string]string{"result": "released"}) +
+		testenv.SumMetric(t, svc.Registry, "causet_bridge_parked_events_total", map[string]string{"result": "head"})
 	require.EqualValues(t, parked, released, "every parked event left the table once")
 	require.Equal(t, dupPlays, count(`SELECT plays::int FROM artist_stats WHERE artist_id = $1`, dupArtist),
 		"the event the release applied is not applied again")
@@ -221,34 +215,4 @@ func follows(t *testing.T, pool *pgxpool.Pool, user string) []string {
 	out, err := collectStrings(rows)
 	require.NoError(t, err)
 	return out
-}
-
-// gathered sums the samples of metric name in reg whose labels, written as
-// name="value", include match.
-func gathered(t *testing.T, reg *prometheus.Registry, name, match string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			var labels []string
-			for _, l := range m.GetLabel() {
-				labels = append(labels, l.GetName()+"="+strconv.Quote(l.GetValue()))
-			}
-			if !strings.Contains(strings.Join(labels, ","), match) {
-				continue
-			}
-			switch {
-			case m.GetCounter() != nil:
-				sum += m.GetCounter().GetValue()
-			case m.GetGauge() != nil:
-				sum += m.GetGauge().GetValue()
-			}
-		}
-	}
-	return sum
 }

@@ -1,6 +1,3 @@
-// Package deployments holds the files for running Causet with Docker and
-// beside an existing Temporal cluster. Its test validates docker-compose.yml
-// and the Dockerfile statically: no Docker engine is needed.
 package deployments
 
 import (
@@ -20,21 +17,14 @@ import (
 
 	"github.com/causet/projection-retry/app"
 	"github.com/causet/projection-retry/contract"
+	"github.com/causet/projection-retry/internal/testenv"
 )
 
 // allowedEnv reports whether a causet process reads name: one of
 // app.Variables() (config.Variables() and those of the runtime, the relay and
 // Temporal's envconfig, taken from the code) or of a family read by prefix.
 func allowedEnv(name string) bool {
-	if slices.Contains(app.Variables(), name) {
-		return true
-	}
-	for _, p := range app.VariablePrefixes {
-		if strings.HasPrefix(name, p) {
-			return true
-		}
-	}
-	return false
+	return testenv.Listed(name, app.Variables(), app.VariablePrefixes)
 }
 
 // searchAttributes are CONTRACT §6's custom search attributes (Keyword).

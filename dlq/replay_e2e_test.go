@@ -3,7 +3,6 @@ package dlq_test
 import (
 	"context"
 	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
@@ -23,20 +22,6 @@ import (
 	"github.com/causet/projection-retry/worker"
 )
 
-const brokenIR = `
-name: artist_followers
-source_events: [ARTIST_FOLLOWED]
-table: artist_followers
-key: [user_id, artist_id]
-on:
-  ARTIST_FOLLOWED:
-    op: upsert
-    columns: {user_id: event.entityId, artist_id: event.payload.artistId, followed_at: event.occurredAt}
-`
-
-// fixedIR no longer writes the column the table lacks.
-var fixedIR = strings.Replace(brokenIR, ", followed_at: event.occurredAt", "", 1)
-
 var fastRetry = config.Retry{MaxAttempts: 2, Initial: time.Second, Multiplier: 1, Max: time.Second}
 
 // TestKafkaReplayEndToEnd dead-letters three events (one left open, one whose
@@ -51,7 +36,7 @@ func TestKafkaReplayEndToEnd(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	dlqTopic := testenv.Topic(t, "dlq")
 	testenv.CreateTopic(t, brokers, dlqTopic, 2)
-	_, err := pool.Exec(ctx, `CREATE TABLE artist_followers (user_id text NOT NULL, artist_id text NOT NULL, PRIMARY KEY (user_id, artist_id))`)
+	_, err := pool.Exec(ctx, testenv.FollowersNoFollowedAtDDL)
 	require.NoError(t, err)
 	logger := slog.New(slog.DiscardHandler)
 	engine, err := projection.NewEngine(ctx, pool, logger)
@@ -63,7 +48,7 @@ func TestKafkaReplayEndToEnd(t *testing.T) {
 		_, err = projection.Deploy(ctx, pool, d)
 		require.NoError(t, err)
 	}
-	deploy(brokenIR)
+	deploy(testenv.FollowersIR)
 
 	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	require.NoError(t, err)
@@ -152,7 +137,7 @@ func TestKafkaReplayEndToEnd(t *testing.T) {
 
 	// The fix, then a dry run that only reports: without --force the
 	// discarded dead letter stays discarded.
-	deploy(fixedIR)
+	deploy(testenv.FollowersFixedIR)
 	require.Equal(t, dlq.Summary{Signalled: 1, Restarted: 1, Refused: 1}, replay(true, false))
 	require.Equal(t, dlq.Summary{Signalled: 1, Restarted: 2}, replay(true, true))
 	time.Sleep(300 * time.Millisecond)

@@ -22,11 +22,6 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// followersNoFollowedAt is artist_followers without the followed_at column:
-// the seed's schema mismatch.
-const followersNoFollowedAt = `CREATE TABLE artist_followers (
-	user_id text NOT NULL, artist_id text NOT NULL, PRIMARY KEY (user_id, artist_id))`
-
 var occurred = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 
 type fixture struct {
@@ -93,17 +88,7 @@ func played(id, artist string, plays, days int) event.Envelope {
 
 func (f *fixture) followers(t testing.TB) map[string]time.Time {
 	t.Helper()
-	rows, err := f.pool.Query(f.ctx, "SELECT user_id, artist_id, followed_at FROM artist_followers")
-	require.NoError(t, err)
-	out := map[string]time.Time{}
-	for rows.Next() {
-		var u, a string
-		var at time.Time
-		require.NoError(t, rows.Scan(&u, &a, &at))
-		out[u+"/"+a] = at.UTC()
-	}
-	require.NoError(t, rows.Err())
-	return out
+	return testenv.Followers(t, f.ctx, f.pool)
 }
 
 func (f *fixture) stats(t testing.TB, artist string) (plays int64, perDay *int64) {
@@ -210,7 +195,7 @@ func TestSameEventTwiceChangesOnce(t *testing.T) {
 }
 
 func TestNewVersionIsUsedByTheNextApply(t *testing.T) {
-	f := setup(t, followersNoFollowedAt)
+	f := setup(t, testenv.FollowersNoFollowedAtDDL)
 	// Version 1 writes followed_at, which the table lacks.
 	require.Equal(t, 1, f.deploy(t, "artist_followers"))
 	ev := followed("e1", "user-1", "artist-9")
@@ -267,7 +252,7 @@ on:
 }
 
 func TestMissingColumnIsSQLError(t *testing.T) {
-	f := setup(t, followersNoFollowedAt)
+	f := setup(t, testenv.FollowersNoFollowedAtDDL)
 	f.deploy(t, "artist_followers")
 	for _, apply := range []func(ev event.Envelope) projection.Result{
 		func(ev event.Envelope) projection.Result { return f.apply(t, "artist_followers", ev) },

@@ -17,22 +17,12 @@ import (
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
 	exampleprojections "github.com/causet/projection-retry/examples/projections"
+	"github.com/causet/projection-retry/internal/testenv"
 )
 
-const followersYAML = `
-name: artist_followers
-version: 1
-source_events: [ARTIST_FOLLOWED, ARTIST_UNFOLLOWED]
-table: artist_followers
-key: [user_id, artist_id]
-on:
-  ARTIST_FOLLOWED:
-    op: upsert
-    columns: {user_id: event.entityId, artist_id: event.payload.artistId, followed_at: event.occurredAt}
-  ARTIST_UNFOLLOWED:
-    op: delete
-    columns: {user_id: event.entityId, artist_id: event.payload.artistId}
-`
+// followersYAML is testenv.FollowersIR with a version, a field Parse reads
+// too.
+const followersYAML = "version: 1\n" + testenv.FollowersIR
 
 func TestExamplesParse(t *testing.T) {
 	require.Equal(t, []string{"artist_followers", "artist_stats"}, exampleprojections.Names())

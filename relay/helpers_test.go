@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -244,40 +243,22 @@ func (rr *running) metric(t testing.TB, name string) float64 {
 	return v
 }
 
+// eventsTopic is a Kafka broker with an events topic of the test's own,
+// of three partitions.
+func eventsTopic(t testing.TB) (brokers []string, topic string) {
+	t.Helper()
+	brokers = testenv.Kafka(t)
+	topic = testenv.Topic(t, "causet.events.v1")
+	testenv.CreateTopic(t, brokers, topic, 3)
+	return brokers, topic
+}
+
 // topicRecords reads topic up to its end offsets, in partition then
-// offset order.
+// offset order; no fetch may fail.
 func topicRecords(t testing.TB, brokers []string, topic string) []*kgo.Record {
 	t.Helper()
-	ends := testenv.EndOffsets(t, brokers, topic)
-	total := int64(0)
-	for _, e := range ends {
-		total += e
-	}
-	if total == 0 {
-		return nil
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	require.NoError(t, err)
-	defer cl.Close()
-	ctx := ctxFor(t, 30*time.Second)
-	var recs []*kgo.Record
-	for int64(len(recs)) < total {
-		fs := cl.PollFetches(ctx)
-		require.NoError(t, ctx.Err(), "read %d of %d records of %s", len(recs), total, topic)
-		fs.EachError(func(_ string, _ int32, err error) { require.NoError(t, err) })
-		fs.EachRecord(func(r *kgo.Record) {
-			if r.Offset < ends[r.Partition] {
-				recs = append(recs, r)
-			}
-		})
-	}
-	sort.SliceStable(recs, func(i, j int) bool {
-		if recs[i].Partition != recs[j].Partition {
-			return recs[i].Partition < recs[j].Partition
-		}
-		return recs[i].Offset < recs[j].Offset
-	})
+	recs, errs := testenv.ReadTopic(t, ctxFor(t, 30*time.Second), brokers, topic)
+	require.Empty(t, errs, "fetch errors reading %s", topic)
 	return recs
 }
 

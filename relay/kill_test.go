@@ -19,7 +19,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/causet/projection-retry/event"
-	"github.com/causet/projection-retry/internal/testenv"
 	"github.com/causet/projection-retry/relay"
 )
 
@@ -133,9 +132,7 @@ func eventIDs(t testing.TB, recs []*kgo.Record) []string {
 // acknowledged, and in the end every event is on the topic once, in order.
 func TestRelayKafkaCanceledMidBatch(t *testing.T) {
 	l := newLedger(t)
-	brokers := testenv.Kafka(t)
-	topic := testenv.Topic(t, "causet.events.v1")
-	testenv.CreateTopic(t, brokers, topic, 3)
+	brokers, topic := eventsTopic(t)
 	l.writeMany(t, 30, 8)
 	stopWriters := startWriters(t, l, 3)
 
@@ -176,9 +173,7 @@ func TestRelayKafkaCanceledMidBatch(t *testing.T) {
 // entity's events first appear in sequence order.
 func TestRelayKafkaKilledMidBatch(t *testing.T) {
 	l := newLedger(t)
-	brokers := testenv.Kafka(t)
-	topic := testenv.Topic(t, "causet.events.v1")
-	testenv.CreateTopic(t, brokers, topic, 3)
+	brokers, topic := eventsTopic(t)
 	l.writeMany(t, 30, 8)
 	stopWriters := startWriters(t, l, 3)
 

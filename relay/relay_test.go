@@ -26,9 +26,7 @@ const (
 
 func TestRelayKafkaPublishesOncePerEntityInOrder(t *testing.T) {
 	l := newLedger(t)
-	brokers := testenv.Kafka(t)
-	topic := testenv.Topic(t, "causet.events.v1")
-	testenv.CreateTopic(t, brokers, topic, 3)
+	brokers, topic := eventsTopic(t)
 
 	n := l.writeMany(t, 40, 6) // batches of 7 split intents and entities
 	rr := start(t, fastOptions(t, l, brokers, topic))
@@ -52,9 +50,7 @@ var fastRetries = []kgo.Opt{kgo.RetryBackoffFn(func(int) time.Duration { return 
 
 func TestRelayKafkaLagMetrics(t *testing.T) {
 	l := newLedger(t)
-	brokers := testenv.Kafka(t)
-	topic := testenv.Topic(t, "causet.events.v1")
-	testenv.CreateTopic(t, brokers, topic, 3)
+	brokers, topic := eventsTopic(t)
 	n := l.writeMany(t, 9, 3)
 	_, err := l.pool.Exec(ctxFor(t, 10*time.Second), `UPDATE causet_events SET recorded_at = now() - interval '90 seconds'`)
 	require.NoError(t, err)
@@ -84,9 +80,7 @@ func TestRelayKafkaLagMetrics(t *testing.T) {
 // waits, then takes over when the first stops.
 func TestRelayKafkaOnlyOnePublishes(t *testing.T) {
 	l := newLedger(t)
-	brokers := testenv.Kafka(t)
-	topic := testenv.Topic(t, "causet.events.v1")
-	testenv.CreateTopic(t, brokers, topic, 3)
+	brokers, topic := eventsTopic(t)
 
 	a := start(t, fastOptions(t, l, brokers, topic))
 	b := start(t, fastOptions(t, l, brokers, topic))
@@ -189,9 +183,7 @@ func TestRelayKafkaConnectionCutThenBack(t *testing.T) {
 // reconnects with backoff, takes the lock again and goes on.
 func TestRelayKafkaDatabaseRestart(t *testing.T) {
 	l := newLedger(t)
-	brokers := testenv.Kafka(t)
-	topic := testenv.Topic(t, "causet.events.v1")
-	testenv.CreateTopic(t, brokers, topic, 3)
+	brokers, topic := eventsTopic(t)
 
 	rr := start(t, fastOptions(t, l, brokers, topic))
 	n := l.writeMany(t, 10, 3)

@@ -3,7 +3,6 @@ package reliability
 import (
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -164,14 +163,6 @@ func causetBin(t *testing.T) string {
 	})
 	require.NoError(t, binOnce.err)
 	return binOnce.path
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // quietSlog logs errors only, on stderr: the test's own Temporal clients.

@@ -1,11 +1,8 @@
 package reliability
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -95,23 +92,6 @@ func (s *stack) produceOver(evs []evt, d time.Duration, into *eventLog) <-chan s
 	return done
 }
 
-// appliedIn returns n per event_id of a read model table.
-func (s *stack) appliedIn(table string) map[string]int {
-	s.t.Helper()
-	rows, err := s.pool.Query(s.ctx, `SELECT event_id, n FROM `+table)
-	require.NoError(s.t, err)
-	defer rows.Close()
-	out := map[string]int{}
-	for rows.Next() {
-		var id string
-		var n int
-		require.NoError(s.t, rows.Scan(&id, &n))
-		out[id] = n
-	}
-	require.NoError(s.t, rows.Err())
-	return out
-}
-
 // parkedIDs lists the event IDs in causet_parked_events, with their count
 // (an event parked twice for one projection would repeat).
 func (s *stack) parkedIDs() ([]string, int) {
@@ -153,36 +133,6 @@ func (s *stack) incidentStatus(id string) (contract.IncidentStatus, error) {
 	var st contract.IncidentStatus
 	err := s.temporal.QueryWorkflow(id, contract.QueryStatus, &st)
 	return st, err
-}
-
-// metricWhere sums the samples of a metric whose labels contain match (e.g.
-// `result="released"`); -1 when /metrics cannot be read.
-func (p *proc) metricWhere(name, match string) float64 {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.metrics+"/metrics", nil)
-	if err != nil {
-		return -1
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return -1
-	}
-	defer resp.Body.Close()
-	sum := 0.0
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name+"{") || !strings.Contains(line, match) {
-			continue
-		}
-		f := strings.Fields(line)
-		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
-			sum += v
-		}
-	}
-	return sum
 }
 
 func per10k(n, of int) string {

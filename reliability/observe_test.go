@@ -17,10 +17,10 @@ import (
 	"github.com/causet/projection-retry/internal/testenv"
 )
 
-// applied returns n per event_id of the read model.
-func (s *stack) applied() map[string]int {
+// appliedIn returns n per event_id of a read model table.
+func (s *stack) appliedIn(table string) map[string]int {
 	s.t.Helper()
-	rows, err := s.pool.Query(s.ctx, `SELECT event_id, n FROM rel_effects`)
+	rows, err := s.pool.Query(s.ctx, `SELECT event_id, n FROM `+table)
 	require.NoError(s.t, err)
 	defer rows.Close()
 	out := map[string]int{}
@@ -87,56 +87,29 @@ type dlqEntry struct {
 	size      int
 }
 
-// readDLQ reads the whole DLQ topic (up to its current end).
+// readDLQ reads the whole DLQ topic (up to its current end), in partition
+// then offset order.
 func (s *stack) readDLQ() []dlqEntry {
 	s.t.Helper()
-	ends := s.endOffsets(s.dlqTopic)
-	total := int64(0)
-	for _, e := range ends {
-		total += e
-	}
-	if total == 0 {
-		return nil
-	}
-	offsets := map[string]map[int32]kgo.Offset{s.dlqTopic: {}}
-	for p := range ends {
-		offsets[s.dlqTopic][p] = kgo.NewOffset().AtStart()
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(s.brokers...), kgo.ConsumePartitions(offsets),
-		kgo.FetchMaxBytes(128<<20), kgo.FetchMaxPartitionBytes(128<<20), kgo.BrokerMaxReadBytes(256<<20))
-	require.NoError(s.t, err)
-	defer cl.Close()
 	ctx, cancel := context.WithTimeout(s.ctx, 60*time.Second)
 	defer cancel()
+	recs, _ := testenv.ReadTopic(s.t, ctx, s.brokers, s.dlqTopic,
+		kgo.FetchMaxBytes(128<<20), kgo.FetchMaxPartitionBytes(128<<20), kgo.BrokerMaxReadBytes(256<<20))
 	var out []dlqEntry
-	seen := map[int32]int64{}
-	for {
-		done := true
-		for p, e := range ends {
-			if seen[p] < e {
-				done = false
+	for _, r := range recs {
+		rec, err := dlq.Decode(r.Value)
+		require.NoError(s.t, err)
+		e := dlqEntry{rec: rec, partition: r.Partition, offset: r.Offset, size: len(r.Value)}
+		if rec.Event != nil {
+			var env struct {
+				EventID string `json:"eventId"`
 			}
+			_ = json.Unmarshal(*rec.Event, &env)
+			e.eventID = env.EventID
 		}
-		if done {
-			return out
-		}
-		fs := cl.PollFetches(ctx)
-		require.NoError(s.t, ctx.Err(), "reading the DLQ topic")
-		fs.EachRecord(func(r *kgo.Record) {
-			seen[r.Partition] = r.Offset + 1
-			rec, err := dlq.Decode(r.Value)
-			require.NoError(s.t, err)
-			e := dlqEntry{rec: rec, partition: r.Partition, offset: r.Offset, size: len(r.Value)}
-			if rec.Event != nil {
-				var env struct {
-					EventID string `json:"eventId"`
-				}
-				_ = json.Unmarshal(*rec.Event, &env)
-				e.eventID = env.EventID
-			}
-			out = append(out, e)
-		})
+		out = append(out, e)
 	}
+	return out
 }
 
 // workflowsOnQueue lists every run of workflow type typ ("" for any)

@@ -52,9 +52,9 @@ func (s *stack) startOn(h *testenv.Host, name string, extra map[string]string, a
 	n := procSeq.n
 	procSeq.Unlock()
 	p := &proc{name: name, log: filepath.Join(s.dir, fmt.Sprintf("%s-%d.log", name, n)), done: make(chan struct{}),
-		metrics: "127.0.0.1:" + strconv.Itoa(freePort(s.t))}
+		metrics: "127.0.0.1:" + strconv.Itoa(testenv.FreePort(s.t))}
 	if h != nil {
-		p.metrics = h.IP + ":" + strconv.Itoa(freePort(s.t))
+		p.metrics = h.IP + ":" + strconv.Itoa(testenv.FreePort(s.t))
 	}
 	f, err := os.Create(p.log)
 	require.NoError(s.t, err)
@@ -160,6 +160,22 @@ func (p *proc) logEvents(ev string) []map[string]any {
 // metric sums the samples of a Prometheus metric on the process' /metrics
 // (-1 when it cannot be read).
 func (p *proc) metric(name string) float64 {
+	return p.sumMetrics(func(line string) bool {
+		return strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{")
+	})
+}
+
+// metricWhere sums the samples of a metric whose labels contain match (e.g.
+// `result="released"`); -1 when /metrics cannot be read.
+func (p *proc) metricWhere(name, match string) float64 {
+	return p.sumMetrics(func(line string) bool {
+		return strings.HasPrefix(line, name+"{") && strings.Contains(line, match)
+	})
+}
+
+// sumMetrics sums the samples on the lines of the process' /metrics that
+// keep selects (-1 when it cannot be read).
+func (p *proc) sumMetrics(keep func(line string) bool) float64 {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.metrics+"/metrics", nil)
@@ -176,12 +192,11 @@ func (p *proc) metric(name string) float64 {
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, name+" ") && !strings.HasPrefix(line, name+"{") {
+		if !keep(line) {
 			continue
 		}
 		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err == nil {
+		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
 			sum += v
 		}
 	}

@@ -33,7 +33,7 @@ func (s *stack) verify(events []evt, checkWF, checkDLQ bool) verdict {
 	s.t.Helper()
 	v := verdict{ordering: s.ordering}
 	v.produced = len(events)
-	app := s.applied()
+	app := s.appliedIn(relProjection)
 	failing := map[string]bool{}
 	firstFailure := map[string]int64{} // entity -> sequence of its first failing event
 	byWF := map[string]evt{}           // retry workflow ID -> its event

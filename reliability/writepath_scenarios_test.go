@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"sort"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -323,34 +322,23 @@ func TestReliability13WritePathPostgresOutage(t *testing.T) {
 // status of each answer (-1: no answer) and how long it took.
 func postOnce(base string, ins []client.Intent, callers int) ([]int, []time.Duration) {
 	codes, took := make([]int, len(ins)), make([]time.Duration, len(ins))
-	var next atomic.Int64
-	var wg sync.WaitGroup
 	hc := &http.Client{Timeout: 60 * time.Second}
-	for range callers {
-		wg.Go(func() {
-			for {
-				k := int(next.Add(1) - 1)
-				if k >= len(ins) {
-					return
-				}
-				in := ins[k]
-				body, _ := json.Marshal(map[string]any{"intentId": in.IntentID, "intentType": in.IntentType,
-					"entityId": in.EntityID, "forkId": in.ForkID, "payload": in.Payload})
-				t0 := time.Now()
-				req, _ := http.NewRequest(http.MethodPost, base+"/v1/intents", bytes.NewReader(body))
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("Authorization", "Bearer "+wpToken)
-				resp, err := hc.Do(req)
-				took[k] = time.Since(t0)
-				if err != nil {
-					codes[k] = -1
-					continue
-				}
-				resp.Body.Close()
-				codes[k] = resp.StatusCode
-			}
-		})
-	}
-	wg.Wait()
+	inParallel(len(ins), callers, func(k int) {
+		in := ins[k]
+		body, _ := json.Marshal(map[string]any{"intentId": in.IntentID, "intentType": in.IntentType,
+			"entityId": in.EntityID, "forkId": in.ForkID, "payload": in.Payload})
+		t0 := time.Now()
+		req, _ := http.NewRequest(http.MethodPost, base+"/v1/intents", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+wpToken)
+		resp, err := hc.Do(req)
+		took[k] = time.Since(t0)
+		if err != nil {
+			codes[k] = -1
+			return
+		}
+		resp.Body.Close()
+		codes[k] = resp.StatusCode
+	})
 	return codes, took
 }

@@ -151,9 +151,9 @@ func (w *writePath) startRuntime() *proc {
 // serving on the host's address.
 func (w *writePath) startRuntimeOn(h *testenv.Host) *proc {
 	w.t.Helper()
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(w.t))
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(w.t))
 	if h != nil {
-		addr = fmt.Sprintf("%s:%d", h.IP, freePort(w.t))
+		addr = fmt.Sprintf("%s:%d", h.IP, testenv.FreePort(w.t))
 	}
 	p := w.startOn(h, "runtime", map[string]string{"CAUSET_RUNTIME_ADDR": addr, "CAUSET_RUNTIME_TOKENS": "scenarios write,read " + wpToken}, "runtime")
 	w.rt, w.rtURL = p, "http://"+addr
@@ -221,25 +221,33 @@ func submitWaves(ctx context.Context, cl *client.Client, ins []client.Intent, ca
 // start + notBefore(k); notBefore must not decrease with k.
 func submitAt(ctx context.Context, cl *client.Client, ins []client.Intent, callers int, notBefore func(k int) time.Duration) []wpOutcome {
 	out := make([]wpOutcome, len(ins))
-	var next atomic.Int64
 	start := time.Now()
+	inParallel(len(ins), callers, func(k int) {
+		time.Sleep(time.Until(start.Add(notBefore(k))))
+		t0 := time.Now()
+		res, err := cl.Submit(ctx, ins[k])
+		out[k] = wpOutcome{res: res, err: err, took: time.Since(t0), end: time.Now()}
+	})
+	return out
+}
+
+// inParallel calls fn(k) for every k in [0, n) from callers goroutines,
+// each taking the next k when it is free, and returns when all are done.
+func inParallel(n, callers int, fn func(k int)) {
+	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range callers {
 		wg.Go(func() {
 			for {
 				k := int(next.Add(1) - 1)
-				if k >= len(ins) {
+				if k >= n {
 					return
 				}
-				time.Sleep(time.Until(start.Add(notBefore(k))))
-				t0 := time.Now()
-				res, err := cl.Submit(ctx, ins[k])
-				out[k] = wpOutcome{res: res, err: err, took: time.Since(t0), end: time.Now()}
+				fn(k)
 			}
 		})
 	}
 	wg.Wait()
-	return out
 }
 
 // slowest is the longest Submit of outs.
@@ -475,49 +483,10 @@ func (r *result) intents(c intentCheck) {
 // partition then offset order.
 func (s *stack) readTopic(topic string) []*kgo.Record {
 	s.t.Helper()
-	ends := s.endOffsets(topic)
-	offsets := map[string]map[int32]kgo.Offset{topic: {}}
-	total := int64(0)
-	for p, e := range ends {
-		total += e
-		offsets[topic][p] = kgo.NewOffset().AtStart()
-	}
-	if total == 0 {
-		return nil
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(s.brokers...), kgo.ConsumePartitions(offsets))
-	require.NoError(s.t, err)
-	defer cl.Close()
 	ctx, cancel := context.WithTimeout(s.ctx, 2*time.Minute)
 	defer cancel()
-	var out []*kgo.Record
-	seen := map[int32]int64{}
-	for {
-		done := true
-		for p, e := range ends {
-			if seen[p] < e {
-				done = false
-			}
-		}
-		if done {
-			break
-		}
-		fs := cl.PollFetches(ctx)
-		require.NoError(s.t, ctx.Err(), "reading %s", topic)
-		fs.EachRecord(func(r *kgo.Record) {
-			seen[r.Partition] = r.Offset + 1
-			if r.Offset < ends[r.Partition] {
-				out = append(out, r)
-			}
-		})
-	}
-	sort.SliceStable(out, func(i, j int) bool {
-		if out[i].Partition != out[j].Partition {
-			return out[i].Partition < out[j].Partition
-		}
-		return out[i].Offset < out[j].Offset
-	})
-	return out
+	recs, _ := testenv.ReadTopic(s.t, ctx, s.brokers, topic)
+	return recs
 }
 
 // topicCheck compares the events topic with the ledger.

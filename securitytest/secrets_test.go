@@ -1,8 +1,3 @@
-// Package securitytest checks issue 8's security promises from the outside:
-// no secret from DATABASE_URL, KAFKA_SASL_PASSWORD or TEMPORAL_API_KEY in the
-// output of the causet binary when the services it names are unreachable or
-// refuse it, and SQL injection through payload values or IR identifiers has no
-// SQL effect.
 package securitytest
 
 import (

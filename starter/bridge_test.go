@@ -69,7 +69,7 @@ func TestBridgeKafkaHappyPath(t *testing.T) {
 }
 
 func TestBridgeKafkaFailuresBecomeWorkflows(t *testing.T) {
-	h := newHarness(t, harnessOptions{partitions: 3, followersDDL: followersNoColumn})
+	h := newHarness(t, harnessOptions{partitions: 3, followersDDL: testenv.FollowersNoFollowedAtDDL})
 
 	// Partition 0: a failing follow, a failing play (days 0), then 100
 	// good plays. Partitions 1 and 2 carry good plays only.
@@ -150,7 +150,7 @@ func TestBridgeKafkaFailuresBecomeWorkflows(t *testing.T) {
 }
 
 func TestBridgeKafkaCrashNoDoubleEffects(t *testing.T) {
-	h := newHarness(t, harnessOptions{partitions: 3, followersDDL: followersNoColumn})
+	h := newHarness(t, harnessOptions{partitions: 3, followersDDL: testenv.FollowersNoFollowedAtDDL})
 	starter := newRecordingStarter(h.temporal.Client)
 
 	// Wave 1: plays (succeed) and follows (fail → workflows).
@@ -248,7 +248,7 @@ func TestBridgeKafkaRebalanceEachEventOnce(t *testing.T) {
 }
 
 func TestBridgeKafkaTemporalOutage(t *testing.T) {
-	h := newHarness(t, harnessOptions{partitions: 1, followersDDL: followersNoColumn})
+	h := newHarness(t, harnessOptions{partitions: 1, followersDDL: testenv.FollowersNoFollowedAtDDL})
 	starter := newRecordingStarter(h.temporal.Client)
 	o := h.plainOptions(starter)
 	o.MaxBackoff = 200 * time.Millisecond
@@ -367,7 +367,7 @@ func TestBridgeKafkaPoisonRecord(t *testing.T) {
 
 // TestBridgeKafkaTemporalStopped kills the real dev server mid-stream.
 func TestBridgeKafkaTemporalStopped(t *testing.T) {
-	h := newHarness(t, harnessOptions{partitions: 1, followersDDL: followersNoColumn})
+	h := newHarness(t, harnessOptions{partitions: 1, followersDDL: testenv.FollowersNoFollowedAtDDL})
 	o := h.plainOptions(nil)
 	o.StartTimeout = 2 * time.Second
 	o.MaxBackoff = 500 * time.Millisecond

@@ -17,6 +17,7 @@ import (
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/internal/testenv"
 	"github.com/causet/projection-retry/projection"
 )
 
@@ -137,7 +138,7 @@ func (s *refusingStarter) ExecuteWorkflow(ctx context.Context, o client.StartWor
 // number of times, then dead-lettered too; one that fails while the probe
 // fails is an outage, retried until Temporal is back.
 func TestBridgeKafkaStartErrorsClassified(t *testing.T) {
-	h := newHarness(t, harnessOptions{partitions: 1, noTemporal: true, followersDDL: followersNoColumn})
+	h := newHarness(t, harnessOptions{partitions: 1, noTemporal: true, followersDDL: testenv.FollowersNoFollowedAtDDL})
 	p := h.prefix
 	s := &refusingStarter{recordingStarter: newRecordingStarter(nil), refuse: p + "f-refused", calls: map[string]int{}}
 	var probeDown atomic.Bool

@@ -36,10 +36,6 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// followersNoColumn is artist_followers without followed_at: every
-// ARTIST_FOLLOWED fails with the seed's `column "followed_at" ... does not exist`.
-const followersNoColumn = `CREATE TABLE artist_followers (user_id text NOT NULL, artist_id text NOT NULL, PRIMARY KEY (user_id, artist_id))`
-
 // harness is one test's Kafka topics, database, projection engine and
 // Temporal task queue.
 type harness struct {
@@ -65,7 +61,7 @@ type harness struct {
 
 type harnessOptions struct {
 	partitions int32
-	// followersDDL replaces artist_followers' DDL (e.g. followersNoColumn).
+	// followersDDL replaces artist_followers' DDL (e.g. testenv.FollowersNoFollowedAtDDL).
 	followersDDL string
 	// noTemporal skips the Temporal dev server (tests with a fake starter).
 	noTemporal bool
@@ -119,6 +115,25 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	require.NoError(t, err)
 	t.Cleanup(h.producer.Close)
 	return h
+}
+
+// workingHarness is a harness with ddl run on its database, a running
+// worker and Bridge options that back off at most 200ms; when the test
+// fails its log is written to $BRIDGE_TEST_LOG, if set.
+func workingHarness(t *testing.T, o harnessOptions, ddl string) (*harness, Options) {
+	t.Helper()
+	h := newHarness(t, o)
+	_, err := h.pool.Exec(h.ctx, ddl)
+	require.NoError(t, err)
+	h.startWorker()
+	t.Cleanup(func() {
+		if f := os.Getenv("BRIDGE_TEST_LOG"); f != "" && t.Failed() {
+			_ = os.WriteFile(f, []byte(h.logs.String()), 0o644)
+		}
+	})
+	opts := h.options(nil)
+	opts.MaxBackoff = 200 * time.Millisecond
+	return h, opts
 }
 
 // options are Bridge options for this harness; starter may be nil to use the

@@ -11,6 +11,7 @@ import (
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/internal/testenv"
 )
 
 // sequenced is ev with a per-entity sequence, as the write path (or any
@@ -24,7 +25,7 @@ func sequenced(ev event.Envelope, seq int64) event.Envelope {
 // ARTIST_FOLLOWED fails, ARTIST_UNFOLLOWED deletes fine), with a worker and a
 // two-attempt schedule.
 func followHarness(t *testing.T) (*harness, Options) {
-	h := newHarness(t, harnessOptions{partitions: 1, followersDDL: followersNoColumn})
+	h := newHarness(t, harnessOptions{partitions: 1, followersDDL: testenv.FollowersNoFollowedAtDDL})
 	h.startWorker()
 	o := h.options(nil)
 	o.Retry = config.Retry{MaxAttempts: 2, Initial: time.Second, Multiplier: 1, Max: time.Second}

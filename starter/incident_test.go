@@ -3,7 +3,6 @@ package starter
 import (
 	"fmt"
 	"hash/fnv"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -46,18 +45,8 @@ func unfollowed(id, user, artist string) event.Envelope {
 // schema mismatch: every ARTIST_FOLLOWED fails the same way while
 // ARTIST_UNFOLLOWED and artist_stats apply), with a worker and incidents on.
 func incidentHarness(t *testing.T, policy config.IncidentPolicy) (*harness, Options) {
-	h := newHarness(t, harnessOptions{partitions: 3, followersDDL: followersNoColumn})
-	_, err := h.pool.Exec(h.ctx, followersAuditDDL)
-	require.NoError(t, err)
-	h.startWorker()
-	t.Cleanup(func() {
-		if f := os.Getenv("BRIDGE_TEST_LOG"); f != "" && t.Failed() {
-			_ = os.WriteFile(f, []byte(h.logs.String()), 0o644)
-		}
-	})
-	o := h.options(nil)
+	h, o := workingHarness(t, harnessOptions{partitions: 3, followersDDL: testenv.FollowersNoFollowedAtDDL}, followersAuditDDL)
 	o.Retry = config.Retry{MaxAttempts: 4, Initial: time.Second, Multiplier: 1, Max: time.Second}
-	o.MaxBackoff = 200 * time.Millisecond
 	o.Incidents = config.Incidents{Threshold: 5, Window: time.Minute, Policy: policy}
 	o.IncidentStore = incident.NewStore(h.pool)
 	return h, o

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -58,18 +57,8 @@ var shortRetry = config.Retry{MaxAttempts: 10, Initial: time.Second, Multiplier:
 // orderedHarness is a harness with the ordering DDL, a running worker and
 // entity ordering.
 func orderedHarness(t *testing.T, partitions int32) (*harness, Options) {
-	h := newHarness(t, harnessOptions{partitions: partitions})
-	_, err := h.pool.Exec(h.ctx, orderingDDL)
-	require.NoError(t, err)
-	h.startWorker()
-	t.Cleanup(func() {
-		if f := os.Getenv("BRIDGE_TEST_LOG"); f != "" && t.Failed() {
-			_ = os.WriteFile(f, []byte(h.logs.String()), 0o644)
-		}
-	})
-	o := h.options(nil)
+	h, o := workingHarness(t, harnessOptions{partitions: partitions}, orderingDDL)
 	o.Retry = shortRetry
-	o.MaxBackoff = 200 * time.Millisecond
 	require.Equal(t, config.Ordering(""), o.Ordering, "the default is entity")
 	return h, o
 }

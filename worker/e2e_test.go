@@ -15,12 +15,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"google.golang.org/protobuf/encoding/protojson"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/causet/projection-retry/activities"
 	"github.com/causet/projection-retry/config"
@@ -36,23 +35,6 @@ import (
 var recordHistories = flag.Bool("record-histories", false, "write the workflow histories of the end-to-end test to ../workflows/testdata")
 
 func TestMain(m *testing.M) { testenv.Main(m) }
-
-const brokenIR = `
-name: artist_followers
-source_events: [ARTIST_FOLLOWED, ARTIST_UNFOLLOWED]
-table: artist_followers
-key: [user_id, artist_id]
-on:
-  ARTIST_FOLLOWED:
-    op: upsert
-    columns: {user_id: event.entityId, artist_id: event.payload.artistId, followed_at: event.occurredAt}
-  ARTIST_UNFOLLOWED:
-    op: delete
-    columns: {user_id: event.entityId, artist_id: event.payload.artistId}
-`
-
-// fixedIR no longer writes the column the table lacks.
-var fixedIR = strings.Replace(brokenIR, ", followed_at: event.occurredAt", "", 1)
 
 func deploy(t *testing.T, ctx context.Context, pool *pgxpool.Pool, doc string) {
 	t.Helper()
@@ -88,7 +70,7 @@ func newWorkerEnv(t *testing.T, doc string) *workerEnv {
 	e := &workerEnv{ctx: ctx, pool: testenv.Postgres(t), srv: testenv.Temporal(t), brokers: testenv.Kafka(t),
 		dlqTopic: testenv.Topic(t, "dlq"), tq: testenv.TaskQueue(t), logs: &testenv.LogBuffer{}}
 	testenv.CreateTopic(t, e.brokers, e.dlqTopic, 1)
-	_, err := e.pool.Exec(ctx, `CREATE TABLE artist_followers (user_id text NOT NULL, artist_id text NOT NULL, PRIMARY KEY (user_id, artist_id))`)
+	_, err := e.pool.Exec(ctx, testenv.FollowersNoFollowedAtDDL)
 	require.NoError(t, err)
 	logger := slog.New(slog.NewJSONHandler(e.logs, nil))
 	e.engine, err = projection.NewEngine(ctx, e.pool, logger)
@@ -127,7 +109,7 @@ func newWorkerEnv(t *testing.T, doc string) *workerEnv {
 }
 
 func TestKafkaWorkerEndToEnd(t *testing.T) {
-	e := newWorkerEnv(t, brokenIR)
+	e := newWorkerEnv(t, testenv.FollowersIR)
 	ctx, pool, srv, engine, tq, logs := e.ctx, e.pool, e.srv, e.engine, e.tq, e.logs
 	brokers, dlqTopic := e.brokers, e.dlqTopic
 
@@ -224,7 +206,7 @@ func TestKafkaWorkerEndToEnd(t *testing.T) {
 	}
 
 	// Fix the projection, replay by signal, and the row appears.
-	deploy(t, ctx, pool, fixedIR)
+	deploy(t, ctx, pool, testenv.FollowersFixedIR)
 	_, err = srv.CLI("workflow", "signal", "--workflow-id", id, "--name", contract.SignalReplay, "--input", `{"reason":"IR v2 drops followed_at"}`)
 	require.NoError(t, err)
 	st = waitState(t, ctx, srv.Client, id, contract.StateSucceeded, 30*time.Second)
@@ -255,33 +237,12 @@ func temporalAttrs(ev event.Envelope, projectionName string) temporal.SearchAttr
 
 func waitState(t *testing.T, ctx context.Context, c client.Client, id string, want contract.State, within time.Duration) contract.Status {
 	t.Helper()
-	var st contract.Status
-	require.Eventually(t, func() bool {
-		v, err := c.QueryWorkflow(ctx, id, "", contract.QueryStatus)
-		if err != nil {
-			return false
-		}
-		if err := v.Get(&st); err != nil {
-			return false
-		}
-		return st.State == want
-	}, within, 200*time.Millisecond, "workflow %s never reached %s (last: %+v)", id, want, st)
-	return st
+	return testenv.WaitQuery(t, ctx, c, id, contract.QueryStatus, within, func(st contract.Status) bool { return st.State == want })
 }
 
 func readDLQ(t *testing.T, ctx context.Context, brokers []string, topic string) (dlq.Record, map[string]string) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	require.NoError(t, err)
-	defer cl.Close()
-	fctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	var recs []*kgo.Record
-	for len(recs) == 0 {
-		fs := cl.PollFetches(fctx)
-		require.NoError(t, fctx.Err(), "no DLQ record on %s", topic)
-		recs = append(recs, fs.Records()...)
-	}
+	recs := testenv.FirstRecords(t, ctx, brokers, topic, 20*time.Second)
 	require.Len(t, recs, 1)
 	r, err := dlq.Decode(recs[0].Value)
 	require.NoError(t, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
 	"github.com/causet/projection-retry/incident"
+	"github.com/causet/projection-retry/internal/testenv"
 )
 
 // TestIncidentResolvedByProbeEndToEnd runs an incident on a real server
@@ -20,7 +21,7 @@ import (
 // probe succeeds at once and the incident resolves, releases and closes.
 // With -record-histories its history is written for the replay test.
 func TestIncidentResolvedByProbeEndToEnd(t *testing.T) {
-	e := newWorkerEnv(t, brokenIR)
+	e := newWorkerEnv(t, testenv.FollowersIR)
 	sample := event.Envelope{EventID: "incident-sample-" + e.tq, EventType: "ARTIST_FOLLOWED", EntityID: "user-1", ForkID: "production",
 		OccurredAt: time.Now().UTC().Truncate(time.Second), Payload: []byte(`{"artistId":"artist-1"}`)}
 	// The fingerprint of the failure the probes meet: a probe that fails
@@ -61,7 +62,7 @@ func TestIncidentResolvedByProbeEndToEnd(t *testing.T) {
 	require.Equal(t, 20, st.EventsAffected)
 	require.Equal(t, []string{sample.EventID}, st.SampleEventIDs)
 
-	deploy(t, e.ctx, e.pool, fixedIR)
+	deploy(t, e.ctx, e.pool, testenv.FollowersFixedIR)
 	deployedAt := time.Now()
 	require.NoError(t, e.srv.Client.SignalWorkflow(e.ctx, id, "", contract.SignalDeployed, nil))
 	var final contract.IncidentStatus

@@ -15,44 +15,18 @@ import (
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/internal/testenv"
 	"github.com/causet/projection-retry/worker"
 )
 
-// sumCounter sums the series of the counter name whose labels include want.
-func sumCounter(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range mf.GetMetric() {
-			got := map[string]string{}
-			for _, l := range m.GetLabel() {
-				got[l.GetName()] = l.GetValue()
-			}
-			for k, v := range want {
-				if got[k] != v {
-					continue series
-				}
-			}
-			sum += m.GetCounter().GetValue()
-		}
-	}
-	return sum
-}
-
-// The README's "Operating dead letters", on the dev server: the worker's
+// docs/OPERATING.md's procedure, on the dev server: the worker's
 // gauges find the open dead letters through visibility; a task-queue rate
 // limit is set; Temporal's own batch signal, selected by our search
 // attributes, replays one projection's dead letters (and no other's); the
 // batch is listed and described; each replay is logged with the identity
 // and reason of its payload and counted; the gauges drop the replayed ones.
 func TestKafkaBulkReplayWithTemporalBatch(t *testing.T) {
-	e := newWorkerEnv(t, brokenIR)
+	e := newWorkerEnv(t, testenv.FollowersIR)
 	ctx, srv, tq := e.ctx, e.srv, e.tq
 	retry := config.Retry{MaxAttempts: 2, Initial: time.Second, Multiplier: 1, Max: time.Second}
 
@@ -111,7 +85,7 @@ func TestKafkaBulkReplayWithTemporalBatch(t *testing.T) {
 		require.NoError(t, err)
 	})
 
-	deploy(t, ctx, e.pool, fixedIR)
+	deploy(t, ctx, e.pool, testenv.FollowersFixedIR)
 	query := fmt.Sprintf(`CausetRetryState="dead_lettered" AND CausetProjection="artist_followers" AND ExecutionStatus="Running" AND TaskQueue=%q`, tq)
 	require.Eventually(t, func() bool { return len(srv.ListWorkflows(t, query)) == 3 }, 20*time.Second, 300*time.Millisecond)
 	out, err = srv.CLI("workflow", "signal", "--query", query, "--name", contract.SignalReplay,
@@ -167,7 +141,7 @@ func TestKafkaBulkReplayWithTemporalBatch(t *testing.T) {
 	require.ElementsMatch(t, followers, ids)
 	// (The worker's own registry: only this test's workflows count here.)
 	require.Eventually(t, func() bool {
-		return sumCounter(t, e.reg, contract.MetricOperatorActions,
+		return testenv.SumMetric(t, e.reg, contract.MetricOperatorActions,
 			map[string]string{"projection": "artist_followers", "action": "replay", "outcome": "acted"}) == 3
 	}, 10*time.Second, 200*time.Millisecond, "operator actions counted")
 

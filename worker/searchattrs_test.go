@@ -39,9 +39,13 @@ func (f *fakeOperator) AddSearchAttributes(_ context.Context, req *operatorservi
 func TestEnsureSearchAttributesAddsMissing(t *testing.T) {
 	f := &fakeOperator{existing: map[string]enumspb.IndexedValueType{"CausetProjection": enumspb.INDEXED_VALUE_TYPE_KEYWORD}}
 	require.NoError(t, EnsureSearchAttributes(context.Background(), f, "default"))
-	require.Len(t, f.added, len(contract.SearchAttributeNames)-1)
+	require.Len(t, f.added, len(contract.SearchAttributeNames)-1+len(contract.IntSearchAttributeNames))
 	for name, typ := range f.added {
-		require.Equal(t, enumspb.INDEXED_VALUE_TYPE_KEYWORD, typ, name)
+		want := enumspb.INDEXED_VALUE_TYPE_KEYWORD
+		if strings.HasPrefix(name, "CausetRollout") {
+			want = enumspb.INDEXED_VALUE_TYPE_INT
+		}
+		require.Equal(t, want, typ, name)
 	}
 	require.NotContains(t, f.added, "CausetProjection")
 }
@@ -54,7 +58,8 @@ func TestEnsureSearchAttributesPrintsCommandsWhenRefused(t *testing.T) {
 	err := EnsureSearchAttributes(context.Background(), f, "prod")
 	require.Error(t, err)
 	lines := strings.Split(err.Error(), "\n")
-	require.Contains(t, lines[0], "CausetEventType, CausetEntityId, CausetForkId, CausetRetryState, CausetIncidentState, CausetError are missing in namespace \"prod\"")
+	require.Contains(t, lines[0], "CausetEventType, CausetEntityId, CausetForkId, CausetRetryState, CausetIncidentState, CausetError, "+
+		"CausetRolloutAffected, CausetRolloutApplied, CausetRolloutFailing are missing in namespace \"prod\"")
 	require.Contains(t, lines[0], "request unauthorized")
 	require.Equal(t, []string{
 		"  temporal operator search-attribute create --namespace prod --name CausetEventType --type Keyword",
@@ -63,6 +68,9 @@ func TestEnsureSearchAttributesPrintsCommandsWhenRefused(t *testing.T) {
 		"  temporal operator search-attribute create --namespace prod --name CausetRetryState --type Keyword",
 		"  temporal operator search-attribute create --namespace prod --name CausetIncidentState --type Keyword",
 		"  temporal operator search-attribute create --namespace prod --name CausetError --type Keyword",
+		"  temporal operator search-attribute create --namespace prod --name CausetRolloutAffected --type Int",
+		"  temporal operator search-attribute create --namespace prod --name CausetRolloutApplied --type Int",
+		"  temporal operator search-attribute create --namespace prod --name CausetRolloutFailing --type Int",
 	}, lines[1:])
 }
 
@@ -70,6 +78,9 @@ func TestEnsureSearchAttributesNothingToDo(t *testing.T) {
 	f := &fakeOperator{existing: map[string]enumspb.IndexedValueType{}, addErr: status.Error(codes.PermissionDenied, "no")}
 	for _, n := range contract.SearchAttributeNames {
 		f.existing[n] = enumspb.INDEXED_VALUE_TYPE_KEYWORD
+	}
+	for _, n := range contract.IntSearchAttributeNames {
+		f.existing[n] = enumspb.INDEXED_VALUE_TYPE_INT
 	}
 	require.NoError(t, EnsureSearchAttributes(context.Background(), f, "default"))
 }

@@ -60,13 +60,13 @@ func TestWorkerVersioningRetryMovesToNewBuild(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	pool, srv, tq := testenv.Postgres(t), testenv.Temporal(t), testenv.TaskQueue(t)
-	_, err := pool.Exec(ctx, `CREATE TABLE artist_followers (user_id text NOT NULL, artist_id text NOT NULL, PRIMARY KEY (user_id, artist_id))`)
+	_, err := pool.Exec(ctx, testenv.FollowersNoFollowedAtDDL)
 	require.NoError(t, err)
 	logger := slog.New(slog.DiscardHandler)
 	engine, err := projection.NewEngine(ctx, pool, logger)
 	require.NoError(t, err)
 	t.Cleanup(engine.Close)
-	deploy(t, ctx, pool, brokenIR)
+	deploy(t, ctx, pool, testenv.FollowersIR)
 
 	deployment := tq
 	// startBuild starts a worker as production does: the version read by
@@ -129,14 +129,14 @@ func TestWorkerVersioningRetryMovesToNewBuild(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return len(v1.attempts()) >= 2 }, 30*time.Second, 100*time.Millisecond,
 		"the retry workflow never made two attempts on v1")
-	// The README's query for the workflows still on a build.
+	// docs/PRODUCTION.md's query for the workflows still on a build.
 	require.Eventually(t, func() bool {
 		out, err := srv.CLI("workflow", "list", "--query",
 			"TemporalWorkerDeploymentVersion='"+deployment+":v1' AND ExecutionStatus='Running'", "-o", "json")
 		return err == nil && strings.Contains(out, run.GetID())
 	}, 20*time.Second, 500*time.Millisecond)
 
-	// The deploy, with the README's command: v2 starts, becomes current,
+	// The deploy, with docs/PRODUCTION.md's command: v2 starts, becomes current,
 	// v1 stops; then the fix ships.
 	w2, v2 := startBuild("v2")
 	t.Cleanup(w2.Stop)
@@ -149,7 +149,7 @@ func TestWorkerVersioningRetryMovesToNewBuild(t *testing.T) {
 	require.Equal(t, "v2", d.Info.RoutingConfig.CurrentVersion.BuildID)
 	stopV1()
 	onV1 := v1.attempts()
-	deploy(t, ctx, pool, fixedIR)
+	deploy(t, ctx, pool, testenv.FollowersFixedIR)
 
 	var st contract.Status
 	require.NoError(t, run.Get(ctx, &st))

@@ -134,11 +134,7 @@ func (h *incHarness) finishCalls() []incCall {
 
 func (h *incHarness) status(t *testing.T) contract.IncidentStatus {
 	t.Helper()
-	v, err := h.env.QueryWorkflow(contract.QueryStatus)
-	require.NoError(t, err)
-	var s contract.IncidentStatus
-	require.NoError(t, v.Get(&s))
-	return s
+	return queryStatus[contract.IncidentStatus](t, h.env)
 }
 
 // at runs f at offset d of workflow time.

@@ -131,6 +131,18 @@ func (o *observed) actionCount(action, outcome string) int64 {
 	})
 }
 
+// requireOneReplay requires that the run logged one operator action, with
+// outcome, identity and state, and counted it as a replay.
+func (o *observed) requireOneReplay(t *testing.T, outcome, identity, state string) {
+	t.Helper()
+	lines := o.logs.Where(t, "event", "projection_operator_action")
+	require.Len(t, lines, 1)
+	require.Equal(t, outcome, lines[0]["outcome"])
+	require.Equal(t, identity, lines[0]["identity"])
+	require.Equal(t, state, lines[0]["state"])
+	require.EqualValues(t, 1, o.actionCount("replay", outcome))
+}
+
 // Every replay and discard is logged with the identity and reason its
 // payload names, and counted by action and outcome; two replays queued
 // together (here sent while the event was still retrying) are one replay,
@@ -148,10 +160,7 @@ func TestOperatorActionsAreLoggedAndCounted(t *testing.T) {
 		require.Equal(t, 1, s.ReplayCount)
 		o.env.SignalWorkflow(contract.SignalDiscard, "superseded by ev-2")
 	}, 10*time.Minute)
-	o.env.ExecuteWorkflow(contract.RetryWorkflowName, input(config.ModeInline, config.DefaultRetry()))
-	require.NoError(t, o.env.GetWorkflowError())
-	var s contract.Status
-	require.NoError(t, o.env.GetWorkflowResult(&s))
+	s := o.run(t, input(config.ModeInline, config.DefaultRetry()))
 	require.Equal(t, contract.StateDiscarded, s.State)
 	require.Equal(t, 1, s.ReplayCount, "the queued replays made one replay")
 	require.Equal(t, "IR v2 deployed", s.LastReplayReason)
@@ -194,19 +203,11 @@ func TestSignalLeftAtCloseIsLoggedIgnored(t *testing.T) {
 		require.Equal(t, contract.StateRetrying, o.status(t).State)
 		o.env.SignalWorkflow(contract.SignalReplay, contract.OperatorSignal{Identity: "carol", Reason: "too early"})
 	}, 1500*time.Millisecond)
-	o.env.ExecuteWorkflow(contract.RetryWorkflowName, input(config.ModeInline, config.DefaultRetry()))
-	require.NoError(t, o.env.GetWorkflowError())
-	var s contract.Status
-	require.NoError(t, o.env.GetWorkflowResult(&s))
+	s := o.run(t, input(config.ModeInline, config.DefaultRetry()))
 	require.Equal(t, contract.StateSucceeded, s.State)
 	require.Zero(t, s.ReplayCount)
 	require.Nil(t, s.LastAction)
-	lines := o.logs.Where(t, "event", "projection_operator_action")
-	require.Len(t, lines, 1)
-	require.Equal(t, "ignored", lines[0]["outcome"])
-	require.Equal(t, "carol", lines[0]["identity"])
-	require.Equal(t, "succeeded", lines[0]["state"])
-	require.EqualValues(t, 1, o.actionCount("replay", "ignored"))
+	o.requireOneReplay(t, "ignored", "carol", "succeeded")
 }
 
 // A run started by a bulk replay of a closed dead letter logs and counts the
@@ -215,18 +216,10 @@ func TestRestartedRunLogsItsReplay(t *testing.T) {
 	o := newObserved(t, 0)
 	in := input(config.ModeWorkflow, config.DefaultRetry())
 	in.Replay = &contract.OperatorSignal{Identity: "dave", Reason: "window expired, fixed now"}
-	o.env.ExecuteWorkflow(contract.RetryWorkflowName, in)
-	require.NoError(t, o.env.GetWorkflowError())
-	var s contract.Status
-	require.NoError(t, o.env.GetWorkflowResult(&s))
+	s := o.run(t, in)
 	require.Equal(t, contract.StateSucceeded, s.State)
 	require.Equal(t, "window expired, fixed now", s.LastReplayReason)
-	lines := o.logs.Where(t, "event", "projection_operator_action")
-	require.Len(t, lines, 1)
-	require.Equal(t, "restarted", lines[0]["outcome"])
-	require.Equal(t, "dave", lines[0]["identity"])
-	require.Equal(t, "retrying", lines[0]["state"])
-	require.EqualValues(t, 1, o.actionCount("replay", "restarted"))
+	o.requireOneReplay(t, "restarted", "dave", "retrying")
 }
 
 // Each dead letter records its time and error kind in the memo, which the
@@ -263,10 +256,7 @@ func TestDeadLetterTimeAndKindInMemo(t *testing.T) {
 func TestReplayWithAnyPayloadReplays(t *testing.T) {
 	o := newObserved(t, 5) // attempts 2..5 fail, the replay applies
 	o.env.RegisterDelayedCallback(func() { o.env.SignalWorkflow(contract.SignalReplay, "fixed by hand") }, time.Minute)
-	o.env.ExecuteWorkflow(contract.RetryWorkflowName, input(config.ModeInline, config.DefaultRetry()))
-	require.NoError(t, o.env.GetWorkflowError())
-	var s contract.Status
-	require.NoError(t, o.env.GetWorkflowResult(&s))
+	s := o.run(t, input(config.ModeInline, config.DefaultRetry()))
 	require.Equal(t, contract.StateSucceeded, s.State)
 	require.Equal(t, 1, s.ReplayCount)
 	require.Equal(t, "fixed by hand", s.LastReplayReason)
@@ -285,10 +275,7 @@ func TestReplayWithAnyPayloadBeforeTheChange(t *testing.T) {
 		require.Equal(t, contract.StateDeadLettered, o.status(t).State, "still waiting")
 		o.env.SignalWorkflow(contract.SignalReplay, contract.OperatorSignal{Reason: "fixed"})
 	}, 2*time.Minute)
-	o.env.ExecuteWorkflow(contract.RetryWorkflowName, input(config.ModeInline, config.DefaultRetry()))
-	require.NoError(t, o.env.GetWorkflowError())
-	var s contract.Status
-	require.NoError(t, o.env.GetWorkflowResult(&s))
+	s := o.run(t, input(config.ModeInline, config.DefaultRetry()))
 	require.Equal(t, contract.StateSucceeded, s.State)
 	require.Equal(t, 1, s.ReplayCount)
 	require.Equal(t, "fixed", s.LastReplayReason)

@@ -28,6 +28,7 @@ import (
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/event"
+	"github.com/causet/projection-retry/internal/testenv"
 	"github.com/causet/projection-retry/projection"
 	"github.com/causet/projection-retry/workflows"
 )
@@ -138,10 +139,27 @@ func input(mode config.Mode, r config.Retry) contract.RetryInput {
 
 func (h *harness) status(t *testing.T) contract.Status {
 	t.Helper()
-	v, err := h.env.QueryWorkflow(contract.QueryStatus)
+	return queryStatus[contract.Status](t, h.env)
+}
+
+// queryStatus is the running workflow's answer to QueryStatus.
+func queryStatus[S any](t *testing.T, env *testsuite.TestWorkflowEnvironment) S {
+	t.Helper()
+	v, err := env.QueryWorkflow(contract.QueryStatus)
 	require.NoError(t, err)
-	var s contract.Status
+	var s S
 	require.NoError(t, v.Get(&s))
+	return s
+}
+
+// run executes the retry workflow with in; it must end without an error,
+// and its result is returned.
+func (h *harness) run(t *testing.T, in contract.RetryInput) contract.Status {
+	t.Helper()
+	h.env.ExecuteWorkflow(contract.RetryWorkflowName, in)
+	require.NoError(t, h.env.GetWorkflowError())
+	var s contract.Status
+	require.NoError(t, h.env.GetWorkflowResult(&s))
 	return s
 }
 
@@ -208,10 +226,7 @@ func TestScheduleOffsets(t *testing.T) {
 
 func TestSucceedsOnAttemptThree(t *testing.T) {
 	h := newHarness(t, 1, 0) // attempt 1 failed inline, attempt 2 fails, attempt 3 applies
-	h.env.ExecuteWorkflow(contract.RetryWorkflowName, input(config.ModeInline, config.DefaultRetry()))
-	require.NoError(t, h.env.GetWorkflowError())
-	var s contract.Status
-	require.NoError(t, h.env.GetWorkflowResult(&s))
+	s := h.run(t, input(config.ModeInline, config.DefaultRetry()))
 	require.Equal(t, contract.StateSucceeded, s.State)
 	require.Empty(t, h.publisher.records)
 	require.Nil(t, s.DLQ)
@@ -225,10 +240,7 @@ func TestSucceedsOnAttemptThree(t *testing.T) {
 
 func TestAllAttemptsFailDeadLettersOnceWithEveryAttempt(t *testing.T) {
 	h := newHarness(t, 100, 0)
-	h.env.ExecuteWorkflow(contract.RetryWorkflowName, input(config.ModeInline, config.DefaultRetry()))
-	require.NoError(t, h.env.GetWorkflowError())
-	var s contract.Status
-	require.NoError(t, h.env.GetWorkflowResult(&s))
+	s := h.run(t, input(config.ModeInline, config.DefaultRetry()))
 	require.Equal(t, contract.StateDeadLettered, s.State, "closes dead-lettered when the window expires")
 	require.Len(t, h.publisher.records, 1)
 	rec := h.publisher.records[0]
@@ -270,10 +282,7 @@ func TestReplayAfterFix(t *testing.T) {
 		require.Equal(t, contract.StateDeadLettered, h.status(t).State)
 		h.env.SignalWorkflow(contract.SignalReplay, contract.ReplaySignal{Reason: "fixed IR v2"})
 	}, time.Minute)
-	h.env.ExecuteWorkflow(contract.RetryWorkflowName, input(config.ModeInline, config.DefaultRetry()))
-	require.NoError(t, h.env.GetWorkflowError())
-	var s contract.Status
-	require.NoError(t, h.env.GetWorkflowResult(&s))
+	s := h.run(t, input(config.ModeInline, config.DefaultRetry()))
 	require.Equal(t, contract.StateSucceeded, s.State)
 	require.Equal(t, 1, s.ReplayCount)
 	require.Equal(t, "fixed IR v2", s.LastReplayReason)
@@ -308,10 +317,7 @@ func TestReplayThatFailsDeadLettersAgain(t *testing.T) {
 func TestDiscard(t *testing.T) {
 	h := newHarness(t, 100, 0)
 	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(contract.SignalDiscard, nil) }, time.Minute)
-	h.env.ExecuteWorkflow(contract.RetryWorkflowName, input(config.ModeInline, config.DefaultRetry()))
-	require.NoError(t, h.env.GetWorkflowError())
-	var s contract.Status
-	require.NoError(t, h.env.GetWorkflowResult(&s))
+	s := h.run(t, input(config.ModeInline, config.DefaultRetry()))
 	require.Equal(t, contract.StateDiscarded, s.State)
 	require.Less(t, h.env.Now().Sub(start), time.Hour, "closed by the signal, not the window")
 }
@@ -320,10 +326,7 @@ func TestWindowExpiry(t *testing.T) {
 	h := newHarness(t, 100, 0)
 	in := input(config.ModeInline, config.DefaultRetry())
 	in.ReplayWindow = 3 * time.Hour
-	h.env.ExecuteWorkflow(contract.RetryWorkflowName, in)
-	require.NoError(t, h.env.GetWorkflowError())
-	var s contract.Status
-	require.NoError(t, h.env.GetWorkflowResult(&s))
+	s := h.run(t, in)
 	require.Equal(t, contract.StateDeadLettered, s.State)
 	require.GreaterOrEqual(t, h.env.Now().Sub(start), 3*time.Hour)
 }
@@ -422,7 +425,6 @@ func (f *hangingApplier) ApplyWith(ctx context.Context, name string, ev event.En
 // lastHeartbeat keeps each activity's last heartbeat details, as the server
 // does: a timeout carries them.
 type lastHeartbeat struct {
-	interceptor.WorkerInterceptorBase
 	mu   sync.Mutex
 	last map[string][]contract.Attempt // by activity ID
 }
@@ -433,37 +435,15 @@ func (l *lastHeartbeat) get(activityID string) []contract.Attempt {
 	return slices.Clone(l.last[activityID])
 }
 
-func (l *lastHeartbeat) InterceptActivity(_ context.Context, next interceptor.ActivityInboundInterceptor) interceptor.ActivityInboundInterceptor {
-	i := &heartbeatInbound{l: l}
-	i.Next = next
-	return i
-}
-
-type heartbeatInbound struct {
-	interceptor.ActivityInboundInterceptorBase
-	l *lastHeartbeat
-}
-
-func (i *heartbeatInbound) Init(outbound interceptor.ActivityOutboundInterceptor) error {
-	o := &heartbeatOutbound{l: i.l}
-	o.Next = outbound
-	return i.Next.Init(o)
-}
-
-type heartbeatOutbound struct {
-	interceptor.ActivityOutboundInterceptorBase
-	l *lastHeartbeat
-}
-
-func (o *heartbeatOutbound) RecordHeartbeat(ctx context.Context, details ...any) {
+// record keeps the attempts a heartbeat carries (testenv.OnHeartbeat calls it).
+func (l *lastHeartbeat) record(ctx context.Context, details []any) {
 	if len(details) == 1 {
 		if at, ok := details[0].([]contract.Attempt); ok {
-			o.l.mu.Lock()
-			o.l.last[activity.GetInfo(ctx).ActivityID] = slices.Clone(at)
-			o.l.mu.Unlock()
+			l.mu.Lock()
+			l.last[activity.GetInfo(ctx).ActivityID] = slices.Clone(at)
+			l.mu.Unlock()
 		}
 	}
-	o.Next.RecordHeartbeat(ctx, details...)
 }
 
 // newTimeoutHarness runs the real ApplyProjection, except that an attempt
@@ -509,7 +489,7 @@ func newTimeoutHarness(t *testing.T, failures int, hang ...int32) *harness {
 	}
 	h := newHarnessApply(t, a, publisher, apply)
 	h.applier = &applier.fakeApplier
-	h.env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{beats}})
+	h.env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{testenv.OnHeartbeat(beats.record)}})
 	return h
 }
 
@@ -554,10 +534,7 @@ func TestTimedOutAttemptKeepsEveryAttempt(t *testing.T) {
 // run's attempts.
 func TestTimedOutAttemptBeforeSuccessIsKept(t *testing.T) {
 	h := newTimeoutHarness(t, 1, 2) // attempt 1 fails, 2 times out, 3 applies
-	h.env.ExecuteWorkflow(contract.RetryWorkflowName, input(config.ModeWorkflow, config.DefaultRetry()))
-	require.NoError(t, h.env.GetWorkflowError())
-	var s contract.Status
-	require.NoError(t, h.env.GetWorkflowResult(&s))
+	s := h.run(t, input(config.ModeWorkflow, config.DefaultRetry()))
 	require.Equal(t, contract.StateSucceeded, s.State)
 	require.Empty(t, h.publisher.records)
 	require.Len(t, s.Attempts, 3)

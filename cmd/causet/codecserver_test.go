@@ -1,10 +1,7 @@
 package main
 
 import (
-	"crypto/rand"
 	"encoding/base64"
-	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -24,18 +21,7 @@ import (
 
 func codecTestKey(t *testing.T) string {
 	t.Helper()
-	k := make([]byte, config.PayloadKeySize)
-	_, err := rand.Read(k)
-	require.NoError(t, err)
-	return base64.StdEncoding.EncodeToString(k)
-}
-
-func codecListenAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().String()
+	return testenv.RandomKey(t, config.PayloadKeySize)
 }
 
 func envLookup(kv ...string) config.Lookup {
@@ -114,27 +100,10 @@ func startCodecServer(t *testing.T, addr string, env ...string) (url string, std
 	return url, stderr, stop
 }
 
-// codecRequest sends body to url with the header pairs given and returns
-// the response and its body.
-func codecRequest(t *testing.T, method, url, body string, header ...string) (*http.Response, string) {
-	t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	require.NoError(t, err)
-	for i := 0; i < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return resp, string(b)
-}
-
 // `causet codec-server` serves /encode, /decode and the UI's preflight, and
 // stops cleanly on SIGINT.
 func TestCodecServerCommand(t *testing.T) {
-	url, stderr, stop := startCodecServer(t, codecListenAddr(t), "CAUSET_PAYLOAD_KEYS=k1:"+codecTestKey(t)+",k2:"+codecTestKey(t),
+	url, stderr, stop := startCodecServer(t, freeAddr(t), "CAUSET_PAYLOAD_KEYS=k1:"+codecTestKey(t)+",k2:"+codecTestKey(t),
 		"CAUSET_PAYLOAD_KEY_CURRENT=k2", "CAUSET_CODEC_CORS_ORIGIN=http://127.0.0.1:8233")
 	require.Contains(t, stderr.String(), `"msg":"codec server listening"`)
 	require.Contains(t, stderr.String(), `"currentKeyId":"k2"`)
@@ -142,7 +111,7 @@ func TestCodecServerCommand(t *testing.T) {
 	body := `{"payloads":[{"metadata":{"encoding":"` + base64.StdEncoding.EncodeToString([]byte("json/plain")) +
 		`"},"data":"` + base64.StdEncoding.EncodeToString([]byte(`"codec-command-secret"`)) + `"}]}`
 	do := func(method, path, body string, header ...string) (*http.Response, string) {
-		return codecRequest(t, method, url+path, body, header...)
+		return testenv.Request(t, method, url+path, body, header...)
 	}
 	resp, enc := do(http.MethodPost, "/encode", body, "Content-Type", "application/json", "X-Namespace", "default")
 	require.Equal(t, http.StatusOK, resp.StatusCode, enc)

@@ -42,7 +42,7 @@ func TestTemporalUIDecodesWithCodecServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
-	codecAddr := codecListenAddr(t)
+	codecAddr := freeAddr(t)
 	srv, err := proc.StartTemporal(ctx, proc.TemporalOptions{UICodecEndpoint: "http://" + codecAddr, TempDirPrefix: "causet-ui-codec-"})
 	if err != nil {
 		t.Skipf("no Temporal dev server with UI: %v", err)

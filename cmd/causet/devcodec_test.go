@@ -53,7 +53,7 @@ func TestDevKafkaCodecServer(t *testing.T) {
 
 	// It encodes with the key, and decodes for the UI's origin.
 	post := func(path, body string) (*http.Response, string) {
-		return codecRequest(t, http.MethodPost, codec[1]+path, body, "Content-Type", "application/json", "Origin", ui[1])
+		return testenv.Request(t, http.MethodPost, codec[1]+path, body, "Content-Type", "application/json", "Origin", ui[1])
 	}
 	plain := `{"payloads":[{"metadata":{"encoding":"` + base64.StdEncoding.EncodeToString([]byte("json/plain")) +
 		`"},"data":"` + base64.StdEncoding.EncodeToString([]byte(`"dev-codec-secret"`)) + `"}]}`

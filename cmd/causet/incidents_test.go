@@ -34,10 +34,12 @@ func runIncidents(t *testing.T, args ...string) string {
 	return out.String()
 }
 
-// TestIncidentsCommands lists, shows and resolves an incident on a real
-// server, as an operator would; its probes keep failing, so only the
-// resolve signal closes it.
-func TestIncidentsCommands(t *testing.T) {
+// incidentWorker points the commands at a Temporal server and a task queue
+// of the test's own, where a worker runs the incident workflow: its probes
+// fail with probeErr, the states it sets go to setState, and its holds are
+// released at once.
+func incidentWorker(t *testing.T, probeErr string, setState func(contract.IncidentState)) (testenv.TemporalServer, string) {
+	t.Helper()
 	srv := testenv.Temporal(t)
 	tq := testenv.TaskQueue(t)
 	t.Setenv("TEMPORAL_ADDRESS", srv.HostPort)
@@ -47,16 +49,24 @@ func TestIncidentsCommands(t *testing.T) {
 	w := sdkworker.New(srv.Client, tq, sdkworker.Options{})
 	w.RegisterWorkflowWithOptions(workflows.ProjectionIncidentWorkflow, workflow.RegisterOptions{Name: contract.IncidentWorkflowName})
 	w.RegisterActivityWithOptions(func(context.Context, contract.IncidentInput) (contract.ProbeResult, error) {
-		return contract.ProbeResult{Error: `column "followed_at" does not exist`}, nil
+		return contract.ProbeResult{Error: probeErr}, nil
 	}, activity.RegisterOptions{Name: contract.ProbeIncidentActivity})
-	var states []contract.IncidentState
 	w.RegisterActivityWithOptions(func(_ context.Context, in contract.SetIncidentStateInput) error {
-		states = append(states, in.State)
+		setState(in.State)
 		return nil
 	}, activity.RegisterOptions{Name: contract.SetIncidentStateActivity})
 	w.RegisterActivityWithOptions(func(context.Context, string) error { return nil }, activity.RegisterOptions{Name: contract.AwaitIncidentReleasedActivity})
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)
+	return srv, tq
+}
+
+// TestIncidentsCommands lists, shows and resolves an incident on a real
+// server, as an operator would; its probes keep failing, so only the
+// resolve signal closes it.
+func TestIncidentsCommands(t *testing.T) {
+	var states []contract.IncidentState
+	srv, tq := incidentWorker(t, `column "followed_at" does not exist`, func(st contract.IncidentState) { states = append(states, st) })
 
 	fp := strings.ReplaceAll(tq, "-", "")[:16]
 	in := contract.IncidentInput{Projection: "artist_followers", Fingerprint: fp, Policy: config.IncidentHold, ErrorKind: "sql",
@@ -106,24 +116,9 @@ func regexpMatch(s, pattern string) bool { return regexp.MustCompile(pattern).Ma
 // holds events: resolve starts a new run from the row, which keeps the time
 // the incident opened, and the decision goes through.
 func TestIncidentsResolveRestartsAnEndedRun(t *testing.T) {
-	srv := testenv.Temporal(t)
-	tq := testenv.TaskQueue(t)
 	url := testenv.PostgresURL(t)
 	t.Setenv("DATABASE_URL", url)
-	t.Setenv("TEMPORAL_ADDRESS", srv.HostPort)
-	t.Setenv("TEMPORAL_NAMESPACE", srv.Namespace)
-	t.Setenv("CAUSET_TASK_QUEUE", tq)
-
-	w := sdkworker.New(srv.Client, tq, sdkworker.Options{})
-	w.RegisterWorkflowWithOptions(workflows.ProjectionIncidentWorkflow, workflow.RegisterOptions{Name: contract.IncidentWorkflowName})
-	w.RegisterActivityWithOptions(func(context.Context, contract.IncidentInput) (contract.ProbeResult, error) {
-		return contract.ProbeResult{Error: "still failing"}, nil
-	}, activity.RegisterOptions{Name: contract.ProbeIncidentActivity})
-	w.RegisterActivityWithOptions(func(context.Context, contract.SetIncidentStateInput) error { return nil },
-		activity.RegisterOptions{Name: contract.SetIncidentStateActivity})
-	w.RegisterActivityWithOptions(func(context.Context, string) error { return nil }, activity.RegisterOptions{Name: contract.AwaitIncidentReleasedActivity})
-	require.NoError(t, w.Start())
-	t.Cleanup(w.Stop)
+	srv, tq := incidentWorker(t, "still failing", func(contract.IncidentState) {})
 
 	fp := strings.ReplaceAll(tq, "-", "")[:16]
 	in := contract.IncidentInput{Projection: "artist_followers", Fingerprint: fp, Policy: config.IncidentHold, ErrorKind: "sql",

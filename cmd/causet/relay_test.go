@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -100,10 +99,7 @@ VALUES ($1, 'main', $2, 1, 'ITEM_ADDED', $3, $4)`, fmt.Sprintf("in-%d:1", i), fm
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().String()
+	return testenv.FreeAddr(t)
 }
 
 func get(t *testing.T, url string) string {

@@ -1,7 +1,3 @@
-// Package kubernetes_test renders the kustomize base and every overlay of
-// deployments/kubernetes with the kustomize library (what `kubectl
-// kustomize` runs), decodes every object strictly into its k8s.io/api type
-// and checks what the service needs of them. No cluster is needed.
 package kubernetes_test
 
 import (
@@ -12,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -30,6 +25,8 @@ import (
 	"github.com/causet/projection-retry/app"
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/intentapi"
+	"github.com/causet/projection-retry/internal/health"
+	"github.com/causet/projection-retry/internal/testenv"
 	"github.com/causet/projection-retry/relay"
 )
 
@@ -138,15 +135,7 @@ func renderAll(t *testing.T) []*rendered {
 // allowedEnv reports whether a causet process reads name (app.Variables:
 // config.Variables() and the runtime's, the relay's and Temporal's).
 func allowedEnv(name string) bool {
-	if slices.Contains(app.Variables(), name) {
-		return true
-	}
-	for _, p := range app.VariablePrefixes {
-		if strings.HasPrefix(name, p) {
-			return true
-		}
-	}
-	return false
+	return testenv.Listed(name, app.Variables(), app.VariablePrefixes)
 }
 
 // process is the causet command a Deployment runs.
@@ -305,9 +294,9 @@ func TestKubernetesProbes(t *testing.T) {
 				ok := pr.HTTPGet.Port == intstr.FromString(named) || pr.HTTPGet.Port == intstr.FromInt32(int32(port))
 				require.True(t, ok, "%s: Deployment %s: %s probe port %s is not %s (%d)", r.dir, d.Name, what, pr.HTTPGet.Port.String(), named, port)
 				if path == "/readyz" {
-					// It answers within app.DefaultReadyTimeout; a shorter
+					// It answers within health.DefaultTimeout; a shorter
 					// probe timeout would fail a slow but healthy answer.
-					require.GreaterOrEqual(t, pr.TimeoutSeconds, int32(app.DefaultReadyTimeout.Seconds())+1, "%s: Deployment %s: %s probe timeout", r.dir, d.Name, what)
+					require.GreaterOrEqual(t, pr.TimeoutSeconds, int32(health.DefaultTimeout.Seconds())+1, "%s: Deployment %s: %s probe timeout", r.dir, d.Name, what)
 				}
 			}
 			probePort("liveness", c.LivenessProbe, "/healthz")

@@ -2,10 +2,7 @@ package observability_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"fmt"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -31,19 +28,6 @@ import (
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
-
-// followersTable is the example artist_followers table without its
-// followed_at column, until the test adds it: ARTIST_FOLLOWED events fail as
-// sql, are dead-lettered and are then replayed.
-const followersTable = `CREATE TABLE artist_followers (user_id text NOT NULL, artist_id text NOT NULL, PRIMARY KEY (user_id, artist_id))`
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().String()
-}
 
 // scrape reads addr's /metrics over HTTP and returns the names a query can
 // select: each family's name and, for summaries and histograms, the series
@@ -126,10 +110,7 @@ func TestMetricsExportedKafka(t *testing.T) {
 
 	// The payload codec's counters exist only with encryption on; the
 	// Temporal client reads TEMPORAL_* as the commands do.
-	key := make([]byte, config.PayloadKeySize)
-	_, err := rand.Read(key)
-	require.NoError(t, err)
-	t.Setenv(config.EnvPayloadKeys, "k1:"+base64.StdEncoding.EncodeToString(key))
+	t.Setenv(config.EnvPayloadKeys, "k1:"+testenv.RandomKey(t, config.PayloadKeySize))
 	t.Setenv("TEMPORAL_ADDRESS", srv.HostPort)
 	t.Setenv("TEMPORAL_NAMESPACE", srv.Namespace)
 
@@ -147,7 +128,7 @@ func TestMetricsExportedKafka(t *testing.T) {
 		"PROJECTION_WORKER_RETRY_MAX_MS":     "1000",
 	}
 	cfgFor := func() config.Config {
-		env["CAUSET_METRICS_ADDR"] = freeAddr(t)
+		env["CAUSET_METRICS_ADDR"] = testenv.FreeAddr(t)
 		cfg, err := config.Load(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 		require.NoError(t, err)
 		return cfg
@@ -160,7 +141,7 @@ func TestMetricsExportedKafka(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if _, err := pool.Exec(ctx, ddl+";"+followersTable); err != nil {
+		if _, err := pool.Exec(ctx, ddl+";"+testenv.FollowersNoFollowedAtDDL); err != nil {
 			return err
 		}
 		for _, name := range []string{"artist_stats", "artist_followers"} {
@@ -342,9 +323,5 @@ func assertEventually(within time.Duration, cond func() bool) bool {
 // state want.
 func waitState(t *testing.T, ctx context.Context, c client.Client, id string, want contract.State) {
 	t.Helper()
-	var st contract.Status
-	require.Eventually(t, func() bool {
-		v, err := c.QueryWorkflow(ctx, id, "", contract.QueryStatus)
-		return err == nil && v.Get(&st) == nil && st.State == want
-	}, 90*time.Second, 200*time.Millisecond, "workflow %s never reached %s (last: %+v)", id, want, st)
+	testenv.WaitQuery(t, ctx, c, id, contract.QueryStatus, 90*time.Second, func(st contract.Status) bool { return st.State == want })
 }

@@ -1,8 +1,3 @@
-// Package observability_test checks the Prometheus alert rules and the
-// Grafana dashboard of deployments/observability: both parse with
-// Prometheus's own parsers, every alert carries what an operator needs, and
-// (TestMetricsExportedKafka) every metric they name is exported by a running
-// worker, bridge and relay.
 package observability_test
 
 import (

@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/pem"
 	"math/big"
 	"net"
@@ -17,6 +18,16 @@ import (
 
 	"github.com/stretchr/testify/require"
 )
+
+// RandomKey is size random bytes in standard base64, as keys are written
+// in the environment.
+func RandomKey(t testing.TB, size int) string {
+	t.Helper()
+	k := make([]byte, size)
+	_, err := rand.Read(k)
+	require.NoError(t, err)
+	return base64.StdEncoding.EncodeToString(k)
+}
 
 // PKI is a throwaway CA with a server certificate for 127.0.0.1 and
 // localhost and a client certificate, all written as PEM files into a temp dir.

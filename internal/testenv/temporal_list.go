@@ -9,6 +9,7 @@ import (
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
 )
 
 // WorkflowExecution is one workflow run as visibility lists it.
@@ -124,5 +125,33 @@ func (s TemporalServer) WaitWorkflowStatus(t testing.TB, id string, within time.
 			t.Fatalf("testenv: workflow %s is not %v within %s (last: %s)", id, statuses, within, last)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// WaitQuery runs the query queryType on the latest run of workflow id with
+// c until its answer, decoded into a T, satisfies ok, and returns that
+// answer; the test fails if within passes first.
+func WaitQuery[T any](t testing.TB, ctx context.Context, c client.Client, id, queryType string, within time.Duration, ok func(T) bool) T {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	var last T
+	var lastErr error
+	for {
+		var answer T
+		v, err := c.QueryWorkflow(ctx, id, "", queryType)
+		if err == nil {
+			err = v.Get(&answer)
+		}
+		if err == nil {
+			if ok(answer) {
+				return answer
+			}
+			last = answer
+		}
+		lastErr = err
+		if time.Now().After(deadline) {
+			t.Fatalf("testenv: workflow %s: no answer to %s as the test wants within %s (last: %+v, error: %v)", id, queryType, within, last, lastErr)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }

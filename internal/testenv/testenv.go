@@ -3,15 +3,19 @@ package testenv
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/causet/projection-retry/internal/proc"
 )
 
 // Main runs the tests, then stops every service this test binary started
@@ -51,6 +55,28 @@ func Teardown() {
 func InCI() bool {
 	v, _ := strconv.ParseBool(os.Getenv("CI"))
 	return v
+}
+
+// Listed reports whether name is one of names or begins with one of
+// prefixes, as an environment variable read by name or by family is.
+func Listed(name string, names, prefixes []string) bool {
+	return slices.Contains(names, name) || slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(name, p) })
+}
+
+// FreePort returns a port on 127.0.0.1 that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ports, err := proc.FreePorts(1)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	return ports[0]
+}
+
+// FreeAddr is FreePort as an address, 127.0.0.1:port.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t)))
 }
 
 // unavailable skips the test (fails it under CI=true) because a service
