@@ -104,10 +104,19 @@ func Gather(ctx context.Context, s Sources, projection string, limit int) ([]Fai
 		return nil, g, err
 	}
 	var out []Failing
+	// A run on its schedule has no error kind yet (its memo gets one when it
+	// is dead-lettered): it takes the kind of a dead letter with its error.
+	kindOf := map[string]string{}
 	add := func(f Failing) bool {
 		if len(out) >= limit {
 			g.Truncated = true
 			return false
+		}
+		pattern := incident.Pattern(f.Error)
+		if f.ErrorKind == "" {
+			f.ErrorKind = kindOf[pattern]
+		} else if kindOf[pattern] == "" {
+			kindOf[pattern] = f.ErrorKind
 		}
 		f.Fingerprint = incident.Of(projection, f.ErrorKind, errors.New(f.Error)).ID
 		out = append(out, f)

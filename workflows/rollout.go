@@ -88,6 +88,7 @@ func (r *rolloutRun) run(ctx workflow.Context) error {
 		return r.stop(ctx, fmt.Sprintf("the deploy failed: %v", err), err)
 	}
 	r.p.Deployed, r.p.Version = true, dep.Version
+	r.p.Pending = r.p.WouldApply // until the first count
 
 	r.p.State = contract.RolloutReplaying
 	r.show(ctx)

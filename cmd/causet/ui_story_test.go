@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"net/url"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,10 +16,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/devstack"
+	exampleprojections "github.com/causet/projection-retry/examples/projections"
 	"github.com/causet/projection-retry/internal/testenv"
 )
 
@@ -218,4 +223,65 @@ func historyLength(t *testing.T, ctx context.Context, tc client.Client, id strin
 		n++
 	}
 	return n
+}
+
+// TestTemporalUIShowsARollout runs `causet dev --demo`, whose PlayTrack
+// events of days 0 are dead-lettered (division by zero), then rolls out
+// artist_stats with the division guarded at one replay a second: while it
+// replays, its page's current details say where it is and its counts, the
+// rollouts' list shows its search attributes, and it ends done.
+func TestTemporalUIShowsARollout(t *testing.T) {
+	dev, banner, ui, _, tc := uiDev(t, nil, "dev", "--demo")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	q := `WorkflowType="ProjectionRetryWorkflow" AND CausetProjection="artist_stats" AND CausetRetryState="dead_lettered"`
+	require.Eventually(t, func() bool {
+		resp, err := tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: "default", Query: q})
+		return err == nil && len(resp.GetExecutions()) >= 5
+	}, 3*time.Minute, time.Second, "fewer than 5 dead letters of artist_stats\n%s", dev.logs)
+
+	doc, err := exampleprojections.Document("artist_stats")
+	require.NoError(t, err)
+	fixed := strings.Replace(string(doc), "plays_per_day: event.payload.plays / event.payload.days",
+		`plays_per_day: "event.payload.days == 0 ? 0 : event.payload.plays / event.payload.days"`, 1)
+	require.NotEqual(t, string(doc), fixed)
+	file := filepath.Join(t.TempDir(), "artist_stats.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(fixed), 0o644))
+	env := append(slices.Clone(dev.cmd.Env), "DATABASE_URL="+exportedValue(t, banner, "DATABASE_URL"), "KAFKA_BROKERS="+exportedValue(t, banner, "KAFKA_BROKERS"))
+	out, err := shell(t, env, binary+" projections rollout "+file+" --rate 1 --no-wait --reason 'guard days 0'")
+	require.NoError(t, err, out)
+	id := contract.RolloutWorkflowID("artist_stats", 2)
+	require.Contains(t, out, id)
+
+	b := startBrowser(t, findChromium())
+	b.open(t, ui+"/namespaces/default/workflows", func(s string) bool { return strings.Contains(s, "Workflows") }, 60*time.Second)
+	b.eval(t, `localStorage.setItem('namespace-workflow-table-columns', JSON.stringify({default: [`+rolloutColumns+`]}))`)
+	want := []string{"replaying", "version 2 deployed", " affected: check said ", " would apply", " replayed · ", " applied"}
+	text := b.openTab(t, runPage(t, ctx, tc, ui, id), "User Metadata", want)
+	saveScreenshot(t, b, "ui-rollout-replaying.png")
+	for _, w := range want {
+		require.Contains(t, text, w, "the rollout's page while it replays:\n%s", text)
+	}
+	text = b.open(t, ui+"/namespaces/default/workflows?query="+url.QueryEscape(`WorkflowType="ProjectionRolloutWorkflow"`),
+		func(s string) bool { return strings.Contains(s, id) && strings.Contains(s, "CausetRolloutApplied") }, 60*time.Second)
+	saveScreenshot(t, b, "ui-rollouts.png")
+	for _, w := range []string{"CausetRolloutAffected", "CausetRolloutApplied", "CausetRolloutFailing", id, "artist_stats"} {
+		require.Contains(t, text, w, "the rollouts' list:\n%s", text)
+	}
+	var p contract.RolloutProgress
+	require.NoError(t, tc.GetWorkflow(ctx, id, "").Get(ctx, &p))
+	require.Equal(t, contract.RolloutDone, p.State, p.Reason)
+	require.Equal(t, p.WouldApply, p.Applied)
+	dev.interrupt(t)
+}
+
+// rolloutColumns are the rollouts' list columns docs/OPERATING.md has
+// users add.
+const rolloutColumns = `{"label":"Status"},{"label":"CausetProjection"},{"label":"CausetRolloutAffected"},{"label":"CausetRolloutApplied"},{"label":"CausetRolloutFailing"},{"label":"Workflow ID"},{"label":"Start"}`
+
+// exportedValue is the value of the banner's `export NAME=...` line.
+func exportedValue(t *testing.T, banner, name string) string {
+	t.Helper()
+	line := bannerLine(t, banner, "export "+name+"=")
+	return strings.Trim(strings.TrimPrefix(line, "export "+name+"="), "'\"")
 }
