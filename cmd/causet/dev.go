@@ -442,7 +442,8 @@ func printDevBanner(out io.Writer, v devBanner) {
 		fmt.Fprintf(&b, "Each failure is retried at +1s, +3s, +7s, +15s, then dead-lettered (~15 s after it first fails).\n")
 		fmt.Fprintf(&b, "Fix the schema, then replay:\n  psql \"$DATABASE_URL\" -c '%s'\n", devstack.FixFollowersSQL)
 		fmt.Fprintf(&b, "Division by zero needs a new IR version (e.g. plays_per_day: \"event.payload.days == 0 ? 0 : event.payload.plays / event.payload.days\"):\n")
-		fmt.Fprintf(&b, "  %s projections deploy artist_stats.yaml\n", self)
+		fmt.Fprintf(&b, "try it on the failing events (nothing written), then deploy it and replay what it fixes as one workflow:\n")
+		fmt.Fprintf(&b, "  %s projections check artist_stats.yaml\n  %s projections rollout artist_stats.yaml\n", self, self)
 		fmt.Fprintf(&b, "and the example PlayTrack handler rejects days 0 before anything is written:\n")
 		fmt.Fprintf(&b, "  %s intents deploy %s\n", self, examplePlayTrackPath())
 	}

@@ -23,7 +23,7 @@ import (
 
 const pgHowTo = "set TEST_DATABASE_URL=postgres://user:pass@host:port/db?sslmode=disable, " +
 	"install the PostgreSQL server binaries (initdb, pg_ctl, postgres), or allow the one-time fetch of " +
-	"PostgreSQL 15 from Maven Central (CAUSET_POSTGRES_BINARIES, README)"
+	"PostgreSQL 15 from Maven Central (CAUSET_POSTGRES_BINARIES, docs/CONFIGURATION.md)"
 
 // Postgres returns a pool connected to a fresh database that only this test
 // uses, at the schema this build needs (every migration of package schema
