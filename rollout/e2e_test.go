@@ -317,3 +317,41 @@ func TestCheckReadsRunsWithoutRecords(t *testing.T) {
 	require.Len(t, failing, 2)
 	require.True(t, g.Truncated)
 }
+
+// A half-right fix: the follows without an artistId fail with it too (a
+// CEL error instead of the missing column). The check reports both
+// outcomes in the group, with the failure the fix still meets; the rollout
+// replays only what the fix applies, and the others stay dead letters.
+func TestRolloutHalfRightCandidate(t *testing.T) {
+	s := newStack(t, nil)
+	at := time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)
+	var recs []*kgo.Record
+	for i := range 6 {
+		payload := `{"artistId":"artist-a"}`
+		if i%3 == 0 {
+			payload = `{}`
+		}
+		recs = append(recs, record(t, event.Envelope{EventID: fmt.Sprintf("%s-half-%d", s.prefix, i), EventType: "ARTIST_FOLLOWED",
+			EntityID: fmt.Sprintf("user-%d", i), ForkID: "production", OccurredAt: at, Payload: json.RawMessage(payload)}))
+	}
+	require.NoError(t, s.producer.ProduceSync(s.ctx, recs...).FirstErr())
+	s.waitDeadLettered(t, 6)
+
+	rep := s.check(t, candidate(t, true))
+	require.Equal(t, 6, rep.Checked)
+	require.Len(t, rep.Groups, 1, "one failure now: the missing column")
+	g := rep.Groups[0]
+	require.Equal(t, 4, g.Outcomes[rollout.WouldApply])
+	require.Equal(t, 2, g.Outcomes[rollout.StillFails])
+	require.Len(t, g.StillFailing, 1)
+	require.Equal(t, "ir_eval", g.StillFailing[0].ErrorKind)
+	require.Contains(t, g.StillFailing[0].Error, "no such key: artistId")
+	require.Equal(t, 2, g.StillFailing[0].Events)
+
+	_, _, p := s.rollout(t, candidate(t, true), 2, 0.5)
+	require.Equal(t, contract.RolloutDone, p.State, p.Reason)
+	require.Equal(t, 4, p.Replayed)
+	require.Equal(t, 4, p.Applied)
+	require.Equal(t, 4, s.count(t, `SELECT count(*) FROM artist_followers`))
+	s.waitDeadLettered(t, 2)
+}
