@@ -159,6 +159,9 @@ type ReplayFailingResult struct {
 	Next     int  `json:"next"`
 	Done     bool `json:"done"`
 	Replayed int  `json:"replayed"`
+	// Tried counts the dead letters of the batch handled so far (a retried
+	// batch goes on with the rest).
+	Tried int `json:"tried"`
 	// Refused and Failed count dead letters the replayer refused (an
 	// entity that applied a later event) or could not replay.
 	Refused int `json:"refused,omitempty"`

@@ -355,3 +355,42 @@ func TestRolloutHalfRightCandidate(t *testing.T) {
 	require.Equal(t, 4, s.count(t, `SELECT count(*) FROM artist_followers`))
 	s.waitDeadLettered(t, 2)
 }
+
+// A batch retried after its worker was lost goes on after the last replay
+// its heartbeat reported, with the rest of the batch only.
+func TestReplayBatchResumesAfterItsHeartbeat(t *testing.T) {
+	s := newStack(t, nil)
+	s.produce(t, 6)
+	s.waitDeadLettered(t, 6)
+	runner, err := s.svc.RolloutRunner()
+	require.NoError(t, err)
+	id := "projection-rollout:artist_followers:resume-test"
+	in := contract.RolloutInput{Projection: "artist_followers", Document: mustJSON(t, candidate(t, true)), Limit: 100}
+	chk, err := runner.Check(s.ctx, id, in)
+	require.NoError(t, err)
+	require.Equal(t, 5, chk.ToReplay, "6 dead letters, user-00's out of order: its unfollow applied")
+
+	// The first try replayed two, then its worker was lost.
+	first, err := runner.ReplayBatch(s.ctx, contract.ReplayFailingInput{RolloutID: id, Batch: 2, Rate: 100}, nil, nil)
+	require.NoError(t, err)
+	require.Equal(t, 2, first.Tried)
+	var beats []contract.ReplayFailingResult
+	rest, err := runner.ReplayBatch(s.ctx, contract.ReplayFailingInput{RolloutID: id, Batch: 5, Rate: 100}, &first,
+		func(r contract.ReplayFailingResult) { beats = append(beats, r) })
+	require.NoError(t, err)
+	require.Equal(t, 5, rest.Tried, "the batch of 5 was two in when its worker was lost: three more")
+	require.Equal(t, 5, rest.Replayed, "the first try's two and three more, none twice")
+	require.Len(t, beats, 3)
+	require.False(t, rest.Done)
+	last, err := runner.ReplayBatch(s.ctx, contract.ReplayFailingInput{RolloutID: id, After: rest.Next, Batch: 5, Rate: 100}, nil, nil)
+	require.NoError(t, err)
+	require.Zero(t, last.Replayed)
+	require.True(t, last.Done)
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return b
+}

@@ -99,10 +99,12 @@ func Gather(ctx context.Context, s Sources, projection string, limit int) ([]Fai
 	if s.DataConverter == nil {
 		s.DataConverter = converter.GetDefaultDataConverter()
 	}
-	runs, err := listRuns(ctx, s, projection)
+	runs, cut, err := listRuns(ctx, s, projection, fmt.Sprintf("(ExecutionStatus = 'Running' OR %s IN ('%s', '%s'))",
+		contract.AttrRetryState.GetName(), contract.StateSucceeded, contract.StateDiscarded))
 	if err != nil {
 		return nil, g, err
 	}
+	g.Truncated = cut
 	var out []Failing
 	// A run on its schedule has no error kind yet (its memo gets one when it
 	// is dead-lettered): it takes the kind of a dead letter with its error.
@@ -227,26 +229,31 @@ type run struct {
 	deadLetteredAt time.Time
 }
 
-// listRuns lists the projection's retry runs that matter to a check: open
-// ones (dead-lettered, retrying, held, replaying) and closed ones that
-// settled the event (succeeded, discarded), which make older DLQ records
+// maxListedRuns bounds the runs a check lists (a page is 1,000): past it
+// the check says it was cut.
+const maxListedRuns = 200_000
+
+// listRuns lists the projection's retry runs that match where, at most
+// maxListedRuns (cut is set when there were more). A check lists the open
+// ones (dead-lettered, retrying, held, replaying) and the closed ones that
+// settled their event (succeeded, discarded), which make older DLQ records
 // moot.
-func listRuns(ctx context.Context, s Sources, projection string) (map[string]run, error) {
-	q := fmt.Sprintf("WorkflowType = '%s' AND %s = '%s' AND (ExecutionStatus = 'Running' OR %s IN ('%s', '%s'))",
-		contract.RetryWorkflowName, contract.AttrProjection.GetName(), escape(projection),
-		contract.AttrRetryState.GetName(), contract.StateSucceeded, contract.StateDiscarded)
+func listRuns(ctx context.Context, s Sources, projection, where string) (out map[string]run, cut bool, err error) {
+	q := fmt.Sprintf("WorkflowType = '%s' AND %s = '%s' AND %s",
+		contract.RetryWorkflowName, contract.AttrProjection.GetName(), escape(projection), where)
 	if s.TaskQueue != "" {
 		q += fmt.Sprintf(" AND TaskQueue = '%s'", escape(s.TaskQueue))
 	}
-	out := map[string]run{}
+	out = map[string]run{}
 	var token []byte
-	for {
+	for listed := 0; ; {
 		resp, err := s.Temporal.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
 			Namespace: s.Namespace, Query: q, PageSize: 1000, NextPageToken: token,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("list the retry runs of %s: %w", projection, err)
+			return nil, false, fmt.Errorf("list the retry runs of %s: %w", projection, err)
 		}
+		listed += len(resp.GetExecutions())
 		for _, e := range resp.GetExecutions() {
 			r := run{runID: e.GetExecution().GetRunId(), open: e.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING,
 				started: e.GetStartTime().AsTime().UnixNano()}
@@ -272,7 +279,10 @@ func listRuns(ctx context.Context, s Sources, projection string) (map[string]run
 		}
 		token = resp.GetNextPageToken()
 		if len(token) == 0 {
-			return out, nil
+			return out, false, nil
+		}
+		if listed >= maxListedRuns {
+			return out, true, nil
 		}
 	}
 }

@@ -161,11 +161,15 @@ func (r *Runner) ReplayBatch(ctx context.Context, in contract.ReplayFailingInput
 	if done != nil {
 		out = *done
 	}
-	rows, err := replays(ctx, r.Sources.Pool, in.RolloutID, out.Next, in.Batch-(out.Next-in.After))
+	left := in.Batch - out.Tried
+	if left <= 0 {
+		return out, nil
+	}
+	rows, err := replays(ctx, r.Sources.Pool, in.RolloutID, out.Next, left)
 	if err != nil {
 		return out, err
 	}
-	if len(rows) < in.Batch-(out.Next-in.After) {
+	if len(rows) < left {
 		out.Done = true
 	}
 	if len(rows) == 0 {
@@ -202,6 +206,7 @@ func (r *Runner) ReplayBatch(ctx context.Context, in contract.ReplayFailingInput
 			out.Failed++
 		}
 		out.Next = row.seq
+		out.Tried++
 		if progress != nil {
 			progress(out)
 		}
@@ -242,7 +247,8 @@ func (r *Runner) CountSettled(ctx context.Context, in contract.CountSettledInput
 // deadLetteredSince lists the projection's open dead letters that were
 // dead-lettered at or after since (their memo says when).
 func deadLetteredSince(ctx context.Context, s Sources, proj string, since time.Time) (map[string]bool, error) {
-	runs, err := listRuns(ctx, s, proj)
+	runs, _, err := listRuns(ctx, s, proj, fmt.Sprintf("ExecutionStatus = 'Running' AND %s = '%s'",
+		contract.AttrRetryState.GetName(), contract.StateDeadLettered))
 	if err != nil {
 		return nil, err
 	}
