@@ -394,3 +394,34 @@ func mustJSON(t *testing.T, v any) []byte {
 	require.NoError(t, err)
 	return b
 }
+
+// Under CAUSET_INCIDENT_POLICY=hold an incident holds the failing follows:
+// the check finds them held, and the rollout's deploy has the incident probe
+// at once, which releases them.
+func TestRolloutReleasesHeldEvents(t *testing.T) {
+	s := newStack(t, map[string]string{"CAUSET_INCIDENT_POLICY": "hold", "CAUSET_INCIDENT_THRESHOLD": "2"})
+	const users = 6
+	follows, _ := s.produce(t, users)
+	require.Eventually(t, func() bool {
+		return s.count(t, `SELECT count(*) FROM causet_parked_events p JOIN causet_blocked_keys k USING (topic, partition, projection, fork_id, entity_id)
+WHERE k.head_workflow_id LIKE 'projection-incident:%'`) > 0
+	}, time.Minute, 100*time.Millisecond, "no event held by an incident")
+
+	rep := s.check(t, candidate(t, true))
+	require.Positive(t, rep.BySource[rollout.Held], "%s", rep.Text(0))
+	require.Equal(t, rep.Checked, rep.Totals[rollout.WouldApply], "%s", rep.Text(0))
+	for _, g := range rep.Groups {
+		require.Equal(t, "sql", g.ErrorKind, "held events wait on the incident's error: %+v", g)
+		require.Contains(t, g.Error, `column "followed_at"`)
+	}
+
+	_, _, p := s.rollout(t, candidate(t, true), 2, 0.1)
+	require.Equal(t, contract.RolloutDone, p.State, p.Reason)
+	require.Equal(t, p.WouldApply, p.Applied)
+	require.Eventually(t, func() bool { return s.count(t, `SELECT count(*) FROM artist_followers`) == users-1 }, time.Minute, 200*time.Millisecond,
+		"every follow applied, user-00's then its unfollow")
+	for _, id := range follows {
+		require.Equal(t, 1, s.count(t, `SELECT count(*) FROM causet_projection_applied WHERE key = $1`,
+			projection.DedupeKey("artist_followers", "production", id)), "%s applied once", id)
+	}
+}
