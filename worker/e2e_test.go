@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"flag"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,10 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
-	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/causet/projection-retry/activities"
 	"github.com/causet/projection-retry/config"
@@ -254,16 +251,9 @@ func readDLQ(t *testing.T, ctx context.Context, brokers []string, topic string) 
 	return r, h
 }
 
+// writeHistory records workflow id's latest run for the replay tests of
+// package workflows.
 func writeHistory(t *testing.T, ctx context.Context, c client.Client, id, name string) {
 	t.Helper()
-	var events []*historypb.HistoryEvent
-	it := c.GetWorkflowHistory(ctx, id, "", false, 0)
-	for it.HasNext() {
-		e, err := it.Next()
-		require.NoError(t, err)
-		events = append(events, e)
-	}
-	b, err := protojson.MarshalOptions{Indent: "  "}.Marshal(&historypb.History{Events: events})
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join("..", "workflows", "testdata", name), b, 0o644))
+	testenv.WriteHistory(t, ctx, c, id, "", filepath.Join("..", "workflows", "testdata", name))
 }

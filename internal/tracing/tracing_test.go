@@ -252,6 +252,7 @@ func TestTracingReplaysRecordedHistories(t *testing.T) {
 			})
 			require.NoError(t, err)
 			worker.Register(workflowsOnly{r}, &activities.Activities{})
+			worker.RegisterRollouts(workflowsOnly{r}, &activities.Rollouts{})
 			require.NoError(t, r.ReplayWorkflowHistoryFromJSONFile(nil, f))
 		})
 	}
