@@ -42,6 +42,12 @@ type Describer interface {
 // RetrySettled describes the latest run of workflowID and reports whether it
 // has settled (Settled); a workflow that does not exist has.
 func RetrySettled(ctx context.Context, d Describer, workflowID string) (bool, error) {
+	return describedAs(ctx, d, workflowID, Settled)
+}
+
+// describedAs describes the latest run of workflowID and judges it; a
+// workflow that does not exist is judged done.
+func describedAs(ctx context.Context, d Describer, workflowID string, judge func(*workflowpb.WorkflowExecutionInfo) bool) (bool, error) {
 	resp, err := d.DescribeWorkflowExecution(ctx, workflowID, "")
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
@@ -50,7 +56,7 @@ func RetrySettled(ctx context.Context, d Describer, workflowID string) (bool, er
 	if err != nil {
 		return false, err
 	}
-	return Settled(resp.GetWorkflowExecutionInfo()), nil
+	return judge(resp.GetWorkflowExecutionInfo()), nil
 }
 
 // Final reports whether a retry workflow has reached a state that lets its
@@ -78,13 +84,5 @@ func retryState(info *workflowpb.WorkflowExecutionInfo) State {
 
 // RetryFinal is RetrySettled with Final.
 func RetryFinal(ctx context.Context, d Describer, workflowID string) (bool, error) {
-	resp, err := d.DescribeWorkflowExecution(ctx, workflowID, "")
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
-		return true, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	return Final(resp.GetWorkflowExecutionInfo()), nil
+	return describedAs(ctx, d, workflowID, Final)
 }
