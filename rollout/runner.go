@@ -98,18 +98,8 @@ func (r *Runner) deploy(ctx context.Context, doc *projection.Document) (contract
 	if err != nil {
 		return contract.DeployCandidateResult{}, err
 	}
-	want, err := json.Marshal(doc)
-	if err != nil {
-		return contract.DeployCandidateResult{}, err
-	}
-	for _, d := range deps {
-		if d.Name != doc.Name {
-			continue
-		}
-		have, err := json.Marshal(d.Document)
-		if err == nil && bytes.Equal(have, want) {
-			return contract.DeployCandidateResult{Version: d.Version, AlreadyDeployed: true, DeployedAt: d.DeployedAt}, nil
-		}
+	if newest, same := SameAsDeployed(deps, doc); same {
+		return contract.DeployCandidateResult{Version: newest.Version, AlreadyDeployed: true, DeployedAt: newest.DeployedAt}, nil
 	}
 	v, err := r.Engine.Deploy(ctx, doc)
 	if err != nil {
@@ -118,17 +108,20 @@ func (r *Runner) deploy(ctx context.Context, doc *projection.Document) (contract
 	return contract.DeployCandidateResult{Version: v, DeployedAt: time.Now().UTC()}, nil
 }
 
-// SameAsDeployed reports the newest deployed version of doc's projection
-// and whether doc is it.
-func SameAsDeployed(deps []projection.Deployment, doc *projection.Document) (int, bool) {
-	want, _ := json.Marshal(doc)
-	for _, d := range deps {
+// SameAsDeployed returns the newest deployed version of doc's projection
+// (nil when none) and whether doc is it.
+func SameAsDeployed(deps []projection.Deployment, doc *projection.Document) (*projection.Deployment, bool) {
+	want, err := json.Marshal(doc)
+	if err != nil {
+		return nil, false
+	}
+	for i, d := range deps {
 		if d.Name == doc.Name {
-			have, _ := json.Marshal(d.Document)
-			return d.Version, bytes.Equal(have, want)
+			have, err := json.Marshal(d.Document)
+			return &deps[i], err == nil && bytes.Equal(have, want)
 		}
 	}
-	return 0, false
+	return nil, false
 }
 
 // probeIncidents signals the projection's holding incidents that a new

@@ -183,14 +183,16 @@ func (r *rolloutRun) show(ctx workflow.Context) {
 		contract.AttrProjection.ValueSet(r.in.Projection),
 		contract.AttrRolloutAffected.ValueSet(int64(r.p.Affected)),
 		contract.AttrRolloutApplied.ValueSet(int64(r.p.Applied)),
-		contract.AttrRolloutFailing.ValueSet(int64(r.p.Failing+r.p.WouldFail*boolInt(!r.p.Deployed))))
+		contract.AttrRolloutFailing.ValueSet(int64(r.failing())))
 }
 
-func boolInt(b bool) int {
-	if b {
-		return 1
+// failing is what still fails: the check's count until the deploy, then
+// the events that failed again after it.
+func (r *rolloutRun) failing() int {
+	if !r.p.Deployed {
+		return r.p.WouldFail
 	}
-	return 0
+	return r.p.Failing
 }
 
 func share(n, of int) float64 {

@@ -110,7 +110,11 @@ func (c projectionsRolloutCmd) Run(ctx context.Context, logger *slog.Logger) err
 	}
 	// The version the rollout deploys: the newest one when the candidate is
 	// it already, so a second start finds the first rollout.
-	version, same := rollout.SameAsDeployed(deps, doc)
+	newest, same := rollout.SameAsDeployed(deps, doc)
+	version := 0
+	if newest != nil {
+		version = newest.Version
+	}
 	if !same {
 		version++
 	}
