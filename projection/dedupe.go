@@ -291,6 +291,15 @@ func underMaintenanceLock(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.T
 	})
 }
 
+// UnderDedupeMaintenance runs fn in a transaction that holds the dedupe
+// maintenance lock, with the maintenance's lock timeout: a change to the
+// ledger's partitions made by hand then takes turns with every maintainer
+// instead of racing its DDL (two DDLs on the parent can deadlock), and gives
+// up rather than queue applies behind it.
+func UnderDedupeMaintenance(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
+	return underMaintenanceLock(ctx, pool, fn)
+}
+
 // eachHourLocked runs do for each of hours, dedupeHoursPerTx of them per
 // transaction under the maintenance lock (what: "create", for the error).
 // It returns how many hours' transactions committed.

@@ -2,11 +2,14 @@ package reliability
 
 import (
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/causet/projection-retry/client"
@@ -95,11 +98,26 @@ func TestReliability16LongReader(t *testing.T) {
 	}, time.Minute, 100*time.Millisecond, "the first maintenance")
 
 	// Maintenance will find an hour to create and an expired one to drop.
-	_, err := s.pool.Exec(s.ctx, "DROP TABLE "+projection.DedupePartition(ahead))
-	require.NoError(t, err)
+	// The change takes turns with the maintainers still running (the
+	// worker's and the bridge's first runs), as a hand change must; a
+	// deadlock with their size reading (which locks the partitions, then
+	// the parent, where DROP TABLE locks the parent first) is retried, as
+	// PostgreSQL advises.
 	old := projection.DedupeHour(now.Add(-40 * 24 * time.Hour))
-	_, err = s.pool.Exec(s.ctx, fmt.Sprintf("CREATE TABLE %s PARTITION OF causet_projection_applied FOR VALUES IN (%d)",
-		projection.DedupePartition(old), old))
+	var err error
+	for range 5 {
+		err = projection.UnderDedupeMaintenance(s.ctx, s.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(s.ctx, "DROP TABLE "+projection.DedupePartition(ahead)); err != nil {
+				return err
+			}
+			_, err := tx.Exec(s.ctx, fmt.Sprintf("CREATE TABLE %s PARTITION OF causet_projection_applied FOR VALUES IN (%d)",
+				projection.DedupePartition(old), old))
+			return err
+		})
+		if pe := (*pgconn.PgError)(nil); !errors.As(err, &pe) || pe.Code != "40P01" { // deadlock_detected
+			break
+		}
+	}
 	require.NoError(t, err)
 
 	// Events of this hour and of the next, produced over the hold.
