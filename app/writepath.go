@@ -162,21 +162,37 @@ func serveMetrics(addr string, reg prometheus.Gatherer, logger *slog.Logger, h *
 	if err != nil {
 		return nil, fmt.Errorf("CAUSET_METRICS_ADDR=%s: %w", addr, err)
 	}
+	return serveMetricsOn(ln, reg, logger, h), nil
+}
+
+func serveMetricsOn(ln net.Listener, reg prometheus.Gatherer, logger *slog.Logger, h *health.Health) (stop func()) {
 	if logger == nil {
 		logger = slog.Default()
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	h.Register(mux)
-	// A scraper on a silent link holds a connection at most this long.
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
-		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+	srv := metricsTimeouts.server(mux)
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("metrics server stopped", "err", err)
 		}
 	}()
-	return func() { _ = srv.Close() }, nil
+	return func() { _ = srv.Close() }
+}
+
+// serverTimeouts bound how long a client on a silent link holds one of an
+// HTTP server's connections: until its request's headers are read (header),
+// its whole request is read (read), its answer is written (write, from the
+// end of the headers), or, between requests, while it is idle (idle).
+type serverTimeouts struct{ header, read, write, idle time.Duration }
+
+// metricsTimeouts are the metrics listener's (docs/PRODUCTION.md, Deadlines).
+var metricsTimeouts = serverTimeouts{header: 5 * time.Second, read: 10 * time.Second, write: 30 * time.Second, idle: 2 * time.Minute}
+
+// server is an HTTP server of h bounded by t.
+func (t serverTimeouts) server(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: t.header, ReadTimeout: t.read, WriteTimeout: t.write, IdleTimeout: t.idle}
 }
 
 // poolError is "PostgreSQL at host:port: err" with the password, should err
