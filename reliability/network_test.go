@@ -86,6 +86,25 @@ type linkFault struct {
 	hold     time.Duration
 	apply    func(ns *netStack, bridges []*testenv.Host, worker *testenv.Host) (heal func())
 	detected func(bridges []*proc, worker *proc, since time.Time) bool
+	// isolated: the first bridge is cut from the group and loses its
+	// partitions; from when it says so until the heal it must apply,
+	// hand off and dead-letter nothing.
+	isolated bool
+}
+
+// bridgeWork is what a bridge has done with events so far: applied (or
+// found applied), handed off and dead-lettered; -1 when its metrics
+// cannot be read.
+func bridgeWork(b *proc) float64 {
+	total := 0.0
+	for _, name := range []string{"causet_bridge_applied_total", "causet_bridge_handed_off_total", "causet_bridge_dead_lettered_total"} {
+		v := b.metric(name)
+		if v < 0 {
+			return -1
+		}
+		total += v
+	}
+	return total
 }
 
 // logSince counts p's log lines that contain sub and were written at or
@@ -133,13 +152,24 @@ func runLinkFault(t *testing.T, p profile, f linkFault) {
 	cutAt := time.Now()
 	r.fig("fault_s", f.hold.Seconds())
 	detect := -1.0
+	workAtLoss := -1.0
 	for time.Since(cutAt) < f.hold {
 		if detect < 0 && f.detected != nil && f.detected(bs, w, cutAt) {
 			detect = time.Since(cutAt).Seconds()
 		}
+		if f.isolated && workAtLoss < 0 && bs[0].logSince(`"msg":"partitions lost`, cutAt)+bs[0].logSince(`"msg":"partitions revoked"`, cutAt) > 0 {
+			workAtLoss = bridgeWork(bs[0])
+			r.fig("isolated_lost_partitions_after_s", fmt.Sprintf("%.1f", time.Since(cutAt).Seconds()))
+		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	r.fig("applied_during_fault", s.tryCount(`SELECT count(*) FROM rel_effects`)-appliedAtCut)
+	if f.isolated {
+		require.GreaterOrEqual(t, workAtLoss, 0.0, "the isolated bridge never said it lost its partitions (or its metrics could not be read):\n%s", bs[0].logTail(30))
+		workAtHeal := bridgeWork(bs[0])
+		r.fig("isolated_work_after_loss", workAtHeal-workAtLoss)
+		require.Equal(t, workAtLoss, workAtHeal, "the isolated bridge applied, handed off or dead-lettered events after it lost its partitions")
+	}
 	heal()
 	healedAt := time.Now()
 	// Caught up: the group has committed every event produced before the
@@ -202,7 +232,8 @@ func TestReliability17BridgePostgresBlackhole(t *testing.T) {
 
 // Scenario 18: one of two bridges loses its link to Kafka for 60 s, longer
 // than the group session (15 s): the group gives its partitions to the
-// other, and what it still holds in flight must not be applied twice.
+// other, what it still holds in flight must not be applied twice, and once
+// it has lost its partitions it applies nothing more.
 func TestReliability18BridgeKafkaBlackhole(t *testing.T) {
 	p := gate(t)
 	runLinkFault(t, p, linkFault{name: "blackhole_bridge_kafka", bridges: 2, hold: 60 * time.Second,
@@ -214,6 +245,7 @@ func TestReliability18BridgeKafkaBlackhole(t *testing.T) {
 		detected: func(bs []*proc, _ *proc, since time.Time) bool {
 			return bs[1].logSince(`"msg":"partitions assigned"`, since) > 0
 		},
+		isolated: true,
 	})
 }
 
