@@ -152,14 +152,23 @@ func runLinkFault(t *testing.T, p profile, f linkFault) {
 	cutAt := time.Now()
 	r.fig("fault_s", f.hold.Seconds())
 	detect := -1.0
-	workAtLoss := -1.0
+	workAtDetect, workAtLoss := -1.0, -1.0
 	for time.Since(cutAt) < f.hold {
 		if detect < 0 && f.detected != nil && f.detected(bs, w, cutAt) {
 			detect = time.Since(cutAt).Seconds()
+			if f.isolated {
+				workAtDetect = bridgeWork(bs[0])
+			}
 		}
 		if f.isolated && workAtLoss < 0 && bs[0].logSince(`"msg":"partitions lost`, cutAt)+bs[0].logSince(`"msg":"partitions revoked"`, cutAt) > 0 {
 			workAtLoss = bridgeWork(bs[0])
 			r.fig("isolated_lost_partitions_after_s", fmt.Sprintf("%.1f", time.Since(cutAt).Seconds()))
+			if workAtDetect >= 0 {
+				// Between the group's reassignment and the bridge
+				// learning of it: what it had fetched before the cut,
+				// which the dedupe ledger keeps from applying twice.
+				r.fig("isolated_work_before_it_learned", workAtLoss-workAtDetect)
+			}
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
