@@ -3,7 +3,6 @@ package activities
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
 	"time"
@@ -48,13 +47,17 @@ type Activities struct {
 	// Heads records where a retry workflow stands, as the head its key's
 	// later events are parked behind (entity ordering, package parking):
 	// settled in the apply transaction of its successful attempt, dead
-	// lettered before its dead letter is published, settled when discarded
+	// lettered once its dead letter is published, settled when discarded
 	// or its window ends. Optional: without it nothing is recorded.
 	Heads *parking.Store
 	// Holds finds the holding incident a run's last failure belongs to
 	// (CAUSET_INCIDENT_POLICY=hold): such a run joins the hold instead of
 	// being dead-lettered. Optional: without it no run joins a hold.
 	Holds *incident.Store
+	// GuardEveryRun applies the sequence guard to every attempt of every
+	// run (CAUSET_ORDERING=entity); without it, to replays only. A forced
+	// replay is never guarded.
+	GuardEveryRun bool
 }
 
 func (a *Activities) logger() *slog.Logger {
@@ -93,14 +96,16 @@ func (a *Activities) ApplyProjection(ctx context.Context, in contract.ApplyInput
 	err := in.Event.Validate()
 	if err == nil {
 		res, err = a.Applier.ApplyWith(ctx, in.Projection, in.Event, projection.ApplyOptions{
-			BeforeCommit: a.beforeCommit(info.WorkflowExecution.ID, in, number),
+			BeforeCommit: a.beforeCommit(info.WorkflowExecution.ID),
+			Guard:        a.guarded(in),
 		})
 		if err == nil && res.Err != nil {
 			err = res.Err
 		}
-		var refused *replayRefused
+		var refused *projection.SequenceRefused
 		if errors.As(err, &refused) {
-			err = refused.InvalidError
+			a.logLine(ctx, "projection_replay_refused", in, number, slog.Int64("sequence", in.Event.Sequence),
+				slog.String("laterEventId", refused.Later.EventID), slog.Int64("laterSequence", refused.Later.Sequence))
 		}
 	}
 	if err == nil {
@@ -193,14 +198,6 @@ func (a *Activities) PublishDeadLetter(ctx context.Context, in contract.DeadLett
 	if len(key) == 0 {
 		key = []byte(in.Event.EntityID)
 	}
-	if a.Heads != nil {
-		// Before the record: a run that dead-letters has let its key go
-		// (unless dead letters hold their entity), even while the topic
-		// refuses the record and this activity retries.
-		if _, err := parking.SetHeadState(ctx, a.Heads.Pool(), info.WorkflowExecution.ID, parking.HeadDeadLettered); err != nil {
-			return contract.DLQCoordinates{}, err
-		}
-	}
 	at, err := a.Publisher.Publish(ctx, key, rec)
 	if err != nil {
 		a.logger().LogAttrs(ctx, slog.LevelWarn, "dead letter publish failed; will retry",
@@ -208,48 +205,41 @@ func (a *Activities) PublishDeadLetter(ctx context.Context, in contract.DeadLett
 		return at, err
 	}
 	a.Metrics.publishedDeadLetter(in.Projection, rec.ErrorKind)
+	if a.Heads != nil {
+		// After the record: the key's later events go on (unless dead
+		// letters hold their entity) only once the event has its dead
+		// letter. A failure here retries the activity, and the record may
+		// repeat; it is never missing.
+		if _, err := parking.SetHeadState(ctx, a.Heads.Pool(), info.WorkflowExecution.ID, parking.HeadDeadLettered); err != nil {
+			return contract.DLQCoordinates{}, err
+		}
+	}
 	return at, nil
 }
 
+// guarded reports whether an attempt takes the sequence guard: every
+// attempt of a replay (a signalled run, or one a bulk replay restarted),
+// and under entity ordering every attempt, unless the replay is forced.
+func (a *Activities) guarded(in contract.ApplyInput) bool {
+	return !in.Force && (a.GuardEveryRun || in.Run > 0 || in.Restarted)
+}
+
 // beforeCommit is what the attempt's apply transaction does besides the
-// write, once it knows the pair's status: a replay (unless forced) of an
-// event whose entity has since applied a later sequence is refused, and a
-// pair that applied (or was applied before) settles the run as its key's
-// head, so the bridge releases the events parked behind it.
-func (a *Activities) beforeCommit(workflowID string, in contract.ApplyInput, number int) func(context.Context, pgx.Tx, []projection.Result) error {
+// write, once it knows the pair's status: a pair that applied (or was
+// applied before) settles the run as its key's head, so the bridge
+// releases the events parked behind it.
+func (a *Activities) beforeCommit(workflowID string) func(context.Context, pgx.Tx, []projection.Result) error {
 	return func(ctx context.Context, tx pgx.Tx, rs []projection.Result) error {
-		if tx == nil || len(rs) == 0 {
+		if tx == nil || len(rs) == 0 || a.Heads == nil {
 			return nil
 		}
-		r := rs[0]
-		if r.Status != projection.StatusApplied && r.Status != projection.StatusDuplicate {
-			return nil
-		}
-		if in.Run > 0 && !in.Force && r.Status == projection.StatusApplied {
-			later, err := projection.LaterApplied(ctx, tx, in.Projection, in.Event)
-			if err != nil {
-				return err
-			}
-			if later != nil {
-				a.logLine(ctx, "projection_replay_refused", in, number, slog.Int64("sequence", in.Event.Sequence),
-					slog.String("laterEventId", later.EventID), slog.Int64("laterSequence", later.Sequence))
-				return &replayRefused{&event.InvalidError{Reason: fmt.Sprintf(
-					"replay refused: %s already applied a later event of entity %s (sequence %d, eventId %s) than this one (sequence %d); "+
-						"replay with {\"force\":true} to apply it anyway, or discard it",
-					in.Projection, in.Event.EntityID, later.Sequence, later.EventID, in.Event.Sequence)}}
-			}
-		}
-		if a.Heads == nil {
+		if r := rs[0]; r.Status != projection.StatusApplied && r.Status != projection.StatusDuplicate {
 			return nil
 		}
 		_, err := parking.SetHeadState(ctx, tx, workflowID, parking.HeadSettled)
 		return err
 	}
 }
-
-// replayRefused rolls a refused replay's transaction back; the attempt
-// fails with its InvalidError, never retried.
-type replayRefused struct{ *event.InvalidError }
 
 // behind counts the events parked behind workflowID, for the attempt's
 // record; 0 when unknown.

@@ -61,6 +61,9 @@ func (s *Service) NewWorker() (sdkworker.Worker, error) {
 		Logger:  s.Logger,
 		Metrics: activities.NewMetrics(s.Registry),
 		Heads:   parking.NewStore(s.Pool),
+		// Under entity ordering no attempt may apply an event its entity
+		// has moved past; under none only replays are checked.
+		GuardEveryRun: s.Config.Ordering == config.OrderingEntity,
 	}
 	if s.Config.Incidents.Policy == config.IncidentHold {
 		// A run whose failure a holding incident has waits with it.

@@ -26,6 +26,10 @@ type ApplyInput struct {
 	// Force applies a replayed event even when its entity has applied a
 	// later one (the replay signal's "force").
 	Force bool `json:"force,omitempty"`
+	// Restarted is set on every run of a workflow that a bulk replay
+	// started after the dead letter's earlier run had closed: its attempts
+	// are replays, checked by the sequence guard like a signalled one's.
+	Restarted bool `json:"restarted,omitempty"`
 }
 
 // ApplyOutput is ApplyProjection's result on success.

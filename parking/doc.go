@@ -10,7 +10,7 @@
 // transaction of the batch they belong to, and releases them, in order and
 // in runs, once the head has settled. The worker (package activities)
 // records where a retry head stands as it settles: in the apply transaction
-// of its successful attempt, before its dead letter is published, and when
+// of its successful attempt, once its dead letter is published, and when
 // it is discarded or its replay window ends. The incident store (package
 // incident) moves the heads of an incident's keys in the transaction that
 // changes the incident's state. `causet blocked` (cmd/causet) lists the

@@ -184,13 +184,13 @@ func Block(ctx context.Context, tx pgx.Tx, topic string, partition int32, keys [
 			return fmt.Errorf("parking: lock the incidents of blocked keys: %w", err)
 		}
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO causet_blocked_keys AS b (topic, partition, projection, fork_id, entity_id, head_workflow_id, head_state, through, pending_start)
+	_, err := tx.Exec(ctx, `INSERT INTO causet_blocked_keys AS b (topic, partition, projection, fork_id, entity_id, head_workflow_id, head_state, through, pending_start, head_input)
 SELECT $1, $2, k.p, k.f, k.e, k.h, COALESCE((SELECT CASE i.state WHEN 'holding' THEN 'retrying' WHEN 'dead_lettered' THEN 'dead_letter_all' ELSE 'settled' END
-	FROM causet_incidents i WHERE i.id = k.h), 'retrying'), k.t, k.s::jsonb
+	FROM causet_incidents i WHERE i.id = k.h), 'retrying'), k.t, k.s::jsonb, k.s::jsonb
 FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::text[]) AS k(p, f, e, h, t, s)
 ON CONFLICT (topic, partition, projection, fork_id, entity_id) DO UPDATE
 SET head_workflow_id = EXCLUDED.head_workflow_id, head_state = EXCLUDED.head_state, pending_start = EXCLUDED.pending_start,
-	through = greatest(b.through, EXCLUDED.through), blocked_at = now()`,
+	head_input = EXCLUDED.head_input, through = greatest(b.through, EXCLUDED.through), blocked_at = now()`,
 		topic, partition, proj, fork, ent, head, through, pending)
 	if err != nil {
 		return fmt.Errorf("parking: record blocked keys: %w", err)
@@ -355,6 +355,28 @@ WHERE topic = $1 AND partition = $2 AND projection = $3 AND fork_id = $4 AND ent
 		return fmt.Errorf("parking: record a started head: %w", err)
 	}
 	return nil
+}
+
+// HeadInput is the retry input of the head of key (the event it runs),
+// kept from when it became the head until the key's row changes head; nil
+// when the row has none (a head recorded by the previous release, an
+// incident) or key is no longer blocked behind head.
+func HeadInput(ctx context.Context, q Querier, topic string, partition int32, k Key, head string) (*contract.RetryInput, error) {
+	var b []byte
+	err := q.QueryRow(ctx, `SELECT head_input FROM causet_blocked_keys
+WHERE topic = $1 AND partition = $2 AND projection = $3 AND fork_id = $4 AND entity_id = $5 AND head_workflow_id = $6`,
+		topic, partition, k.Projection, k.ForkID, k.EntityID, head).Scan(&b)
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && len(b) == 0 {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("parking: read the head of %v: %w", k, err)
+	}
+	in := new(contract.RetryInput)
+	if err := json.Unmarshal(b, in); err != nil {
+		return nil, fmt.Errorf("parking: decode the head of %v: %w", k, err)
+	}
+	return in, nil
 }
 
 // SetHeadState records, in q, where the head of the keys blocked behind

@@ -131,6 +131,12 @@ func (e *Engine) attempt(ctx context.Context, evs []event.Envelope, only string,
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 
+	if opts.Guard {
+		if err := guardSequences(ctx, tx, pairs); err != nil {
+			res, ferr := failAll(pairs, err)
+			return res, Classify(err) == contract.KindConnection, ferr
+		}
+	}
 	badStmts, err := e.execPairs(ctx, conn.Conn(), ledgerSD, pairs, opts.HoldAfterFailure)
 	if err != nil {
 		res, ferr := failAll(pairs, err)

@@ -455,3 +455,18 @@ func ReadDedupeStats(ctx context.Context, pool *pgxpool.Pool) (DedupeStats, erro
 	}
 	return s, nil
 }
+
+// WasApplied reports, read in q, whether the dedupe ledger records ev as
+// applied to projection: the proof a head's event needs before its key is
+// released without a dead letter.
+func WasApplied(ctx context.Context, q interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}, projection string, ev event.Envelope) (bool, error) {
+	var ok bool
+	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM causet_projection_applied WHERE bucket IN ($2, 0) AND key = $1)`,
+		DedupeKey(projection, ev.ForkID, ev.EventID), dedupeBucket(&ev)).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("read the dedupe ledger for event %s: %w", ev.EventID, err)
+	}
+	return ok, nil
+}

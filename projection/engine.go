@@ -60,6 +60,10 @@ type ApplyOptions struct {
 	// row. Entity ordering asks for it, so that an entity's later events are
 	// never applied before its earlier one that failed.
 	HoldAfterFailure bool
+	// Guard is the sequence guard (guardSequences): a pair whose event is
+	// older than its entity's applied sequence fails with SequenceRefused.
+	// Every apply but a fresh, in-order batch asks for it.
+	Guard bool
 
 	// candidate, set by Try, is applied as its projection's newest version;
 	// rollBack ends the transaction with a rollback where it would commit.

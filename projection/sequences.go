@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
 )
 
@@ -105,4 +106,76 @@ WHERE projection = $1 AND fork_id = $2 AND entity_id = $3 AND sequence > $4`,
 		return nil, fmt.Errorf("read the applied sequence of entity %s: %w", ev.EntityID, err)
 	}
 	return &l, nil
+}
+
+// SequenceRefused is why the sequence guard refused a pair: its entity has
+// applied a later sequence, so applying it would take the read model back.
+// It is an invalid event (never retried); a forced replay is the only way
+// past it.
+type SequenceRefused struct {
+	Projection, EntityID string
+	Sequence             int64
+	Later                Later
+}
+
+func (e *SequenceRefused) Error() string {
+	return fmt.Sprintf("replay refused: %s already applied a later event of entity %s (sequence %d, eventId %s) than this one (sequence %d); "+
+		"replay with {\"force\":true} to apply it anyway, or discard it",
+		e.Projection, e.EntityID, e.Later.Sequence, e.Later.EventID, e.Sequence)
+}
+
+// guardSequences is the sequence guard, run in the apply transaction
+// before any pair is written: every pair still to apply whose event carries
+// a sequence below its entity's applied mark fails with SequenceRefused.
+// Such a pair is still looked up in the dedupe ledger, so an event applied
+// before (its later ones then applied after it) stays a duplicate. Every
+// apply that is not a fresh, in-order one asks for it (ApplyOptions.Guard):
+// releases, retry attempts, replays, rollout replays.
+func guardSequences(ctx context.Context, tx pgx.Tx, pairs []*pair) error {
+	var order []markKey
+	seen := map[markKey]bool{}
+	for _, p := range pairs {
+		if p.done || p.ev.Sequence <= 0 {
+			continue
+		}
+		k := markKey{p.res.Projection, p.ev.ForkID, p.ev.EntityID}
+		if !seen[k] {
+			seen[k] = true
+			order = append(order, k)
+		}
+	}
+	if len(order) == 0 {
+		return nil
+	}
+	n := len(order)
+	proj, fork, ent := make([]string, n), make([]string, n), make([]string, n)
+	for i, k := range order {
+		proj[i], fork[i], ent[i] = k.projection, k.fork, k.entity
+	}
+	rows, err := tx.Query(ctx, `SELECT m.projection, m.fork_id, m.entity_id, m.sequence, m.event_id FROM causet_applied_sequences m
+JOIN unnest($1::text[], $2::text[], $3::text[]) AS k(p, f, e) ON (m.projection, m.fork_id, m.entity_id) = (k.p, k.f, k.e)`, proj, fork, ent)
+	if err != nil {
+		return fmt.Errorf("read applied sequences: %w", err)
+	}
+	marks := map[markKey]Later{}
+	var k markKey
+	var l Later
+	if _, err := pgx.ForEachRow(rows, []any{&k.projection, &k.fork, &k.entity, &l.Sequence, &l.EventID}, func() error {
+		marks[k] = l
+		return nil
+	}); err != nil {
+		return fmt.Errorf("read applied sequences: %w", err)
+	}
+	for _, p := range pairs {
+		if p.done || p.ev.Sequence <= 0 {
+			continue
+		}
+		m, ok := marks[markKey{p.res.Projection, p.ev.ForkID, p.ev.EntityID}]
+		if !ok || m.Sequence <= p.ev.Sequence {
+			continue
+		}
+		p.prefail = &ApplyError{Kind: contract.KindInvalidEvent, Err: &SequenceRefused{
+			Projection: p.res.Projection, EntityID: p.ev.EntityID, Sequence: p.ev.Sequence, Later: m}}
+	}
+	return nil
 }

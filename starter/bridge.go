@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -35,6 +37,9 @@ type Bridge struct {
 	dlq  *dlq.Publisher
 	sem  chan struct{}
 	inc  *incident.Registry // nil when incidents are not detected
+	// owner names this bridge in the partitions it claims (fencing,
+	// CAUSET_ORDERING=entity): host, process and a random part.
+	owner string
 
 	ctx    context.Context // parent of every partition's context
 	cancel context.CancelFunc
@@ -63,6 +68,7 @@ func New(opts Options) (*Bridge, error) {
 		m:     newMetrics(opts.Registerer),
 		sem:   make(chan struct{}, opts.MaxInflight),
 		parts: map[topicPartition]*partition{},
+		owner: ownerName(),
 	}
 	b.inc = incident.NewRegistry(incident.RegistryOptions{
 		Incidents: opts.Incidents, Retry: opts.Retry, Store: opts.IncidentStore, Client: opts.IncidentClient,
@@ -407,4 +413,10 @@ func (b *Bridge) irVersion(projection string) int {
 		return v.Version(projection)
 	}
 	return 0
+}
+
+// ownerName is how a bridge names itself in the partitions it claims.
+func ownerName() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s/%d/%08x", host, os.Getpid(), rand.Uint32())
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -11,7 +12,9 @@ import (
 	"go.temporal.io/api/serviceerror"
 
 	"github.com/causet/projection-retry/contract"
+	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/parking"
+	"github.com/causet/projection-retry/projection"
 )
 
 // The head watcher (CAUSET_ORDERING=entity): one goroutine per bridge that
@@ -20,7 +23,7 @@ import (
 //
 // Where a head stands is recorded in its key's row by whoever moves it:
 // the worker as a retry workflow succeeds (in the apply transaction),
-// dead-letters (before the record), is discarded or its window ends; the
+// dead-letters (once the record is written), is discarded or its window ends; the
 // incident workflow as it stops holding; the bridge as a head's own event
 // applies on redelivery. The watcher reads those rows every headPoll, one
 // indexed query for all owned partitions, and asks Temporal nothing: a key
@@ -53,29 +56,40 @@ type headWatcher struct {
 	partitions func() map[int32]*orderedRouter
 }
 
-// run watches the heads of the owned partitions' keys until ctx ends.
+// run watches the heads of the owned partitions' keys until ctx ends. The
+// describes of stale heads (paced, and slow when Temporal is) run on a
+// goroutine of their own, so they never hold up the poll that releases
+// settled keys.
 func (w *headWatcher) run() {
-	t := time.NewTicker(headPoll)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		w.every(staleCheckEvery, w.checkStaleHeads)
+	}()
+	var lastOldest time.Time
+	w.every(headPoll, func(parts map[int32]*orderedRouter) {
+		w.pollHeads(parts)
+		if time.Since(lastOldest) >= oldestEvery {
+			lastOldest = time.Now()
+			w.measureOldest(parts)
+		}
+	})
+	wg.Wait()
+}
+
+// every runs do with the owned partitions every period until ctx ends.
+func (w *headWatcher) every(period time.Duration, do func(map[int32]*orderedRouter)) {
+	t := time.NewTicker(period)
 	defer t.Stop()
-	var lastStale, lastOldest time.Time
 	for {
 		select {
 		case <-w.ctx.Done():
 			return
 		case <-t.C:
 		}
-		parts := w.partitions()
-		if len(parts) == 0 {
-			continue
-		}
-		w.pollHeads(parts)
-		if time.Since(lastStale) >= staleCheckEvery {
-			lastStale = time.Now()
-			w.checkStaleHeads(parts)
-		}
-		if time.Since(lastOldest) >= oldestEvery {
-			lastOldest = time.Now()
-			w.measureOldest(parts)
+		if parts := w.partitions(); len(parts) > 0 {
+			do(parts)
 		}
 	}
 }
@@ -112,9 +126,10 @@ func (w *headWatcher) pollHeads(parts map[int32]*orderedRouter) {
 
 // staleHead is a head the watcher describes.
 type staleHead struct {
-	r    *orderedRouter
-	key  parking.Key
-	head string
+	r     *orderedRouter
+	key   parking.Key
+	head  string
+	state parking.HeadState
 }
 
 // checkStaleHeads describes the retry heads active past staleAfter whose
@@ -133,11 +148,13 @@ func (w *headWatcher) checkStaleHeads(parts map[int32]*orderedRouter) {
 				}
 				continue
 			}
+			// A head whose start is pending is not in Temporal yet: it is
+			// started by this owner or the next, never described.
 			active := bk.state == parking.HeadActive || (bk.state == parking.HeadDeadLettered && w.opts.HoldEntity)
-			if active && now.Sub(bk.since) >= staleAfter && !now.Before(bk.nextCheck) {
+			if active && !bk.pending && now.Sub(bk.since) >= staleAfter && !now.Before(bk.nextCheck) {
 				bk.every = min(max(2*bk.every, minDescribeEvery), maxDescribeEvery)
 				bk.nextCheck = now.Add(bk.every)
-				stale = append(stale, staleHead{r, k, bk.head})
+				stale = append(stale, staleHead{r, k, bk.head, bk.state})
 			}
 		}
 		r.mu.Unlock()
@@ -170,6 +187,9 @@ func (w *headWatcher) checkStaleHeads(parts map[int32]*orderedRouter) {
 // staleAfter is how long a retry head may stay active before the watcher
 // describes it: its whole schedule, plus a margin for a slow worker.
 func (w *headWatcher) staleAfter() time.Duration {
+	if w.opts.headStaleAfter > 0 {
+		return w.opts.headStaleAfter
+	}
 	plan := w.opts.Retry.Plan(w.opts.Mode)
 	last := time.Duration(0)
 	if n := len(plan.Offsets); n > 0 {
@@ -179,11 +199,12 @@ func (w *headWatcher) staleAfter() time.Duration {
 }
 
 // describeHead describes a retry head and records the state it is in when
-// that is not active.
+// that is not active. A head that ended without an outcome is resolved by
+// the bridge (endedWithoutOutcome).
 func (w *headWatcher) describeHead(s staleHead) {
 	ctx, cancel := context.WithTimeout(w.ctx, w.opts.StartTimeout)
 	defer cancel()
-	state, err := retryHeadState(ctx, w.opts.Workflows, s.head)
+	state, ended, err := retryHeadState(ctx, w.opts.Workflows, s.head)
 	if err != nil {
 		if w.ctx.Err() == nil {
 			w.log.Debug("cannot describe a blocked key's head, next check retries", "headWorkflowId", s.head, "error", err.Error())
@@ -191,6 +212,12 @@ func (w *headWatcher) describeHead(s staleHead) {
 		return
 	}
 	if state == parking.HeadActive {
+		return
+	}
+	if ended != "" && s.state == parking.HeadActive {
+		// Its run is gone before it recorded an outcome: its dead letter,
+		// if the run wrote one, would have recorded dead_lettered first.
+		w.endedWithoutOutcome(s, ended)
 		return
 	}
 	if _, err := parking.SetHeadState(ctx, w.opts.Parking.Pool(), s.head, state); err != nil {
@@ -202,29 +229,102 @@ func (w *headWatcher) describeHead(s staleHead) {
 }
 
 // retryHeadState is where the retry workflow head stands, as Temporal
-// describes it: a run that does not exist or has closed has settled, an
-// open dead letter is dead_lettered, a run that succeeded or was discarded
-// has settled.
-func retryHeadState(ctx context.Context, d contract.Describer, head string) (parking.HeadState, error) {
+// describes it: a run that completed has settled (it recorded how, as it
+// succeeded, was discarded or its window ended), an open dead letter is
+// dead_lettered, an open run is active. A run that ended any other way —
+// terminated, timed out, failed, cancelled, or not found although it was
+// started — has no outcome: ended says how it ended, and its state is
+// settled only once the bridge has resolved its event.
+func retryHeadState(ctx context.Context, d contract.Describer, head string) (state parking.HeadState, ended string, err error) {
 	resp, err := d.DescribeWorkflowExecution(ctx, head, "")
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
-		return parking.HeadSettled, nil
+		return parking.HeadSettled, "not found", nil
 	}
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	info := resp.GetWorkflowExecutionInfo()
-	if info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		return parking.HeadSettled, nil
+	switch st := info.GetStatus(); st {
+	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
+		return parking.HeadSettled, "", nil
+	case enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED:
+		return parking.HeadSettled, "terminated", nil
+	case enumspb.WORKFLOW_EXECUTION_STATUS_TIMED_OUT:
+		return parking.HeadSettled, "timed out", nil
+	case enumspb.WORKFLOW_EXECUTION_STATUS_FAILED:
+		return parking.HeadSettled, "failed", nil
+	case enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED:
+		return parking.HeadSettled, "canceled", nil
+	default:
+		return parking.HeadSettled, strings.ToLower(st.String()), nil
 	}
 	switch {
 	case contract.Final(info):
-		return parking.HeadSettled, nil
+		return parking.HeadSettled, "", nil
 	case contract.Settled(info):
-		return parking.HeadDeadLettered, nil
+		return parking.HeadDeadLettered, "", nil
 	}
-	return parking.HeadActive, nil
+	return parking.HeadActive, "", nil
+}
+
+// endedWithoutOutcome resolves the event of a retry head whose run ended
+// without applying or dead-lettering it (CONTRACT §14): applied after all
+// (the dedupe ledger says so), the key is released; otherwise the bridge
+// dead-letters the event from the key's row, saying how its run ended, and
+// then releases the key. A head recorded without its input (by the
+// previous release) is released as before, with a warning.
+func (w *headWatcher) endedWithoutOutcome(s staleHead, ended string) {
+	p := s.r.p
+	log := w.log.With("projectionName", s.key.Projection, "forkId", s.key.ForkID, "entityId", s.key.EntityID, "headWorkflowId", s.head)
+	var in *contract.RetryInput
+	var applied bool
+	if !p.until(log, "database", "cannot read the head of a key whose run ended", func(ctx context.Context) (err error) {
+		if in, err = parking.HeadInput(ctx, w.opts.Parking.Pool(), p.topic, p.id, s.key, s.head); err != nil || in == nil {
+			return err
+		}
+		applied, err = projection.WasApplied(ctx, w.opts.Parking.Pool(), in.Projection, in.Event)
+		return err
+	}) {
+		return
+	}
+	switch {
+	case in == nil:
+		log.Warn("a blocked key's head ended without an outcome and its event is not recorded with the key: key released",
+			"event", "projection_head_described", "headEnded", ended)
+	case applied:
+		log.Info("a blocked key's head ended after applying its event: key released", "event", "projection_head_described", "headEnded", ended)
+	default:
+		if !p.publishDeadLetter(p.parkedLog(*in), "event of a head that ended without an outcome", in.Key, dlq.RunRecord(headEndedLetter(*in, ended), time.Now())) {
+			return
+		}
+	}
+	p.until(log, "database", "cannot record a resolved head", func(ctx context.Context) error {
+		_, err := parking.SetHeadState(ctx, w.opts.Parking.Pool(), s.head, parking.HeadSettled)
+		return err
+	})
+}
+
+// headEndedLetter is the dead letter of a head's event whose run ended
+// (terminated, timed out, failed, gone) before applying or dead-lettering
+// it: its attempt 1 if the bridge made one, then an attempt that says how
+// the run ended, of the last error kind known.
+func headEndedLetter(in contract.RetryInput, ended string) contract.DeadLetterInput {
+	now := time.Now().UTC()
+	var attempts []contract.Attempt
+	kind := string(contract.KindSQL)
+	if in.FirstAttempt != nil {
+		attempts = append(attempts, *in.FirstAttempt)
+		kind = in.FirstAttempt.ErrorKind
+	}
+	attempts = append(attempts, contract.Attempt{Number: len(attempts) + 1, StartedAt: now, ErrorKind: kind,
+		Error: "retry workflow " + in.WorkflowID() + " ended (" + ended + ") before applying or dead-lettering the event: dead-lettered by the bridge"})
+	dl := contract.DeadLetterInput{Event: in.Event, Key: in.Key, Projection: in.Projection, Attempts: attempts, Source: in.Source}
+	if in.FirstAttempt != nil {
+		dl.IRVersion = in.FirstAttempt.IRVersion
+	}
+	return dl
 }
 
 // checkIncidentHeads records the state of incident heads whose incident no

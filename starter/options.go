@@ -95,6 +95,10 @@ type Options struct {
 	MinBackoff, MaxBackoff time.Duration
 	// StartTimeout bounds one workflow start call. Optional, defaults to 10s.
 	StartTimeout time.Duration
+	// headStaleAfter, when set, replaces how long a retry head stays active
+	// before it is described (heads.go): tests end heads from outside
+	// without waiting for their schedule.
+	headStaleAfter time.Duration
 	// ProbeTimeout bounds one probe (Probe, TemporalProbe): a dependency
 	// that does not answer a trivial request within it is out. Optional,
 	// defaults to 5s.

@@ -46,6 +46,9 @@ type orderedRouter struct {
 	wakeCh chan struct{}
 	// atBound: the partition waits at a bound of parked events (logged once).
 	atBound bool
+	// owner is this bridge's claim of the partition (parking.Claim): every
+	// transaction that writes its keys checks it (fence).
+	owner parking.Owner
 }
 
 // blockedKey is what the partition knows of one of its blocked keys.
@@ -61,6 +64,10 @@ type blockedKey struct {
 	// settling was never recorded (heads.go).
 	nextCheck time.Time
 	every     time.Duration
+	// pending: the head's retry workflow may not be started yet (its start
+	// is recorded with the key until it is durable). Not described, never
+	// released for want of a run.
+	pending bool
 }
 
 func newOrderedRouter(p *partition) *orderedRouter {
@@ -103,6 +110,15 @@ func (r *orderedRouter) releasable(head string, state parking.HeadState) bool {
 // has moved on.
 func (r *orderedRouter) open() bool {
 	p := r.p
+	// The claim comes first: it waits for the transactions of a previous
+	// owner still under way, and fails the later ones, so what is loaded
+	// next is what that owner left.
+	if !p.until(p.log, "database", "cannot claim the partition", func(ctx context.Context) (err error) {
+		r.owner, err = parking.Claim(ctx, r.store.Pool(), p.opts.Group, p.topic, p.id, p.b.owner)
+		return err
+	}) {
+		return false
+	}
 	var loaded []parking.Blocked
 	if !p.until(p.log, "database", "cannot load blocked keys", func(ctx context.Context) (err error) {
 		loaded, err = r.store.Load(ctx, p.topic, p.id)
@@ -114,7 +130,8 @@ func (r *orderedRouter) open() bool {
 	r.mu.Lock()
 	var pending []parking.Blocked
 	for _, b := range loaded {
-		r.keys[b.Key] = &blockedKey{head: b.Head, state: b.State, parked: b.Parked, through: b.Through, since: b.BlockedAt, nextCheck: now}
+		r.keys[b.Key] = &blockedKey{head: b.Head, state: b.State, parked: b.Parked, through: b.Through, since: b.BlockedAt, nextCheck: now,
+			pending: b.PendingStart != nil}
 		r.parked += b.Parked
 		if r.releasable(b.Head, b.State) {
 			r.due[b.Key] = true
@@ -136,6 +153,27 @@ func (r *orderedRouter) open() bool {
 	}
 	r.signal()
 	return true
+}
+
+// fence checks, in tx, that the partition is still this bridge's: a
+// bridge that lost it to another (a newer claim) stops the partition, and
+// the transaction rolls back with ErrFenced.
+func (r *orderedRouter) fence(ctx context.Context, tx pgx.Tx) error {
+	err := r.owner.Check(ctx, tx)
+	if errors.Is(err, parking.ErrFenced) {
+		r.p.fenced(err)
+	}
+	return err
+}
+
+// inFencedTx runs fn in a transaction that first checks the fence.
+func (r *orderedRouter) inFencedTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, r.store.Pool(), func(tx pgx.Tx) error {
+		if err := r.fence(ctx, tx); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
 }
 
 // close drops the partition's keys from the gauges when it stops.
@@ -312,6 +350,9 @@ func (r *orderedRouter) applyOrdered(seg *segment, items []item, last *kgo.Recor
 		startedAt time.Time
 	)
 	beforeCommit := func(ctx context.Context, tx pgx.Tx, outs []projection.Result) error {
+		if err := r.fence(ctx, tx); err != nil {
+			return err
+		}
 		first := map[parking.Key]int{}
 		for _, o := range outs {
 			k := keyOf(o.Projection, &evs[o.Index])
@@ -394,6 +435,11 @@ func (r *orderedRouter) handOffHead(seg *segment, rec *kgo.Record, in contract.R
 // key's parked events go on.
 func (r *orderedRouter) headStarted(in contract.RetryInput, end handoffEnd) {
 	p := r.p
+	r.mu.Lock()
+	if k := r.keys[parking.KeyOf(in)]; k != nil && k.head == in.WorkflowID() {
+		k.pending = false
+	}
+	r.mu.Unlock()
 	if end == handoffDeadLettered {
 		p.until(p.log, "database", "cannot settle a head Temporal refused", func(ctx context.Context) error {
 			_, err := parking.SetHeadState(ctx, r.store.Pool(), in.WorkflowID(), parking.HeadSettled)
@@ -446,7 +492,7 @@ func (r *orderedRouter) handOffOrdered(seg *segment, items []item) bool {
 	// The blocks and parked events are durable before any head of theirs is
 	// started, so a bridge that takes the partition over holds the keys too.
 	if (len(plan.blocked) > 0 || len(plan.rows) > 0) && !p.until(p.log, "database", "cannot record blocked keys", func(ctx context.Context) error {
-		return pgx.BeginFunc(ctx, r.store.Pool(), func(tx pgx.Tx) error { return plan.write(ctx, tx, r) })
+		return r.inFencedTx(ctx, func(tx pgx.Tx) error { return plan.write(ctx, tx, r) })
 	}) {
 		return false
 	}
@@ -633,9 +679,11 @@ func (r *orderedRouter) committed(pl *batchPlan) {
 	for _, b := range pl.blocked {
 		if k := r.keys[b.Key]; k != nil {
 			k.head, k.state, k.since, k.through = b.Head, parking.HeadActive, now, max(k.through, b.Through)
+			k.pending = b.PendingStart != nil
 			continue
 		}
-		r.keys[b.Key] = &blockedKey{head: b.Head, state: parking.HeadActive, since: now, nextCheck: now, through: b.Through}
+		r.keys[b.Key] = &blockedKey{head: b.Head, state: parking.HeadActive, since: now, nextCheck: now, through: b.Through,
+			pending: b.PendingStart != nil}
 		p.m.blockedKeys.Inc()
 	}
 	for i, in := range pl.rows {

@@ -52,6 +52,7 @@ type partition struct {
 	segs      []*segment
 	done      kgo.EpochOffset // everything before done.Offset is finished
 	committed int64           // last offset committed by this bridge, -1 if none
+	fencedOut bool            // another bridge claimed the partition (fenced)
 }
 
 func newPartition(b *Bridge, topic string, id int32) *partition {
@@ -79,6 +80,22 @@ func newPartition(b *Bridge, topic string, id int32) *partition {
 func (p *partition) stop() {
 	p.cancel()
 	p.wait()
+}
+
+// fenced stops a partition another bridge has claimed since this one took
+// it (parking.ErrFenced): it writes nothing more for it, commits no offset
+// past what it finished, and waits for the group to take it away.
+func (p *partition) fenced(err error) {
+	p.mu.Lock()
+	first := !p.fencedOut
+	p.fencedOut = true
+	p.mu.Unlock()
+	if first {
+		p.m.fenced.Inc()
+		p.log.Warn("partition claimed by another bridge: this one stops writing for it until the group takes it away",
+			"event", "bridge_partition_fenced", "error", err.Error())
+	}
+	p.cancel()
 }
 
 // wait waits for the worker, its hand-offs and sweeper checks after the

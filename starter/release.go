@@ -164,6 +164,9 @@ func (r *orderedRouter) releaseRows(keys []parking.Blocked, rows []parking.Parke
 		drained   []parking.Key
 	)
 	beforeCommit := func(ctx context.Context, tx pgx.Tx, outs []projection.Result) error {
+		if err := r.fence(ctx, tx); err != nil {
+			return err
+		}
 		fails := map[parking.Key]int{}
 		for _, o := range outs {
 			if o.Status == projection.StatusFailed {
@@ -226,7 +229,7 @@ func (r *orderedRouter) releaseRows(keys []parking.Blocked, rows []parking.Parke
 	apply := func() ([]projection.Result, error) {
 		startedAt = time.Now().UTC()
 		for run := 0; ; run++ {
-			outs, err := p.opts.Engine.ApplyBatch(p.ctx, evs, projection.ApplyOptions{Hold: hold, BeforeCommit: beforeCommit, HoldAfterFailure: true})
+			outs, err := p.opts.Engine.ApplyBatch(p.ctx, evs, projection.ApplyOptions{Hold: hold, BeforeCommit: beforeCommit, HoldAfterFailure: true, Guard: true})
 			if !errors.Is(err, errRerun) || run >= maxOrderedRuns || p.ctx.Err() != nil {
 				return outs, err
 			}
@@ -238,8 +241,10 @@ func (r *orderedRouter) releaseRows(keys []parking.Blocked, rows []parking.Parke
 		return false
 	case verdictIsolate:
 		if len(rows) > 1 {
+			// A key whose event failed in the first half has a new head:
+			// its events in the second half stay parked behind it.
 			h := len(rows) / 2
-			return r.releaseRows(keys, rows[:h]) && r.releaseRows(keys, rows[h:])
+			return r.releaseRows(keys, rows[:h]) && r.releaseRows(keys, r.stillReleased(keys, rows[h:]))
 		}
 		return r.headFailedAlone(rows[0], res.err)
 	}
@@ -253,6 +258,26 @@ func (r *orderedRouter) releaseRows(keys []parking.Blocked, rows []parking.Parke
 		}
 	}
 	return true
+}
+
+// stillReleased returns those of rows whose key still has the head it was
+// released from (keys): a key that took a new head since keeps its rows
+// parked behind it.
+func (r *orderedRouter) stillReleased(keys []parking.Blocked, rows []parking.Parked) []parking.Parked {
+	headOf := make(map[parking.Key]string, len(keys))
+	for _, b := range keys {
+		headOf[b.Key] = b.Head
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := rows[:0:0]
+	for _, row := range rows {
+		k := parking.KeyOf(row.Retry)
+		if b := r.keys[k]; b != nil && b.head == headOf[k] {
+			out = append(out, row)
+		}
+	}
+	return out
 }
 
 // resultOf is the position in outs of the result of row i (one pair each).
@@ -276,7 +301,7 @@ func (r *orderedRouter) headFailedAlone(row parking.Parked, cause error) bool {
 	in.Retry, in.ReplayWindow = p.opts.Retry, p.opts.ReplayWindow
 	head := parking.Blocked{Key: parking.KeyOf(in), Head: in.WorkflowID(), State: parking.HeadActive, PendingStart: &in}
 	if !p.until(p.log, "database", "cannot record a released event's retry workflow as its key's head", func(ctx context.Context) error {
-		return pgx.BeginFunc(ctx, r.store.Pool(), func(tx pgx.Tx) error {
+		return r.inFencedTx(ctx, func(tx pgx.Tx) error {
 			if err := parking.Unpark(ctx, tx, p.topic, p.id, []int64{row.Seq}); err != nil {
 				return err
 			}
@@ -312,6 +337,7 @@ func (r *orderedRouter) released(left map[parking.Key]int64, applied int, heads 
 	for _, h := range heads {
 		if b := r.keys[h.Key]; b != nil {
 			b.head, b.state, b.since, b.nextCheck, b.every = h.Head, parking.HeadActive, now, now, 0
+			b.pending = h.PendingStart != nil
 			if parking.IsIncident(h.Head) {
 				joins = append(joins, joined{h.Head, h.Projection, b.parked})
 			}
@@ -353,9 +379,11 @@ func (r *orderedRouter) released(left map[parking.Key]int64, applied int, heads 
 func (r *orderedRouter) unblock(keys []parking.Blocked) bool {
 	p := r.p
 	var drained []parking.Key
-	if !p.until(p.log, "database", "cannot unblock released keys", func(ctx context.Context) (err error) {
-		drained, err = parking.Unblock(ctx, r.store.Pool(), p.topic, p.id, keys)
-		return err
+	if !p.until(p.log, "database", "cannot unblock released keys", func(ctx context.Context) error {
+		return r.inFencedTx(ctx, func(tx pgx.Tx) (err error) {
+			drained, err = parking.Unblock(ctx, tx, p.topic, p.id, keys)
+			return err
+		})
 	}) {
 		return false
 	}
@@ -407,7 +435,7 @@ func (r *orderedRouter) deadLetterParked(keys []parking.Blocked) (more, ok bool)
 	}
 	var drained []parking.Key
 	if !p.until(p.log, "database", "cannot delete dead-lettered parked events", func(ctx context.Context) error {
-		return pgx.BeginFunc(ctx, r.store.Pool(), func(tx pgx.Tx) (err error) {
+		return r.inFencedTx(ctx, func(tx pgx.Tx) (err error) {
 			if err := parking.Unpark(ctx, tx, p.topic, p.id, seqs); err != nil {
 				return err
 			}
@@ -471,7 +499,7 @@ func (r *orderedRouter) promote(keys []parking.Blocked) (more, ok bool) {
 		seqs = append(seqs, row.Seq)
 	}
 	if len(heads) > 0 && !p.until(p.log, "database", "cannot record the next heads of released keys", func(ctx context.Context) error {
-		return pgx.BeginFunc(ctx, r.store.Pool(), func(tx pgx.Tx) error {
+		return r.inFencedTx(ctx, func(tx pgx.Tx) error {
 			if err := parking.Unpark(ctx, tx, p.topic, p.id, seqs); err != nil {
 				return err
 			}

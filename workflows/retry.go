@@ -225,6 +225,7 @@ func (r *retryRun) runSchedule(ctx workflow.Context, plan config.Plan, run int, 
 		Delays:       plan.Delays,
 		MaxAttempts:  len(plan.Offsets),
 		Force:        r.force,
+		Restarted:    r.in.Replay != nil,
 	}
 	var out contract.ApplyOutput
 	err := workflow.ExecuteActivity(actx, contract.ApplyProjectionActivity, in).Get(ctx, &out)
