@@ -212,3 +212,101 @@ func TestBridgeKafkaFencedBridgeWritesNothing(t *testing.T) {
 	require.EqualValues(t, 1, value(r.b.m.fenced))
 	require.Less(t, h.committed()[0], int64(2), "nor committed the event's offset")
 }
+
+// stats_deferred fails, at COMMIT, every transaction that writes plays_per_day 2
+// for an artist ending in defer-artist: a release run holding such an event
+// fails as a whole while the database answers, and is split.
+const deferredFailureDDL = `
+CREATE FUNCTION stats_deferred() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.artist_id LIKE '%defer-artist' AND NEW.plays_per_day = 2 THEN
+    RAISE EXCEPTION 'deferred check failed (test)';
+  END IF;
+  RETURN NULL;
+END $$;
+CREATE CONSTRAINT TRIGGER stats_deferred AFTER INSERT OR UPDATE ON artist_stats
+  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION stats_deferred();
+`
+
+// A release run that fails as a whole (here at COMMIT) is split in halves.
+// The key's event that fails in the first half becomes its head, and the
+// key's later events in the second half stay parked behind it instead of
+// applying before it.
+func TestBridgeKafkaSplitReleaseKeepsItsHeads(t *testing.T) {
+	h, o := orderedHarness(t, 1)
+	_, err := h.pool.Exec(h.ctx, deferredFailureDDL)
+	require.NoError(t, err)
+	h.start(o)
+	artist := h.prefix + "defer-artist"
+	h.flag(artist, 1)
+	h.produce(envRecord(0, nth(h, artist, 1)))
+	require.Eventually(t, func() bool { return h.blockedRows() == 1 }, 30*time.Second, 50*time.Millisecond)
+	h.produce(envRecord(0, nth(h, artist, 2)), envRecord(0, nth(h, artist, 3)), envRecord(0, nth(h, artist, 4)))
+	require.Eventually(t, func() bool {
+		return h.count(`SELECT count(*) FROM causet_parked_events WHERE entity_id = $1`, artist) == 3
+	}, 30*time.Second, 50*time.Millisecond)
+
+	h.unflag(artist) // the head applies; its release of 2, 3, 4 fails at COMMIT
+	second := contract.RetryWorkflowID("artist_stats", "production", nth(h, artist, 2).EventID)
+	h.waitState(second, contract.StateRetrying)
+	time.Sleep(time.Second)
+	require.Equal(t, []int64{1}, h.audit(artist), "3 and 4 wait behind 2, which failed alone")
+	require.Equal(t, 2, h.count(`SELECT count(*) FROM causet_parked_events WHERE entity_id = $1`, artist))
+
+	_, err = h.pool.Exec(h.ctx, `DROP TRIGGER stats_deferred ON artist_stats`)
+	require.NoError(t, err)
+	h.waitState(second, contract.StateSucceeded)
+	require.Eventually(t, func() bool { return h.blockedRows() == 0 }, 30*time.Second, 50*time.Millisecond)
+	require.Equal(t, []int64{1, 2, 3, 4}, h.audit(artist), "each once, in order")
+}
+
+// hungDescriber is a Temporal frontend that accepts describes and never
+// answers them.
+type hungDescriber struct{ describes atomic.Int64 }
+
+func (d *hungDescriber) DescribeWorkflowExecution(ctx context.Context, id, runID string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+	d.describes.Add(1)
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// startedStarter starts every workflow at once (nothing runs them).
+type startedStarter struct{}
+
+func (startedStarter) ExecuteWorkflow(ctx context.Context, o client.StartWorkflowOptions, wf any, args ...any) (client.WorkflowRun, error) {
+	return nil, nil
+}
+
+// Describes of stale heads that hang (a frontend that accepts and never
+// answers) do not hold up releases: a head recorded settled in its key's
+// row is released at the next poll while the describes still wait.
+func TestBridgeKafkaHungDescribesDoNotStallReleases(t *testing.T) {
+	h := newHarness(t, harnessOptions{partitions: 1, followersDDL: testenv.FollowersNoFollowedAtDDL, noTemporal: true})
+	describer := &hungDescriber{}
+	o := h.options(startedStarter{})
+	o.Workflows = describer
+	o.StartTimeout = 30 * time.Second // each describe hangs this long
+	o.Retry = config.Retry{MaxAttempts: 2, Initial: time.Second, Multiplier: 1, Max: time.Second}
+	o.headStaleAfter = 100 * time.Millisecond
+	h.start(o)
+	var heads []string
+	for _, u := range []string{"user-a", "user-b", "user-c"} {
+		user := h.prefix + u
+		follow := sequenced(followed(h.prefix+u+"-follow", user, "artist-1"), 1)
+		unfollow := sequenced(followed(h.prefix+u+"-unfollow", user, "artist-1"), 2)
+		unfollow.EventType = "ARTIST_UNFOLLOWED"
+		h.produce(envRecord(0, follow), envRecord(0, unfollow))
+		heads = append(heads, contract.RetryWorkflowID("artist_followers", "production", follow.EventID))
+	}
+	require.Eventually(t, func() bool {
+		return h.count(`SELECT count(*) FROM causet_blocked_keys WHERE parked = 1 AND pending_start IS NULL`) == 3
+	}, 30*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return describer.describes.Load() >= 3 }, 30*time.Second, 50*time.Millisecond,
+		"the stale heads are being described, and the describes hang")
+
+	_, err := parking.SetHeadState(h.ctx, h.pool, heads[0], parking.HeadSettled)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return h.appliedSequence(h.prefix+"user-a") == 2 }, 10*time.Second, 50*time.Millisecond,
+		"the settled key is released while the describes hang")
+	require.Equal(t, 2, h.blockedRows())
+}

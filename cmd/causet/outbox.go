@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/causet/projection-retry/relay"
@@ -42,6 +44,9 @@ func (c outboxListCmd) Run(ctx context.Context) error {
 type outboxRedriveCmd struct {
 	EventIDs []string `arg:"" optional:"" name:"event-id" help:"The events to send again."`
 	All      bool     `help:"Every event set aside."`
+	Force    bool     `help:"Send events whose entity has published a later event since (their projections' read models may go back); needs --identity and --reason."`
+	Identity string   `help:"Who forces the redrive (with --force)."`
+	Reason   string   `help:"Why (with --force)."`
 }
 
 func (c outboxRedriveCmd) Run(ctx context.Context) error {
@@ -51,15 +56,28 @@ func (c outboxRedriveCmd) Run(ctx context.Context) error {
 	if len(c.EventIDs) > 0 && c.All {
 		return fmt.Errorf("name events or --all, not both")
 	}
+	if c.Force && (strings.TrimSpace(c.Identity) == "" || strings.TrimSpace(c.Reason) == "") {
+		return fmt.Errorf("--force needs --identity and --reason: a forced redrive is recorded with who and why")
+	}
 	pool, err := documentsPool(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	n, err := relay.Redrive(ctx, pool, c.EventIDs)
+	n, refused, err := relay.Redrive(ctx, pool, c.EventIDs, c.Force)
 	if err != nil {
 		return err
 	}
+	if c.Force {
+		slog.Warn("set-aside events redriven with --force: the sequence check was skipped", "event", "outbox_redrive_forced",
+			"identity", c.Identity, "reason", c.Reason, "eventIds", c.EventIDs, "all", c.All, "redriven", n)
+	}
 	fmt.Fprintf(outboxOut, "%d events back in the outbox: the relay sends them again, after the later events of their entities it published meanwhile\n", n)
+	if len(refused) > 0 {
+		for _, r := range refused {
+			fmt.Fprintln(outboxOut, r.Error())
+		}
+		return fmt.Errorf("%d events not redriven: their entities published later events since", len(refused))
+	}
 	return nil
 }

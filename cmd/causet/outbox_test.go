@@ -62,4 +62,33 @@ SELECT position, event_id, 'MESSAGE_TOO_LARGE: The request included a message la
 	stdout, stderr, code = runBinary(t, env, "outbox", "redrive", "--all")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, "1 events back in the outbox")
+
+	// An event set aside while a later one of its entity was published: sent
+	// now, it would come after it, so the redrive refuses it as a replay is
+	// refused, unless forced with who and why.
+	for i, id := range []string{"i-3:1", "i-4:1"} {
+		_, err := pool.Exec(ctx, `INSERT INTO causet_intents (intent_id, intent_type, entity_id, fork_id, status, handler_version, response)
+VALUES ($1, 'Big', 'user-2', 'production', 'succeeded', 1, '{}')`, id)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `INSERT INTO causet_events (event_id, fork_id, entity_id, sequence, event_type, intent_id, envelope, published_at)
+VALUES ($1, 'production', 'user-2', $2, 'BIG', $1, '{"eventId": "x", "payload": {}}', CASE WHEN $3 THEN now() END)`, id, i+1, i == 1)
+		require.NoError(t, err)
+	}
+	_, err = pool.Exec(ctx, `INSERT INTO causet_events_set_aside (position, event_id, reason)
+SELECT position, event_id, 'MESSAGE_TOO_LARGE' FROM causet_events WHERE event_id = 'i-3:1'`)
+	require.NoError(t, err)
+	stdout, stderr, code = runBinary(t, env, "outbox", "redrive", "i-3:1")
+	require.Equal(t, 1, code, stdout)
+	require.Contains(t, stdout, "0 events back in the outbox")
+	require.Contains(t, stdout, "redrive refused: i-3:1 (sequence 1) would be sent after i-4:1 (sequence 2) of its entity")
+	require.Contains(t, stderr, "1 events not redriven")
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM causet_events_set_aside`).Scan(&n))
+	require.Equal(t, 1, n, "a refused event stays set aside")
+	_, stderr, code = runBinary(t, env, "outbox", "redrive", "--force", "i-3:1")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "--force needs --identity and --reason")
+	stdout, stderr, code = runBinary(t, env, "outbox", "redrive", "--force", "--identity", "ops", "--reason", "read models rebuilt", "i-3:1")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "1 events back in the outbox")
+	require.Contains(t, stderr, "outbox_redrive_forced")
 }
