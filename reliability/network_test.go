@@ -87,8 +87,10 @@ type linkFault struct {
 	apply    func(ns *netStack, bridges []*testenv.Host, worker *testenv.Host) (heal func())
 	detected func(bridges []*proc, worker *proc, since time.Time) bool
 	// isolated: the first bridge is cut from the group and loses its
-	// partitions; from when it says so (if before the heal) until the
-	// heal it must apply, hand off and dead-letter nothing.
+	// partitions; from when the other bridge has them (and so has claimed
+	// them in PostgreSQL) until the heal it must apply nothing, whether it
+	// has learned of its loss or not (fencing); from when it says so (if
+	// before the heal) it must also hand off and dead-letter nothing.
 	isolated bool
 }
 
@@ -153,12 +155,20 @@ func runLinkFault(t *testing.T, p profile, f linkFault) {
 	r.fig("fault_s", f.hold.Seconds())
 	detect := -1.0
 	workAtDetect, workAtLoss := -1.0, -1.0
+	appliedAtClaim := -1.0
+	var detectedAt time.Time
 	for time.Since(cutAt) < f.hold {
 		if detect < 0 && f.detected != nil && f.detected(bs, w, cutAt) {
 			detect = time.Since(cutAt).Seconds()
+			detectedAt = time.Now()
 			if f.isolated {
 				workAtDetect = bridgeWork(bs[0])
 			}
+		}
+		// The new owner claims the partitions as it opens them, within
+		// moments of their assignment.
+		if f.isolated && appliedAtClaim < 0 && !detectedAt.IsZero() && time.Since(detectedAt) >= 2*time.Second {
+			appliedAtClaim = bs[0].metric("causet_bridge_applied_total")
 		}
 		if f.isolated && workAtLoss < 0 && bs[0].logSince(`"msg":"partitions lost`, cutAt)+bs[0].logSince(`"msg":"partitions revoked"`, cutAt) > 0 {
 			workAtLoss = bridgeWork(bs[0])
@@ -173,6 +183,13 @@ func runLinkFault(t *testing.T, p profile, f linkFault) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	r.fig("applied_during_fault", s.tryCount(`SELECT count(*) FROM rel_effects`)-appliedAtCut)
+	if f.isolated {
+		require.GreaterOrEqual(t, appliedAtClaim, 0.0, "the other bridge took the partitions within the fault")
+		appliedAtHeal := bs[0].metric("causet_bridge_applied_total")
+		r.fig("isolated_applied_after_claim", appliedAtHeal-appliedAtClaim)
+		r.fig("isolated_fenced_partitions", bs[0].metric("causet_bridge_partitions_fenced_total"))
+		require.Equal(t, appliedAtClaim, appliedAtHeal, "fenced: the cut bridge applied events of partitions the other had claimed")
+	}
 	switch {
 	case f.isolated && workAtLoss >= 0:
 		workAtHeal := bridgeWork(bs[0])

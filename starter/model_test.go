@@ -1,0 +1,266 @@
+package starter
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/causet/projection-retry/config"
+	"github.com/causet/projection-retry/contract"
+	"github.com/causet/projection-retry/parking"
+)
+
+// The model test of park/release (CONTRACT §14): a seeded, randomized run
+// of the real bridge, worker and Temporal dev server on real PostgreSQL,
+// checked against what the events say must hold, whatever happened:
+//
+//   - each event is applied at most once (stats_audit, one row per write);
+//   - an entity's applied events are in sequence order;
+//   - every event is applied or dead-lettered (a DLQ record): none vanished;
+//   - once drained, no key is blocked and nothing is parked.
+//
+// Each seed draws events on few keys with per-entity sequences, failures
+// that clear within the schedule (success at attempt k) or not (a dead
+// letter), and faults while they flow: heads terminated from outside,
+// dead letters replayed (after their entity moved on: refused) or
+// discarded, the bridge killed (its group's offsets lost, so everything is
+// read again), a second bridge joining and leaving (a rebalance, fenced).
+//
+// CAUSET_MODEL_SEEDS sets how many seeds run (default 10: 1…10), and
+// CAUSET_MODEL_SEED runs one seed alone, as a failing run names it.
+func TestBridgeKafkaModelSeeds(t *testing.T) {
+	var seeds []uint64
+	if s := os.Getenv("CAUSET_MODEL_SEED"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		require.NoError(t, err, "CAUSET_MODEL_SEED")
+		seeds = []uint64{n}
+	} else {
+		count := 10
+		if s := os.Getenv("CAUSET_MODEL_SEEDS"); s != "" {
+			var err error
+			count, err = strconv.Atoi(s)
+			require.NoError(t, err, "CAUSET_MODEL_SEEDS")
+		}
+		for i := range count {
+			seeds = append(seeds, uint64(i+1))
+		}
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			t.Parallel()
+			runModelSeed(t, seed)
+		})
+	}
+}
+
+// modelEvent is one event of a model run.
+type modelEvent struct {
+	artist string
+	n      int // its sequence, and its plays_per_day
+	id     string
+	fails  string // "", "clears" or "stays"
+}
+
+// modelRun is what a model run did, for the checker and the failure report.
+type modelRun struct {
+	mu       sync.Mutex
+	timeline []string
+	start    time.Time
+}
+
+func (m *modelRun) note(format string, args ...any) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.timeline = append(m.timeline, fmt.Sprintf("%6.1fs ", time.Since(m.start).Seconds())+fmt.Sprintf(format, args...))
+}
+
+func runModelSeed(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 0x6361757365740001))
+	h, o := orderedHarness(t, 2)
+	o.Retry = config.Retry{MaxAttempts: 3, Initial: time.Second, Multiplier: 1, Max: time.Second}
+	o.headStaleAfter = 2 * time.Second
+	m := &modelRun{start: time.Now()}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("seed %d (replay it: CAUSET_MODEL_SEED=%d go test -run 'TestBridgeKafkaModelSeeds' ./starter/)\n%s",
+				seed, seed, strings.Join(m.timeline, "\n"))
+		}
+	})
+
+	// The workload: 3-5 keys, 6-12 events each, interleaved.
+	var events []modelEvent
+	keys := 3 + rng.IntN(3)
+	next := map[string]int{}
+	var artists []string
+	for k := range keys {
+		artists = append(artists, fmt.Sprintf("%sm%d", h.prefix, k))
+	}
+	total := 0
+	for range artists {
+		total += 6 + rng.IntN(7)
+	}
+	for range total {
+		a := artists[rng.IntN(len(artists))]
+		next[a]++
+		ev := modelEvent{artist: a, n: next[a]}
+		ev.id = nth(h, a, ev.n).EventID
+		switch x := rng.Float64(); {
+		case x < 0.15:
+			ev.fails = "clears"
+		case x < 0.22:
+			ev.fails = "stays"
+		}
+		events = append(events, ev)
+	}
+	partitionOf := func(a string) int32 { return int32(slices.Index(artists, a) % 2) }
+
+	// Each bridge has a registry of its own, as each process has.
+	start := func() *running {
+		oo := o
+		oo.Registerer = prometheus.NewRegistry()
+		return h.start(oo)
+	}
+	r := start()
+	var second *running
+	var cleared sync.WaitGroup
+	for i, ev := range events {
+		if ev.fails != "" {
+			h.flag(ev.artist, ev.n)
+			m.note("%s-%d fails (%s)", ev.artist[len(h.prefix):], ev.n, ev.fails)
+			if ev.fails == "clears" {
+				// Cleared within the schedule (attempts at +0, +1, +2 s):
+				// it applies at attempt 2 or 3, or dead-letters just before.
+				after := time.Duration(500+rng.IntN(2500)) * time.Millisecond
+				cleared.Add(1)
+				time.AfterFunc(after, func() {
+					defer cleared.Done()
+					_, _ = h.pool.Exec(h.ctx, `DELETE FROM fail_ctl WHERE artist_id = $1 AND plays = $2`, ev.artist, ev.n)
+				})
+			}
+		}
+		rec := envRecord(partitionOf(ev.artist), sequenced(nth(h, ev.artist, ev.n), int64(ev.n)))
+		h.produce(rec)
+		time.Sleep(time.Duration(rng.IntN(150)) * time.Millisecond)
+
+		// Faults, at random points of the stream.
+		switch x := rng.Float64(); {
+		case x < 0.04 && second == nil:
+			m.note("bridge killed (offsets lost) and restarted")
+			h.crash(r)
+			r = start()
+		case x < 0.04:
+			// The other bridge takes its partitions, then gives some back.
+			m.note("bridge stopped while the second runs, and restarted")
+			r.stop(t)
+			r = start()
+		case x < 0.07 && second == nil:
+			m.note("a second bridge joins")
+			second = start()
+		case x < 0.10 && second != nil:
+			m.note("the second bridge leaves")
+			second.stop(t)
+			second = nil
+		case x < 0.16:
+			if head := modelRetryingHead(h); head != "" {
+				m.note("terminate %s", head)
+				_ = h.temporal.Client.TerminateWorkflow(h.ctx, head, "", "model: operator terminates")
+			}
+		case x < 0.20:
+			if head := modelDeadLetteredRun(h, rng); head != "" {
+				action := contract.SignalReplay
+				if rng.IntN(2) == 0 {
+					action = contract.SignalDiscard
+				}
+				m.note("%s %s", action, head)
+				_ = h.temporal.Client.SignalWorkflow(h.ctx, head, "", action, contract.OperatorSignal{Identity: "model", Reason: "seed " + strconv.FormatUint(seed, 10)})
+			}
+		}
+		_ = i
+	}
+	if second != nil {
+		second.stop(t)
+	}
+	cleared.Wait()
+	// The failures that stay are lifted now: their heads have dead-lettered
+	// or apply at a later attempt; either is an outcome.
+	_, err := h.pool.Exec(h.ctx, `DELETE FROM fail_ctl`)
+	require.NoError(t, err)
+	m.note("all produced; failures lifted")
+
+	require.Eventually(t, func() bool {
+		return h.blockedRows() == 0 && h.count(`SELECT count(*) FROM causet_parked_events`) == 0
+	}, 2*time.Minute, 200*time.Millisecond, "seed %d: keys still blocked: %v", seed, modelBlocked(h))
+	h.waitCommittedToEnd(time.Minute)
+	m.note("drained")
+
+	// The checker.
+	dead := map[string]int{}
+	for _, rec := range h.dlqRecordsNow() {
+		var ev struct {
+			EventID string `json:"eventId"`
+		}
+		if rec.Event != nil && json.Unmarshal(*rec.Event, &ev) == nil {
+			dead[ev.EventID]++
+		}
+	}
+	for _, a := range artists {
+		applied := h.audit(a)
+		for i := 1; i < len(applied); i++ {
+			require.Greater(t, applied[i], applied[i-1], "seed %d: %s applied %v: out of order or twice", seed, a, applied)
+		}
+	}
+	for _, ev := range events {
+		if slices.Contains(h.audit(ev.artist), int64(ev.n)) || dead[ev.id] > 0 {
+			continue
+		}
+		t.Fatalf("seed %d: event %s-%d (fails %q) vanished: not applied, no DLQ record", seed, ev.artist, ev.n, ev.fails)
+	}
+}
+
+// modelRetryingHead is the head of a blocked key still retrying, if any.
+func modelRetryingHead(h *harness) string {
+	var head string
+	_ = h.pool.QueryRow(h.ctx, `SELECT head_workflow_id FROM causet_blocked_keys
+WHERE topic = $1 AND head_state = 'retrying' AND pending_start IS NULL AND head_workflow_id LIKE 'projection-retry:%' LIMIT 1`, h.topic).Scan(&head)
+	return head
+}
+
+// modelDeadLetteredRun is a retry run of the test that is dead-lettered and
+// open, if any.
+func modelDeadLetteredRun(h *harness, rng *rand.Rand) string {
+	ids := h.workflowsOnQueue()
+	rng.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+	for _, id := range ids {
+		if st, err := h.status(id); err == nil && st.State == contract.StateDeadLettered {
+			return id
+		}
+	}
+	return ""
+}
+
+// modelBlocked lists the blocked keys left, for a failure message.
+func modelBlocked(h *harness) []string {
+	rows, err := h.pool.Query(h.ctx, `SELECT entity_id, head_workflow_id, head_state, parked FROM causet_blocked_keys WHERE topic = $1`, h.topic)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var b parking.Blocked
+		if rows.Scan(&b.EntityID, &b.Head, &b.State, &b.Parked) == nil {
+			out = append(out, fmt.Sprintf("%s behind %s (%s, %d parked)", b.EntityID, b.Head, b.State, b.Parked))
+		}
+	}
+	return out
+}
