@@ -310,11 +310,6 @@ func (r *orderedRouter) heads(items []item) map[parking.Key]heldKey {
 	return out
 }
 
-// errRerun rolls a batch back so it runs again with more pairs held.
-var errRerun = errors.New("rerun: a later event of a failed key was applied")
-
-const maxOrderedRuns = 5
-
 // applyOrdered is applyInline with entity ordering: the pairs of blocked
 // keys are held and parked behind their heads, a key's first failure makes
 // it blocked (its retry workflow, or under hold a holding incident, is its
@@ -324,17 +319,14 @@ func (r *orderedRouter) applyOrdered(seg *segment, items []item, last *kgo.Recor
 	p := r.p
 	evs := envelopes(items)
 	heads := r.heads(items)
-	// extra holds, for a key that failed in an earlier run of this batch,
-	// every pair after its first failure (index > extra[k]).
-	extra := map[parking.Key]int{}
+	var hr holdAndRerun
 	var index map[*event.Envelope]int
 	hold := func(proj string, ev *event.Envelope) bool {
 		k := keyOf(proj, ev)
 		if _, ok := heads[k]; ok {
 			return true
 		}
-		at, ok := extra[k]
-		if !ok {
+		if len(hr.after) == 0 {
 			return false
 		}
 		if index == nil {
@@ -343,7 +335,7 @@ func (r *orderedRouter) applyOrdered(seg *segment, items []item, last *kgo.Recor
 				index[&evs[i]] = i
 			}
 		}
-		return index[ev] > at
+		return hr.holds(k, index[ev])
 	}
 	var (
 		plan      batchPlan
@@ -353,55 +345,26 @@ func (r *orderedRouter) applyOrdered(seg *segment, items []item, last *kgo.Recor
 		if err := r.fence(ctx, tx); err != nil {
 			return err
 		}
-		first := map[parking.Key]int{}
-		for _, o := range outs {
+		// Keys blocked before the batch are held whole: not the rule's.
+		if _, err := hr.check(outs, func(o projection.Result) (parking.Key, bool) {
 			k := keyOf(o.Projection, &evs[o.Index])
-			if _, blocked := heads[k]; blocked || o.Status != projection.StatusFailed {
-				continue
-			}
-			if at, ok := first[k]; !ok || o.Index < at {
-				first[k] = o.Index
-			}
-		}
-		rerun := false
-		for _, o := range outs {
-			if o.Status != projection.StatusApplied && o.Status != projection.StatusDuplicate {
-				continue
-			}
-			k := keyOf(o.Projection, &evs[o.Index])
-			if at, ok := first[k]; ok && o.Index > at {
-				if cur, ok := extra[k]; !ok || at < cur {
-					extra[k] = at
-				}
-				rerun = true
-			}
-		}
-		if rerun {
-			return errRerun
+			_, blocked := heads[k]
+			return k, !blocked
+		}); err != nil {
+			return err
 		}
 		return plan.decide(ctx, tx, r, items, outs, heads, startedAt)
 	}
-	var runs int
 	outcomes, res := p.applyThroughOutage(items, last, func() ([]projection.Result, error) {
 		// Attempt 1 starts with this try's first run: a try after an outage
 		// starts it afresh, so the schedule counts from the attempt that ran.
 		startedAt = time.Now().UTC()
-		for {
-			outcomes, err := p.opts.Engine.ApplyBatch(p.ctx, evs, projection.ApplyOptions{Hold: hold, BeforeCommit: beforeCommit, HoldAfterFailure: true})
-			if !errors.Is(err, errRerun) || p.ctx.Err() != nil {
-				return outcomes, err
-			}
-			runs++
-			if runs >= maxOrderedRuns-1 {
-				// Not stable: hold every pair of each failed key; the first
-				// becomes the key's head (decide).
-				for k := range extra {
-					extra[k] = -1
-				}
-			}
+		return hr.run(p.ctx, func() ([]projection.Result, error) {
+			return p.opts.Engine.ApplyBatch(p.ctx, evs, projection.ApplyOptions{Hold: hold, BeforeCommit: beforeCommit, HoldAfterFailure: true})
+		}, func(run int) {
 			p.log.Debug("failed key had later events applied in the same batch: batch rerun with them held",
-				"firstOffset", items[0].rec.Offset, "lastOffset", last.Offset, "run", runs+1)
-		}
+				"firstOffset", items[0].rec.Offset, "lastOffset", last.Offset, "run", run)
+		})
 	})
 	switch res.verdict {
 	case verdictStopped:

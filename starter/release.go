@@ -2,7 +2,6 @@ package starter
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -146,14 +145,13 @@ func (r *orderedRouter) releaseRows(keys []parking.Blocked, rows []parking.Parke
 	for _, b := range keys {
 		incidentHeld[b.Key] = parking.IsIncident(b.Head)
 	}
-	held := map[parking.Key]int{} // hold every event of the key after this index
+	var hr holdAndRerun
 	hold := func(proj string, ev *event.Envelope) bool {
 		i := index[ev]
 		if proj != rows[i].Retry.Projection {
 			return true // the row is one (projection, event) pair
 		}
-		at, ok := held[parking.KeyOf(rows[i].Retry)]
-		return ok && i > at
+		return hr.holds(parking.KeyOf(rows[i].Retry), i)
 	}
 	var (
 		startedAt time.Time
@@ -167,36 +165,25 @@ func (r *orderedRouter) releaseRows(keys []parking.Blocked, rows []parking.Parke
 		if err := r.fence(ctx, tx); err != nil {
 			return err
 		}
-		fails := map[parking.Key]int{}
-		for _, o := range outs {
-			if o.Status == projection.StatusFailed {
-				k := parking.KeyOf(rows[o.Index].Retry)
-				if at, ok := fails[k]; !ok || o.Index < at {
-					fails[k] = o.Index
-				}
-			}
+		fails, err := hr.check(outs, func(o projection.Result) (parking.Key, bool) {
+			return parking.KeyOf(rows[o.Index].Retry), true
+		})
+		if err != nil {
+			return err
 		}
 		var seqs []int64
 		left = map[parking.Key]int64{}
 		fromInc = map[string]int{}
-		rerun := false
 		for _, o := range outs {
 			if o.Status != projection.StatusApplied && o.Status != projection.StatusDuplicate {
 				continue
 			}
 			k := parking.KeyOf(rows[o.Index].Retry)
-			if at, ok := fails[k]; ok && o.Index > at {
-				held[k] = at
-				rerun = true
-			}
 			seqs = append(seqs, rows[o.Index].Seq)
 			left[k]++
 			if incidentHeld[k] {
 				fromInc[k.Projection]++
 			}
-		}
-		if rerun {
-			return errRerun
 		}
 		applied = len(seqs)
 		heads = heads[:0]
@@ -216,24 +203,40 @@ func (r *orderedRouter) releaseRows(keys []parking.Blocked, rows []parking.Parke
 			seqs = append(seqs, rows[at].Seq)
 			left[k]++
 		}
+		for k, at := range hr.after {
+			if _, failed := fails[k]; failed || at >= 0 {
+				continue
+			}
+			// Held whole for the batch to be stable, without a failure in
+			// this run: its first parked event heads it, run in Temporal
+			// from attempt 1.
+			for i := range rows {
+				if parking.KeyOf(rows[i].Retry) != k {
+					continue
+				}
+				in := rows[i].Retry
+				in.Mode, in.FirstAttempt = config.ModeWorkflow, nil
+				in.Retry, in.ReplayWindow = p.opts.Retry, p.opts.ReplayWindow
+				heads = append(heads, parking.Blocked{Key: k, Head: in.WorkflowID(), State: parking.HeadActive, PendingStart: &in})
+				seqs = append(seqs, rows[i].Seq)
+				left[k]++
+				break
+			}
+		}
 		if err := parking.Unpark(ctx, tx, p.topic, p.id, seqs); err != nil {
 			return err
 		}
 		if err := parking.Block(ctx, tx, p.topic, p.id, heads); err != nil {
 			return err
 		}
-		var err error
 		drained, err = parking.Unblock(ctx, tx, p.topic, p.id, keys)
 		return err
 	}
 	apply := func() ([]projection.Result, error) {
 		startedAt = time.Now().UTC()
-		for run := 0; ; run++ {
-			outs, err := p.opts.Engine.ApplyBatch(p.ctx, evs, projection.ApplyOptions{Hold: hold, BeforeCommit: beforeCommit, HoldAfterFailure: true, Guard: true})
-			if !errors.Is(err, errRerun) || run >= maxOrderedRuns || p.ctx.Err() != nil {
-				return outs, err
-			}
-		}
+		return hr.run(p.ctx, func() ([]projection.Result, error) {
+			return p.opts.Engine.ApplyBatch(p.ctx, evs, projection.ApplyOptions{Hold: hold, BeforeCommit: beforeCommit, HoldAfterFailure: true, Guard: true})
+		}, nil)
 	}
 	_, res := p.applyThroughOutage(items, nil, apply)
 	switch res.verdict {
