@@ -10,6 +10,9 @@
 #   make lint        gofmt, go vet, staticcheck, workflowcheck
 #   make build       bin/causet
 #   make kafka-start / kafka-stop   local Apache Kafka (KRaft) on 127.0.0.1:9092
+#   make model       the park/release model test over SEEDS seeds (default
+#                    1000; SEED=n replays one), real bridge, worker, Temporal
+#                    dev server and PostgreSQL; make test runs 10
 
 SHELL := /usr/bin/env bash
 
@@ -22,7 +25,7 @@ KAFKA_TEST_PATTERN   ?= Kafka
 KAFKA_PORT           ?= 9092
 KAFKA_BROKERS        ?= 127.0.0.1:$(KAFKA_PORT)
 
-.PHONY: all dev tools test test-kafka lint build kafka-start kafka-stop kafka-status clean reliability
+.PHONY: all dev tools test test-kafka lint build kafka-start kafka-stop kafka-status clean reliability model
 
 all: lint test build
 
@@ -75,3 +78,9 @@ clean:
 # `scripts/reliability.sh --short` is the CI profile.
 reliability: tools
 	scripts/reliability.sh
+
+SEEDS         ?= 1000
+MODEL_PARALLEL ?= 8
+model: tools
+	CAUSET_MODEL_SEEDS=$(SEEDS) $(if $(SEED),CAUSET_MODEL_SEED=$(SEED)) $(GOTESTSUM) -count=1 -timeout 3h \
+		-parallel $(MODEL_PARALLEL) -run '^TestBridgeKafkaModelSeeds$$' ./starter/
