@@ -96,11 +96,14 @@ func (a *Activities) ApplyProjection(ctx context.Context, in contract.ApplyInput
 	err := in.Event.Validate()
 	if err == nil {
 		res, err = a.Applier.ApplyWith(ctx, in.Projection, in.Event, projection.ApplyOptions{
-			BeforeCommit: a.beforeCommit(info.WorkflowExecution.ID),
+			BeforeCommit: a.beforeCommit(info.WorkflowExecution.ID, in),
 			Guard:        a.guarded(in),
 		})
 		if err == nil && res.Err != nil {
 			err = res.Err
+		}
+		if errors.Is(err, parking.ErrHeadEnded) {
+			err = &event.InvalidError{Reason: parking.ErrHeadEnded.Error()}
 		}
 		var refused *projection.SequenceRefused
 		if errors.As(err, &refused) {
@@ -225,16 +228,23 @@ func (a *Activities) guarded(in contract.ApplyInput) bool {
 }
 
 // beforeCommit is what the attempt's apply transaction does besides the
-// write, once it knows the pair's status: a pair that applied (or was
-// applied before) settles the run as its key's head, so the bridge
-// releases the events parked behind it.
-func (a *Activities) beforeCommit(workflowID string) func(context.Context, pgx.Tx, []projection.Result) error {
+// write, once it knows the pair's status: an attempt of a run's first
+// schedule that the bridge found ended without an outcome (and whose event
+// it dead-lettered) is refused; a pair that applied (or was applied before)
+// settles the run as its key's head, so the bridge releases the events
+// parked behind it.
+func (a *Activities) beforeCommit(workflowID string, in contract.ApplyInput) func(context.Context, pgx.Tx, []projection.Result) error {
 	return func(ctx context.Context, tx pgx.Tx, rs []projection.Result) error {
 		if tx == nil || len(rs) == 0 || a.Heads == nil {
 			return nil
 		}
 		if r := rs[0]; r.Status != projection.StatusApplied && r.Status != projection.StatusDuplicate {
 			return nil
+		}
+		if in.Run == 0 && !in.Restarted {
+			if err := parking.RefuseEnded(ctx, tx, workflowID); err != nil {
+				return err
+			}
 		}
 		_, err := parking.SetHeadState(ctx, tx, workflowID, parking.HeadSettled)
 		return err

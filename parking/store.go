@@ -41,6 +41,10 @@ const (
 	// HeadDeadLetterAll: the head's incident dead-lettered every event it
 	// held. The parked events are dead-lettered, in order.
 	HeadDeadLetterAll HeadState = "dead_letter_all"
+	// HeadEnded: the head's retry run ended without an outcome (terminated,
+	// timed out, gone) and the bridge is dead-lettering its event (EndHead).
+	// The key waits; an attempt of the run still in flight is refused.
+	HeadEnded HeadState = "ended"
 )
 
 // IsIncident reports whether head names an incident (else a retry workflow).
@@ -377,6 +381,49 @@ WHERE topic = $1 AND partition = $2 AND projection = $3 AND fork_id = $4 AND ent
 		return nil, fmt.Errorf("parking: decode the head of %v: %w", k, err)
 	}
 	return in, nil
+}
+
+// EndHead records, in tx, that the retry run head ended without an
+// outcome: its keys' state becomes ended (from retrying, or ended already
+// when a bridge resumes), and the run is remembered in causet_ended_heads
+// for a day (HeadEnded attempts are refused: RefuseEnded). False when the
+// head had moved on meanwhile (its run applied or dead-lettered the event):
+// there is nothing to end.
+func EndHead(ctx context.Context, tx pgx.Tx, head string) (bool, error) {
+	tag, err := tx.Exec(ctx, `UPDATE causet_blocked_keys SET head_state = 'ended' WHERE head_workflow_id = $1 AND head_state IN ('retrying', 'ended')`, head)
+	if err != nil {
+		return false, fmt.Errorf("parking: end head %s: %w", head, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return false, nil
+	}
+	if _, err := tx.Exec(ctx, `WITH pruned AS (DELETE FROM causet_ended_heads WHERE ended_at < now() - interval '1 day')
+INSERT INTO causet_ended_heads (workflow_id) VALUES ($1) ON CONFLICT DO NOTHING`, head); err != nil {
+		return false, fmt.Errorf("parking: remember ended head %s: %w", head, err)
+	}
+	return true, nil
+}
+
+// ErrHeadEnded refuses an attempt of a retry run the bridge found ended
+// without an outcome and resolved (EndHead): its event is dead-lettered
+// already, and its key's later events may have applied.
+var ErrHeadEnded = errors.New("this retry run ended without an outcome and its event was dead-lettered by the bridge: the attempt is refused")
+
+// RefuseEnded, in the transaction of an attempt of the retry run head,
+// locks the run's blocked keys (so that EndHead waits for the attempt, or
+// the attempt for it) and fails with ErrHeadEnded when the run was ended.
+func RefuseEnded(ctx context.Context, tx pgx.Tx, head string) error {
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM causet_blocked_keys WHERE head_workflow_id = $1 FOR UPDATE`, head); err != nil {
+		return fmt.Errorf("parking: lock the keys of head %s: %w", head, err)
+	}
+	var ended bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM causet_ended_heads WHERE workflow_id = $1)`, head).Scan(&ended); err != nil {
+		return fmt.Errorf("parking: read whether head %s ended: %w", head, err)
+	}
+	if ended {
+		return ErrHeadEnded
+	}
+	return nil
 }
 
 // SetHeadState records, in q, where the head of the keys blocked behind

@@ -62,7 +62,7 @@ type ApplyOptions struct {
 	HoldAfterFailure bool
 	// Guard is the sequence guard (guardSequences): a pair whose event is
 	// older than its entity's applied sequence fails with SequenceRefused.
-	// Every apply but a fresh, in-order batch asks for it.
+	// Every apply under entity ordering asks for it.
 	Guard bool
 
 	// candidate, set by Try, is applied as its projection's newest version;

@@ -129,8 +129,9 @@ func (e *SequenceRefused) Error() string {
 // a sequence below its entity's applied mark fails with SequenceRefused.
 // Such a pair is still looked up in the dedupe ledger, so an event applied
 // before (its later ones then applied after it) stays a duplicate. Every
-// apply that is not a fresh, in-order one asks for it (ApplyOptions.Guard):
-// releases, retry attempts, replays, rollout replays.
+// apply under entity ordering asks for it (ApplyOptions.Guard): fresh
+// batches (an event read again after its entity moved on), releases, retry
+// attempts, replays, rollout replays.
 func guardSequences(ctx context.Context, tx pgx.Tx, pairs []*pair) error {
 	var order []markKey
 	seen := map[markKey]bool{}

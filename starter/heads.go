@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 
@@ -151,7 +152,10 @@ func (w *headWatcher) checkStaleHeads(parts map[int32]*orderedRouter) {
 			// A head whose start is pending is not in Temporal yet: it is
 			// started by this owner or the next, never described.
 			active := bk.state == parking.HeadActive || (bk.state == parking.HeadDeadLettered && w.opts.HoldEntity)
-			if active && !bk.pending && now.Sub(bk.since) >= staleAfter && !now.Before(bk.nextCheck) {
+			// A head found ended (by this bridge or the previous owner)
+			// whose event is not dead-lettered yet is resolved again.
+			ended := bk.state == parking.HeadEnded
+			if (ended || active && !bk.pending && now.Sub(bk.since) >= staleAfter) && !now.Before(bk.nextCheck) {
 				bk.every = min(max(2*bk.every, minDescribeEvery), maxDescribeEvery)
 				bk.nextCheck = now.Add(bk.every)
 				stale = append(stale, staleHead{r, k, bk.head, bk.state})
@@ -202,6 +206,10 @@ func (w *headWatcher) staleAfter() time.Duration {
 // that is not active. A head that ended without an outcome is resolved by
 // the bridge (endedWithoutOutcome).
 func (w *headWatcher) describeHead(s staleHead) {
+	if s.state == parking.HeadEnded {
+		w.endedWithoutOutcome(s, "ended earlier")
+		return
+	}
 	ctx, cancel := context.WithTimeout(w.ctx, w.opts.StartTimeout)
 	defer cancel()
 	state, ended, err := retryHeadState(ctx, w.opts.Workflows, s.head)
@@ -270,25 +278,42 @@ func retryHeadState(ctx context.Context, d contract.Describer, head string) (sta
 }
 
 // endedWithoutOutcome resolves the event of a retry head whose run ended
-// without applying or dead-lettering it (CONTRACT §14): applied after all
-// (the dedupe ledger says so), the key is released; otherwise the bridge
-// dead-letters the event from the key's row, saying how its run ended, and
-// then releases the key. A head recorded without its input (by the
-// previous release) is released as before, with a warning.
+// without applying or dead-lettering it (CONTRACT §14). First the head is
+// marked ended (parking.EndHead), which waits for an attempt of the run
+// still committing and refuses any later one, so nothing of the run applies
+// after this; then, applied after all (the dedupe ledger says so), the key
+// is released; otherwise the bridge dead-letters the event from the key's
+// row, saying how its run ended, and then releases the key. A head recorded
+// without its input (by the previous release) is released as before, with
+// a warning.
 func (w *headWatcher) endedWithoutOutcome(s staleHead, ended string) {
 	p := s.r.p
 	log := w.log.With("projectionName", s.key.Projection, "forkId", s.key.ForkID, "entityId", s.key.EntityID, "headWorkflowId", s.head)
 	var in *contract.RetryInput
-	var applied bool
-	if !p.until(log, "database", "cannot read the head of a key whose run ended", func(ctx context.Context) (err error) {
-		if in, err = parking.HeadInput(ctx, w.opts.Parking.Pool(), p.topic, p.id, s.key, s.head); err != nil || in == nil {
+	var applied, ours bool
+	if !p.until(log, "database", "cannot read the head of a key whose run ended", func(ctx context.Context) error {
+		return pgx.BeginFunc(ctx, w.opts.Parking.Pool(), func(tx pgx.Tx) (err error) {
+			if ours, err = parking.EndHead(ctx, tx, s.head); err != nil || !ours {
+				return err
+			}
+			if in, err = parking.HeadInput(ctx, tx, p.topic, p.id, s.key, s.head); err != nil || in == nil {
+				return err
+			}
+			applied, err = projection.WasApplied(ctx, tx, in.Projection, in.Event)
 			return err
-		}
-		applied, err = projection.WasApplied(ctx, w.opts.Parking.Pool(), in.Projection, in.Event)
-		return err
+		})
 	}) {
 		return
 	}
+	if !ours {
+		// Its run recorded an outcome meanwhile: the poll takes it.
+		return
+	}
+	s.r.mu.Lock()
+	if k := s.r.keys[s.key]; k != nil && k.head == s.head {
+		k.state = parking.HeadEnded
+	}
+	s.r.mu.Unlock()
 	switch {
 	case in == nil:
 		log.Warn("a blocked key's head ended without an outcome and its event is not recorded with the key: key released",

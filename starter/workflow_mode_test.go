@@ -46,6 +46,8 @@ func (h *harness) startWorkerOn(queue string, joinHolds bool) {
 		Publisher: &dlq.Publisher{Client: h.producer, Topic: h.dlqTopic},
 		Logger:    h.logger,
 		Heads:     parking.NewStore(h.pool),
+		// As under the default CAUSET_ORDERING=entity.
+		GuardEveryRun: true,
 	}
 	if joinHolds {
 		a.Holds = incident.NewStore(h.pool)
