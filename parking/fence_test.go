@@ -54,3 +54,60 @@ func TestClaimFencesTheOlderOwner(t *testing.T) {
 	inTx(t, pool, func(tx pgx.Tx) error { return b.Check(ctx, tx) })
 	inTx(t, pool, func(tx pgx.Tx) error { return other.Check(ctx, tx) })
 }
+
+// A head the bridge ends (its run ended without an outcome) refuses any
+// later attempt of its run; a head that recorded an outcome first is not
+// ended; and an attempt under way holds EndHead off until it commits.
+func TestEndHeadRefusesTheRunsLaterAttempts(t *testing.T) {
+	ctx := context.Background()
+	pool := testenv.Postgres(t)
+	block := func(entity, head string) {
+		inTx(t, pool, func(tx pgx.Tx) error {
+			return parking.Block(ctx, tx, "t", 0, []parking.Blocked{{Key: parking.Key{Projection: "p", ForkID: "f", EntityID: entity}, Head: head, State: parking.HeadActive}})
+		})
+	}
+	block("u1", "run-1")
+	block("u2", "run-2")
+	block("u3", "run-3")
+
+	inTx(t, pool, func(tx pgx.Tx) error {
+		ended, err := parking.EndHead(ctx, tx, "run-1")
+		require.True(t, ended)
+		return err
+	})
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return parking.RefuseEnded(ctx, tx, "run-1") })
+	require.ErrorIs(t, err, parking.ErrHeadEnded)
+	inTx(t, pool, func(tx pgx.Tx) error { return parking.RefuseEnded(ctx, tx, "run-2") })
+
+	_, err = parking.SetHeadState(ctx, pool, "run-2", parking.HeadSettled)
+	require.NoError(t, err)
+	inTx(t, pool, func(tx pgx.Tx) error {
+		ended, err := parking.EndHead(ctx, tx, "run-2")
+		require.False(t, ended, "a head with an outcome is not ended")
+		return err
+	})
+
+	// run-3's attempt is committing: EndHead waits for it, then finds the
+	// head settled.
+	attempt, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, parking.RefuseEnded(ctx, attempt, "run-3"))
+	_, err = parking.SetHeadState(ctx, attempt, "run-3", parking.HeadSettled)
+	require.NoError(t, err)
+	done := make(chan bool, 1)
+	go func() {
+		var ended bool
+		_ = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
+			ended, err = parking.EndHead(ctx, tx, "run-3")
+			return err
+		})
+		done <- ended
+	}()
+	select {
+	case <-done:
+		t.Fatal("EndHead did not wait for the attempt under way")
+	case <-time.After(300 * time.Millisecond):
+	}
+	require.NoError(t, attempt.Commit(ctx))
+	require.False(t, <-done, "the attempt applied first: nothing to end")
+}

@@ -321,7 +321,9 @@ func (w *headWatcher) endedWithoutOutcome(s staleHead, ended string) {
 	case applied:
 		log.Info("a blocked key's head ended after applying its event: key released", "event", "projection_head_described", "headEnded", ended)
 	default:
-		if !p.publishDeadLetter(p.parkedLog(*in), "event of a head that ended without an outcome", in.Key, dlq.RunRecord(headEndedLetter(*in, ended), time.Now())) {
+		now := time.Now().UTC()
+		why := "retry workflow " + in.WorkflowID() + " ended (" + ended + ") before applying or dead-lettering the event: dead-lettered by the bridge"
+		if !p.publishDeadLetter(p.parkedLog(*in), "event of a head that ended without an outcome", in.Key, dlq.RunRecord(bridgeLetter(*in, now, why), now)) {
 			return
 		}
 	}
@@ -331,20 +333,18 @@ func (w *headWatcher) endedWithoutOutcome(s staleHead, ended string) {
 	})
 }
 
-// headEndedLetter is the dead letter of a head's event whose run ended
-// (terminated, timed out, failed, gone) before applying or dead-lettering
-// it: its attempt 1 if the bridge made one, then an attempt that says how
-// the run ended, of the last error kind known.
-func headEndedLetter(in contract.RetryInput, ended string) contract.DeadLetterInput {
-	now := time.Now().UTC()
+// bridgeLetter is the dead letter the bridge writes for a retry input's
+// event that it resolves itself (a head whose run ended without an
+// outcome, an event an incident dead-lettered): its attempt 1 if the bridge
+// made one, then an attempt saying why, of the last error kind known.
+func bridgeLetter(in contract.RetryInput, now time.Time, why string) contract.DeadLetterInput {
 	var attempts []contract.Attempt
 	kind := string(contract.KindSQL)
 	if in.FirstAttempt != nil {
 		attempts = append(attempts, *in.FirstAttempt)
 		kind = in.FirstAttempt.ErrorKind
 	}
-	attempts = append(attempts, contract.Attempt{Number: len(attempts) + 1, StartedAt: now, ErrorKind: kind,
-		Error: "retry workflow " + in.WorkflowID() + " ended (" + ended + ") before applying or dead-lettering the event: dead-lettered by the bridge"})
+	attempts = append(attempts, contract.Attempt{Number: len(attempts) + 1, StartedAt: now, ErrorKind: kind, Error: why})
 	dl := contract.DeadLetterInput{Event: in.Event, Key: in.Key, Projection: in.Projection, Attempts: attempts, Source: in.Source}
 	if in.FirstAttempt != nil {
 		dl.IRVersion = in.FirstAttempt.IRVersion

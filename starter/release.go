@@ -421,15 +421,7 @@ func (r *orderedRouter) deadLetterParked(keys []parking.Blocked) (more, ok bool)
 	seqs := make([]int64, 0, len(rows))
 	for _, row := range rows {
 		in := row.Retry
-		var attempts []contract.Attempt
-		kind := string(contract.KindSQL)
-		if in.FirstAttempt != nil {
-			attempts = append(attempts, *in.FirstAttempt)
-			kind = in.FirstAttempt.ErrorKind
-		}
-		attempts = append(attempts, contract.Attempt{Number: len(attempts) + 1, StartedAt: now, ErrorKind: kind,
-			Error: "held by incident " + headOf[parking.KeyOf(in)] + ", dead-lettered by the dead-letter-all signal"})
-		dl := contract.DeadLetterInput{Event: in.Event, Key: in.Key, Projection: in.Projection, Attempts: attempts, Source: in.Source}
+		dl := bridgeLetter(in, now, "held by incident "+headOf[parking.KeyOf(in)]+", dead-lettered by the dead-letter-all signal")
 		if !p.publishDeadLetter(p.parkedLog(in), "held event", in.Key, dlq.RunRecord(dl, now)) {
 			return false, false
 		}
