@@ -228,9 +228,9 @@ func (a *Activities) guarded(in contract.ApplyInput) bool {
 }
 
 // beforeCommit is what the attempt's apply transaction does besides the
-// write, once it knows the pair's status: an attempt of a run's first
-// schedule that the bridge found ended without an outcome (and whose event
-// it dead-lettered) is refused; a pair that applied (or was applied before)
+// write, once it knows the pair's status: an attempt of a run the bridge
+// found ended without an outcome (and whose event it dead-lettered) is
+// refused, unless a bulk replay started the run anew; a pair that applied (or was applied before)
 // settles the run as its key's head, so the bridge releases the events
 // parked behind it.
 func (a *Activities) beforeCommit(workflowID string, in contract.ApplyInput) func(context.Context, pgx.Tx, []projection.Result) error {
@@ -241,7 +241,7 @@ func (a *Activities) beforeCommit(workflowID string, in contract.ApplyInput) fun
 		if r := rs[0]; r.Status != projection.StatusApplied && r.Status != projection.StatusDuplicate {
 			return nil
 		}
-		if in.Run == 0 && !in.Restarted {
+		if !in.Restarted {
 			if err := parking.RefuseEnded(ctx, tx, workflowID); err != nil {
 				return err
 			}

@@ -71,8 +71,9 @@ func TestEndHeadRefusesTheRunsLaterAttempts(t *testing.T) {
 	block("u3", "run-3")
 
 	inTx(t, pool, func(tx pgx.Tx) error {
-		ended, err := parking.EndHead(ctx, tx, "run-1")
+		ended, st, err := parking.EndHead(ctx, tx, "run-1")
 		require.True(t, ended)
+		require.Equal(t, parking.HeadEnded, st)
 		return err
 	})
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return parking.RefuseEnded(ctx, tx, "run-1") })
@@ -82,8 +83,9 @@ func TestEndHeadRefusesTheRunsLaterAttempts(t *testing.T) {
 	_, err = parking.SetHeadState(ctx, pool, "run-2", parking.HeadSettled)
 	require.NoError(t, err)
 	inTx(t, pool, func(tx pgx.Tx) error {
-		ended, err := parking.EndHead(ctx, tx, "run-2")
+		ended, st, err := parking.EndHead(ctx, tx, "run-2")
 		require.False(t, ended, "a head with an outcome is not ended")
+		require.Equal(t, parking.HeadSettled, st)
 		return err
 	})
 
@@ -98,7 +100,7 @@ func TestEndHeadRefusesTheRunsLaterAttempts(t *testing.T) {
 	go func() {
 		var ended bool
 		_ = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
-			ended, err = parking.EndHead(ctx, tx, "run-3")
+			ended, _, err = parking.EndHead(ctx, tx, "run-3")
 			return err
 		})
 		done <- ended

@@ -309,6 +309,25 @@ WHERE k.topic = $1 AND k.partition = $2 AND (k.projection, k.fork_id, k.entity_i
 	return nil
 }
 
+// StillParked returns the keys of the parked events among seqs (of a
+// partition) that are still parked.
+func StillParked(ctx context.Context, q Querier, topic string, partition int32, seqs []int64) (map[Key]bool, error) {
+	rows, err := q.Query(ctx, `SELECT DISTINCT projection, fork_id, entity_id FROM causet_parked_events
+WHERE topic = $1 AND partition = $2 AND seq = ANY($3)`, topic, partition, seqs)
+	if err != nil {
+		return nil, fmt.Errorf("parking: read parked events: %w", err)
+	}
+	out := map[Key]bool{}
+	var k Key
+	if _, err := pgx.ForEachRow(rows, []any{&k.Projection, &k.ForkID, &k.EntityID}, func() error {
+		out[k] = true
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("parking: read parked events: %w", err)
+	}
+	return out, nil
+}
+
 // Unblock clears, in q, those of keys that have no parked event left and
 // whose head is still head (a head that changed since was made by someone
 // else's decision); it returns the keys it cleared.
@@ -380,28 +399,42 @@ WHERE topic = $1 AND partition = $2 AND projection = $3 AND fork_id = $4 AND ent
 	if err := json.Unmarshal(b, in); err != nil {
 		return nil, fmt.Errorf("parking: decode the head of %v: %w", k, err)
 	}
+	if in.WorkflowID() != head {
+		// Written for an earlier head: a bridge of the previous release
+		// moved the key to this one without it.
+		return nil, nil
+	}
 	return in, nil
 }
 
 // EndHead records, in tx, that the retry run head ended without an
 // outcome: its keys' state becomes ended (from retrying, or ended already
 // when a bridge resumes), and the run is remembered in causet_ended_heads
-// for a day (HeadEnded attempts are refused: RefuseEnded). False when the
-// head had moved on meanwhile (its run applied or dead-lettered the event):
-// there is nothing to end.
-func EndHead(ctx context.Context, tx pgx.Tx, head string) (bool, error) {
+// for a day (its later attempts are refused: RefuseEnded). When the head
+// had moved on meanwhile (its run applied or dead-lettered the event) there
+// is nothing to end: it returns false and the state the head is in ("" when
+// no key waits behind it any more).
+func EndHead(ctx context.Context, tx pgx.Tx, head string) (bool, HeadState, error) {
 	tag, err := tx.Exec(ctx, `UPDATE causet_blocked_keys SET head_state = 'ended' WHERE head_workflow_id = $1 AND head_state IN ('retrying', 'ended')`, head)
 	if err != nil {
-		return false, fmt.Errorf("parking: end head %s: %w", head, err)
+		return false, "", fmt.Errorf("parking: end head %s: %w", head, err)
 	}
 	if tag.RowsAffected() == 0 {
-		return false, nil
+		var st HeadState
+		err := tx.QueryRow(ctx, `SELECT head_state FROM causet_blocked_keys WHERE head_workflow_id = $1 LIMIT 1`, head).Scan(&st)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return false, "", fmt.Errorf("parking: read head %s: %w", head, err)
+		}
+		return false, st, nil
 	}
-	if _, err := tx.Exec(ctx, `WITH pruned AS (DELETE FROM causet_ended_heads WHERE ended_at < now() - interval '1 day')
-INSERT INTO causet_ended_heads (workflow_id) VALUES ($1) ON CONFLICT DO NOTHING`, head); err != nil {
-		return false, fmt.Errorf("parking: remember ended head %s: %w", head, err)
+	if _, err := tx.Exec(ctx, `DELETE FROM causet_ended_heads WHERE ended_at < now() - interval '1 day'`); err != nil {
+		return false, "", fmt.Errorf("parking: prune ended heads: %w", err)
 	}
-	return true, nil
+	if _, err := tx.Exec(ctx, `INSERT INTO causet_ended_heads (workflow_id) VALUES ($1)
+ON CONFLICT (workflow_id) DO UPDATE SET ended_at = now()`, head); err != nil {
+		return false, "", fmt.Errorf("parking: remember ended head %s: %w", head, err)
+	}
+	return true, HeadEnded, nil
 }
 
 // ErrHeadEnded refuses an attempt of a retry run the bridge found ended

@@ -147,6 +147,16 @@ func (e *Engine) attempt(ctx context.Context, evs []event.Envelope, only string,
 		res, ferr := failAll(pairs, err)
 		return res, false, ferr
 	}
+	if opts.Guard {
+		// The guard read the marks before writing, without a lock: an apply
+		// of a later event of the same entity may have committed since. The
+		// mark upsert has waited for it, so it shows now; the attempt is run
+		// again, and its guard refuses what would go back.
+		if err := recheckSequences(ctx, tx, pairs); err != nil {
+			res, ferr := failAll(pairs, err)
+			return res, errors.Is(err, errSequenceRaced), ferr
+		}
+	}
 	res := results(pairs)
 	if opts.BeforeCommit != nil {
 		if err := opts.BeforeCommit(ctx, tx, slices.Clone(res)); err != nil {

@@ -3,6 +3,7 @@ package projection_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -58,4 +59,43 @@ func TestApplyGuardRefusesOlderSequences(t *testing.T) {
 	res, err = f.engine.ApplyBatch(f.ctx, []event.Envelope{older})
 	require.NoError(t, err)
 	require.Equal(t, projection.StatusApplied, res[0].Status, "a fresh apply is not guarded")
+}
+
+// The guard reads the marks before writing, without a lock. A later event
+// of the entity applied by a transaction that commits meanwhile shows in the
+// mark once the guarded transaction raises it: the apply runs again and is
+// refused, instead of taking the read model back.
+func TestApplyGuardRefusesWhatAConcurrentApplyMovedPast(t *testing.T) {
+	f := setup(t, "artist_followers")
+	f.deploy(t, "artist_followers")
+	seq := func(ev event.Envelope, n int64) event.Envelope { ev.Sequence = n; return ev }
+	_, err := f.engine.ApplyBatch(f.ctx, []event.Envelope{seq(followed("r-5", "user-r", "artist-1"), 5)})
+	require.NoError(t, err)
+
+	// Another apply of the entity's sequence 7 holds the mark's row.
+	other, err := f.pool.Begin(f.ctx)
+	require.NoError(t, err)
+	defer func() { _ = other.Rollback(f.ctx) }()
+	_, err = other.Exec(f.ctx, `UPDATE causet_applied_sequences SET sequence = 7, event_id = 'r-7' WHERE entity_id = 'user-r'`)
+	require.NoError(t, err)
+
+	type outcome struct {
+		res []projection.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := f.engine.ApplyBatch(f.ctx, []event.Envelope{seq(followed("r-6", "user-r", "artist-2"), 6)}, projection.ApplyOptions{Guard: true})
+		done <- outcome{res, err}
+	}()
+	time.Sleep(300 * time.Millisecond) // the guarded apply has read mark 5 and waits on the row
+	require.NoError(t, other.Commit(f.ctx))
+	got := <-done
+	require.NoError(t, got.err)
+	require.Len(t, got.res, 1)
+	require.Equal(t, projection.StatusFailed, got.res[0].Status, "%+v", got.res[0])
+	var refused *projection.SequenceRefused
+	require.True(t, errors.As(got.res[0].Err, &refused), "%v", got.res[0].Err)
+	require.EqualValues(t, 7, refused.Later.Sequence)
+	require.Zero(t, f.ledgerRowsOf(t, "r-6"))
 }

@@ -180,3 +180,42 @@ JOIN unnest($1::text[], $2::text[], $3::text[]) AS k(p, f, e) ON (m.projection, 
 	}
 	return nil
 }
+
+// errSequenceRaced: while a guarded transaction applied events of an
+// entity, another committed a later sequence of it; the transaction rolls
+// back and runs again.
+var errSequenceRaced = errors.New("a later event of the entity was applied meanwhile: the apply runs again")
+
+// recheckSequences, after raiseMarks in a guarded transaction, fails with
+// errSequenceRaced when an entity whose events the transaction applied has
+// a mark past the highest sequence it applied: a concurrent apply of a
+// later event committed after the guard's read.
+func recheckSequences(ctx context.Context, tx pgx.Tx, pairs []*pair) error {
+	applied := map[markKey]int64{}
+	for _, p := range pairs {
+		if p.res.Status != StatusApplied || p.ev.Sequence <= 0 {
+			continue
+		}
+		k := markKey{p.res.Projection, p.ev.ForkID, p.ev.EntityID}
+		applied[k] = max(applied[k], p.ev.Sequence)
+	}
+	if len(applied) == 0 {
+		return nil
+	}
+	n := len(applied)
+	proj, fork, ent, seq := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]int64, 0, n)
+	for k, s := range applied {
+		proj, fork, ent, seq = append(proj, k.projection), append(fork, k.fork), append(ent, k.entity), append(seq, s)
+	}
+	var raced bool
+	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM causet_applied_sequences m
+JOIN unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) AS k(p, f, e, s) ON (m.projection, m.fork_id, m.entity_id) = (k.p, k.f, k.e)
+WHERE m.sequence > k.s)`, proj, fork, ent, seq).Scan(&raced)
+	if err != nil {
+		return fmt.Errorf("read applied sequences: %w", err)
+	}
+	if raced {
+		return errSequenceRaced
+	}
+	return nil
+}

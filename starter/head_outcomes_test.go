@@ -310,3 +310,30 @@ func TestBridgeKafkaHungDescribesDoNotStallReleases(t *testing.T) {
 		"the settled key is released while the describes hang")
 	require.Equal(t, 2, h.blockedRows())
 }
+
+// Under CAUSET_DLQ_HOLD_ENTITY a dead letter holds its key until it is
+// replayed, discarded or its window ends. Its run terminated instead can no
+// longer be any of those: its key is released (its DLQ record is there),
+// and nothing more is dead-lettered.
+func TestBridgeKafkaHeldDeadLetterWhoseRunIsTerminatedReleasesItsKey(t *testing.T) {
+	h, o := followHarness(t)
+	o.HoldEntity = true
+	o.headStaleAfter = time.Second
+	h.start(o)
+	user := h.prefix + "user-held-terminated"
+	follow := sequenced(followed(h.prefix+"follow", user, "artist-1"), 1)
+	unfollow := sequenced(followed(h.prefix+"unfollow", user, "artist-1"), 2)
+	unfollow.EventType = "ARTIST_UNFOLLOWED"
+	h.produce(envRecord(0, follow), envRecord(0, unfollow))
+	head := contract.RetryWorkflowID("artist_followers", "production", follow.EventID)
+	h.waitState(head, contract.StateDeadLettered)
+	require.Len(t, h.dlqRecords(1), 1)
+	time.Sleep(3 * staleCheckEvery)
+	require.Equal(t, 1, h.blockedRows(), "the dead letter holds its key")
+
+	require.NoError(t, h.temporal.Client.TerminateWorkflow(h.ctx, head, "", "operator: cleanup"))
+	require.Eventually(t, func() bool { return h.blockedRows() == 0 }, 30*time.Second, 50*time.Millisecond,
+		"the key of a held dead letter whose run is gone is released")
+	require.Equal(t, 2, h.appliedSequence(user))
+	require.Len(t, h.dlqRecordsNow(), 1, "its one DLQ record, none more")
+}

@@ -291,9 +291,10 @@ func (w *headWatcher) endedWithoutOutcome(s staleHead, ended string) {
 	log := w.log.With("projectionName", s.key.Projection, "forkId", s.key.ForkID, "entityId", s.key.EntityID, "headWorkflowId", s.head)
 	var in *contract.RetryInput
 	var applied, ours bool
+	var now parking.HeadState
 	if !p.until(log, "database", "cannot read the head of a key whose run ended", func(ctx context.Context) error {
 		return pgx.BeginFunc(ctx, w.opts.Parking.Pool(), func(tx pgx.Tx) (err error) {
-			if ours, err = parking.EndHead(ctx, tx, s.head); err != nil || !ours {
+			if ours, now, err = parking.EndHead(ctx, tx, s.head); err != nil || !ours {
 				return err
 			}
 			if in, err = parking.HeadInput(ctx, tx, p.topic, p.id, s.key, s.head); err != nil || in == nil {
@@ -306,7 +307,16 @@ func (w *headWatcher) endedWithoutOutcome(s staleHead, ended string) {
 		return
 	}
 	if !ours {
-		// Its run recorded an outcome meanwhile: the poll takes it.
+		// Its run recorded an outcome: the poll takes it, but for a dead
+		// letter held under CAUSET_DLQ_HOLD_ENTITY, whose run is gone now
+		// and can no longer be replayed or discarded: its key goes on.
+		if now == parking.HeadDeadLettered {
+			p.until(log, "database", "cannot record a held dead letter whose run ended", func(ctx context.Context) error {
+				_, err := parking.SetHeadState(ctx, w.opts.Parking.Pool(), s.head, parking.HeadSettled)
+				return err
+			})
+			log.Info("a dead letter's run ended: its key is released", "event", "projection_head_described", "headEnded", ended)
+		}
 		return
 	}
 	s.r.mu.Lock()

@@ -244,10 +244,12 @@ func (r *orderedRouter) releaseRows(keys []parking.Blocked, rows []parking.Parke
 		return false
 	case verdictIsolate:
 		if len(rows) > 1 {
-			// A key whose event failed in the first half has a new head:
-			// its events in the second half stay parked behind it.
 			h := len(rows) / 2
-			return r.releaseRows(keys, rows[:h]) && r.releaseRows(keys, r.stillReleased(keys, rows[h:]))
+			if !r.releaseRows(keys, rows[:h]) {
+				return false
+			}
+			rest, ok := r.stillReleased(keys, rows[:h], rows[h:])
+			return ok && r.releaseRows(keys, rest)
 		}
 		return r.headFailedAlone(rows[0], res.err)
 	}
@@ -263,10 +265,23 @@ func (r *orderedRouter) releaseRows(keys []parking.Blocked, rows []parking.Parke
 	return true
 }
 
-// stillReleased returns those of rows whose key still has the head it was
-// released from (keys): a key that took a new head since keeps its rows
-// parked behind it.
-func (r *orderedRouter) stillReleased(keys []parking.Blocked, rows []parking.Parked) []parking.Parked {
+// stillReleased returns those of rows (the second half of a split release)
+// whose key may still go on after the first half (done): not a key that
+// took a new head there, nor one with an event of done still parked (held
+// behind a failure that then cleared): their events stay parked, in order.
+func (r *orderedRouter) stillReleased(keys []parking.Blocked, done, rows []parking.Parked) ([]parking.Parked, bool) {
+	p := r.p
+	seqs := make([]int64, len(done))
+	for i, row := range done {
+		seqs[i] = row.Seq
+	}
+	var left map[parking.Key]bool
+	if !p.until(p.log, "database", "cannot read the parked events of a split release", func(ctx context.Context) (err error) {
+		left, err = parking.StillParked(ctx, r.store.Pool(), p.topic, p.id, seqs)
+		return err
+	}) {
+		return nil, false
+	}
 	headOf := make(map[parking.Key]string, len(keys))
 	for _, b := range keys {
 		headOf[b.Key] = b.Head
@@ -276,11 +291,11 @@ func (r *orderedRouter) stillReleased(keys []parking.Blocked, rows []parking.Par
 	out := rows[:0:0]
 	for _, row := range rows {
 		k := parking.KeyOf(row.Retry)
-		if b := r.keys[k]; b != nil && b.head == headOf[k] {
+		if b := r.keys[k]; b != nil && b.head == headOf[k] && !left[k] {
 			out = append(out, row)
 		}
 	}
-	return out
+	return out, true
 }
 
 // resultOf is the position in outs of the result of row i (one pair each).
