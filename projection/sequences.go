@@ -11,15 +11,13 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/causet/projection-retry/contract"
-	"github.com/causet/projection-retry/event"
 )
 
 // The applied-sequence mark: the highest per-entity `sequence` each
 // (projection, fork, entity) has applied, written in the apply transaction
 // of every event that carries one, whoever produced it and whatever path
-// (inline, retry, release, replay) applied it. A replay is checked against
-// it (Later): a replayed event older than the mark would take the read
-// model back. Events without a sequence neither move the mark nor are
+// (inline, retry, release, replay) applied it. The sequence guard checks
+// against it: an event older than the mark would take the read model back. Events without a sequence neither move the mark nor are
 // refused by it.
 
 // markSQL raises the marks of a batch's keys: $1..$3 the keys, $4 the
@@ -83,29 +81,6 @@ func raiseMarks(ctx context.Context, tx pgx.Tx, pairs []*pair) error {
 type Later struct {
 	EventID  string
 	Sequence int64
-}
-
-// LaterApplied returns, read in q (a pool or the replay's own transaction),
-// the mark of ev's entity for projection when it is past ev's sequence: a
-// replay of ev would then apply an older event after a newer one. Nil for
-// an event without a sequence or an entity whose mark is not past it.
-func LaterApplied(ctx context.Context, q interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}, projection string, ev event.Envelope) (*Later, error) {
-	if ev.Sequence <= 0 {
-		return nil, nil
-	}
-	var l Later
-	err := q.QueryRow(ctx, `SELECT sequence, event_id FROM causet_applied_sequences
-WHERE projection = $1 AND fork_id = $2 AND entity_id = $3 AND sequence > $4`,
-		projection, ev.ForkID, ev.EntityID, ev.Sequence).Scan(&l.Sequence, &l.EventID)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read the applied sequence of entity %s: %w", ev.EntityID, err)
-	}
-	return &l, nil
 }
 
 // SequenceRefused is why the sequence guard refused a pair: its entity has

@@ -84,7 +84,7 @@ func (e *Engine) Try(ctx context.Context, candidate *Document, evs []event.Envel
 var errRolledBack = errors.New("rolled back")
 
 // laterMarks returns, per index of evs, the mark of its entity when it is
-// past the event's sequence (as LaterApplied), read in one query.
+// past the event's sequence (as the sequence guard), read in one query.
 func laterMarks(ctx context.Context, q querier, projection string, evs []event.Envelope) (map[int]*Later, error) {
 	var idx []int
 	var forks, ents []string
