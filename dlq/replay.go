@@ -129,6 +129,13 @@ func WorkflowID(r Record) (string, error) {
 	return contract.RetryWorkflowID(r.ProjectionName, env.ForkID, env.EventID), nil
 }
 
+// DefaultSettleWait is how long a replay waits, by default, for a
+// dead-lettered run to process its pending workflow task.
+const DefaultSettleWait = 10 * time.Second
+
+// settlePoll is how often that wait describes the run again.
+const settlePoll = 100 * time.Millisecond
+
 // ErrNotReplayable is returned for records without a valid envelope
 // (errorKind invalid_event): there is nothing a projection could apply.
 var ErrNotReplayable = errors.New("record has no valid event envelope (invalid_event): nothing to replay")
@@ -182,8 +189,13 @@ type Result struct {
 	Item       Item
 	WorkflowID string
 	// Before is the workflow's state before the action.
-	Before  WorkflowState
-	Outcome Outcome
+	Before WorkflowState
+	// Unsettled is set when the run was signalled with a workflow task
+	// still pending after SettleWait: the run takes a replay that arrives
+	// with its window's end, and makes one replay of replays queued
+	// together.
+	Unsettled bool
+	Outcome   Outcome
 	// Err explains Failed and Skipped.
 	Err error
 }
@@ -191,6 +203,9 @@ type Result struct {
 // Summary counts outcomes.
 type Summary struct {
 	Signalled, Restarted, AlreadySucceeded, Duplicates, Skipped, Refused, Failed int
+	// Unsettled counts the Signalled whose run still had a workflow task
+	// pending after SettleWait.
+	Unsettled int
 }
 
 // Acted is how many records were signalled or restarted.
@@ -248,6 +263,13 @@ type ReplayerOptions struct {
 	// Limit stops after this many records were signalled or restarted.
 	// Optional, 0 means no limit.
 	Limit int
+	// SettleWait bounds how long a replay waits for a dead-lettered run with
+	// a pending workflow task (its replay window's timer fired, or a signal
+	// arrived) to process it before deciding: a run that closed meanwhile
+	// is restarted, one replaying is left alone, and one still pending after
+	// SettleWait is signalled anyway. Optional, defaults to
+	// DefaultSettleWait.
+	SettleWait time.Duration
 	// Logger gets one line per action. Optional, defaults to discarding.
 	Logger *slog.Logger
 	// Propagator reads the trace context a dead letter carries (its
@@ -267,6 +289,11 @@ func (o *ReplayerOptions) validate() error {
 		return fmt.Errorf("dlq replayer: rate %g is negative", o.Rate)
 	case o.Limit < 0:
 		return fmt.Errorf("dlq replayer: limit %d is negative", o.Limit)
+	case o.SettleWait < 0:
+		return fmt.Errorf("dlq replayer: settle wait %s is negative", o.SettleWait)
+	}
+	if o.SettleWait == 0 {
+		o.SettleWait = DefaultSettleWait
 	}
 	if o.DedupeHorizon == 0 {
 		o.DedupeHorizon = config.DefaultDedupeHorizon
@@ -315,6 +342,9 @@ func NewReplayer(o ReplayerOptions) (*Replayer, error) {
 // ErrLimit is returned by Replay once Limit records were acted on.
 var ErrLimit = errors.New("replay limit reached")
 
+// SettleWait is the replayer's wait for a pending workflow task.
+func (r *Replayer) SettleWait() time.Duration { return r.o.SettleWait }
+
 // Summary returns the counts so far.
 func (r *Replayer) Summary() Summary { return r.sum }
 
@@ -330,12 +360,15 @@ func (r *Replayer) Replay(ctx context.Context, it Item) (Result, error) {
 		return res, ctx.Err()
 	}
 	r.sum.add(res.Outcome)
+	if res.Unsettled && res.Outcome == Signalled {
+		r.sum.Unsettled++
+	}
 	if res.Outcome == Failed || res.Outcome == Skipped || res.Outcome == Refused {
 		r.o.Logger.Warn("dlq replay", "outcome", res.Outcome, "workflowId", res.WorkflowID,
 			"partition", it.Partition, "offset", it.Offset, "error", res.Err)
 	} else if res.Outcome != Duplicate {
 		r.o.Logger.Info("dlq replay", "outcome", res.Outcome, "workflowId", res.WorkflowID,
-			"state", res.Before.String(), "dryRun", r.o.DryRun, "identity", r.o.Identity, "reason", r.o.Reason)
+			"state", res.Before.String(), "unsettled", res.Unsettled, "dryRun", r.o.DryRun, "identity", r.o.Identity, "reason", r.o.Reason)
 	}
 	if r.o.Limit > 0 && r.sum.Acted() >= r.o.Limit {
 		return res, ErrLimit
@@ -371,6 +404,21 @@ func (r *Replayer) replay(ctx context.Context, it Item) Result {
 			res.Outcome, res.Err = Failed, err
 			return res
 		}
+		if st.Open && st.State == contract.StateDeadLettered && st.PendingTask {
+			if r.replayQueued(ctx, id, st.RunID) {
+				// An earlier replay's signal waits for the run: it will be
+				// honoured, even with the window's end; another would only
+				// queue a second replay.
+				res.Before, res.Outcome = st, AlreadyDone
+				return res
+			}
+			// The pending task may be the replay window's timer, after which
+			// the run closes: wait for it to be processed, then decide.
+			if st, res.Unsettled, err = r.settle(ctx, id, st); err != nil {
+				res.Outcome, res.Err = Failed, err
+				return res
+			}
+		}
 		res.Before = st
 		var act Outcome
 		if refused := r.refuses(it.Record, st); refused != nil && !r.o.Force {
@@ -378,13 +426,10 @@ func (r *Replayer) replay(ctx context.Context, it Item) Result {
 			return res
 		}
 		switch {
-		case st.Open && st.State == contract.StateDeadLettered && !st.PendingTask:
+		case st.Open && st.State == contract.StateDeadLettered:
 			act = Signalled
 		case st.Open, st.State == contract.StateSucceeded:
-			// Retrying or replaying now, or already applied; a dead-lettered
-			// run with a pending workflow task has a signal (likely an
-			// earlier replay's) it has not processed yet: signalling again
-			// would queue a second replay.
+			// Retrying or replaying now, or already applied.
 			res.Outcome = AlreadyDone
 			return res
 		default:
@@ -423,6 +468,66 @@ func (r *Replayer) replay(ctx context.Context, it Item) Result {
 			return res
 		}
 	}
+}
+
+// historian reads a run's history; client.Client is one.
+type historian interface {
+	GetWorkflowHistory(ctx context.Context, workflowID, runID string, isLongPoll bool,
+		filterType enumspb.HistoryEventFilterType) client.HistoryEventIterator
+}
+
+// replayQueued reports whether the run's history has a replay signal after
+// its last completed workflow task: one the run has not processed yet. A
+// dead-lettered run's history is short (its schedule's activity, the dead
+// letter, a timer). False when the client cannot read history or the read
+// fails: the caller then waits for the run to settle.
+func (r *Replayer) replayQueued(ctx context.Context, id, runID string) bool {
+	h, ok := r.o.Client.(historian)
+	if !ok {
+		return false
+	}
+	it := h.GetWorkflowHistory(ctx, id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	queued := false
+	for it.HasNext() {
+		e, err := it.Next()
+		if err != nil {
+			return false
+		}
+		switch e.GetEventType() {
+		case enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+			queued = false
+		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+			if e.GetWorkflowExecutionSignaledEventAttributes().GetSignalName() == contract.SignalReplay {
+				queued = true
+			}
+		}
+	}
+	return queued
+}
+
+// settle describes the dead-lettered run id again until its pending
+// workflow task is processed or SettleWait passes; unsettled is true in the
+// second case, with st as last described.
+func (r *Replayer) settle(ctx context.Context, id string, st WorkflowState) (_ WorkflowState, unsettled bool, _ error) {
+	deadline := time.Now().Add(r.o.SettleWait)
+	for st.Open && st.PendingTask {
+		if !time.Now().Before(deadline) {
+			return st, true, nil
+		}
+		t := time.NewTimer(min(settlePoll, time.Until(deadline)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return st, false, ctx.Err()
+		case <-t.C:
+		}
+		next, err := LookupState(ctx, r.o.Client, id)
+		if err != nil {
+			return st, false, err
+		}
+		st = next
+	}
+	return st, false, nil
 }
 
 // refuses says why restarting the record's run, as it stands, could apply

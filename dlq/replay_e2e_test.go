@@ -202,3 +202,93 @@ func TestKafkaReplayEndToEnd(t *testing.T) {
 func listRequest(namespace, id string) *workflowservice.ListWorkflowExecutionsRequest {
 	return &workflowservice.ListWorkflowExecutionsRequest{Namespace: namespace, Query: `WorkflowId="` + id + `"`}
 }
+
+// TestKafkaReplayAtTheWindowsEnd replays a dead letter whose replay window's
+// timer has fired while no worker runs: its workflow task is pending, and
+// processing it would close the run as expired. The replayer, finding no
+// replay queued, waits SettleWait, then signals anyway (and says so); the
+// worker, back, takes the replay that arrived with the window's end and
+// the event applies.
+func TestKafkaReplayAtTheWindowsEnd(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pool := testenv.Postgres(t)
+	srv := testenv.Temporal(t)
+	brokers := testenv.Kafka(t)
+	dlqTopic := testenv.Topic(t, "dlq")
+	testenv.CreateTopic(t, brokers, dlqTopic, 1)
+	_, err := pool.Exec(ctx, testenv.FollowersNoFollowedAtDDL)
+	require.NoError(t, err)
+	logger := slog.New(slog.DiscardHandler)
+	engine, err := projection.NewEngine(ctx, pool, logger)
+	require.NoError(t, err)
+	t.Cleanup(engine.Close)
+	deploy := func(doc string) {
+		d, err := projection.Parse([]byte(doc))
+		require.NoError(t, err)
+		_, err = projection.Deploy(ctx, pool, d)
+		require.NoError(t, err)
+	}
+	deploy(testenv.FollowersIR)
+	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	require.NoError(t, err)
+	t.Cleanup(producer.Close)
+	tq := testenv.TaskQueue(t)
+	startWorker := func() sdkworker.Worker {
+		w, err := worker.New(worker.Options{
+			Client: srv.Client, TaskQueue: tq,
+			Activities: &activities.Activities{Applier: engine, Publisher: &dlq.Publisher{Client: producer, Topic: dlqTopic}, Logger: logger},
+		})
+		require.NoError(t, err)
+		require.NoError(t, w.Start())
+		return w
+	}
+	w := startWorker()
+
+	ev := event.Envelope{
+		EventID: "ev-window-" + tq, EventType: "ARTIST_FOLLOWED", EntityID: "user-window", ForkID: "production",
+		OccurredAt: time.Now().UTC().Truncate(time.Second), Payload: []byte(`{"artistId":"artist-9"}`),
+	}
+	const window = 3 * time.Second
+	in := contract.RetryInput{
+		Event: ev, Projection: "artist_followers", Key: []byte(ev.EntityID), Mode: config.ModeWorkflow,
+		Source: contract.Source{Topic: "causet.events.v1"}, Retry: fastRetry, ReplayWindow: window,
+	}
+	id := contract.RetryWorkflowID("artist_followers", ev.ForkID, ev.EventID)
+	_, err = srv.Client.ExecuteWorkflow(ctx, dlq.RestartOptions(id, tq, in), contract.RetryWorkflowName, in)
+	require.NoError(t, err)
+	var st dlq.WorkflowState
+	require.Eventually(t, func() bool {
+		st, err = dlq.LookupState(ctx, srv.Client, id)
+		return err == nil && st.Open && st.State == contract.StateDeadLettered && !st.PendingTask
+	}, 60*time.Second, 100*time.Millisecond, "never dead-lettered: %+v %v", st, err)
+
+	// The worker goes; the window's timer fires with no one to process it.
+	w.Stop()
+	require.Eventually(t, func() bool {
+		st, err = dlq.LookupState(ctx, srv.Client, id)
+		return err == nil && st.Open && st.PendingTask
+	}, window+30*time.Second, 100*time.Millisecond, "the window's end left no pending task: %+v %v", st, err)
+
+	deploy(testenv.FollowersFixedIR)
+	rp, err := dlq.NewReplayer(dlq.ReplayerOptions{Client: srv.Client, TaskQueue: tq, Retry: fastRetry,
+		SettleWait: time.Second, Reason: "at the window's end"})
+	require.NoError(t, err)
+	res, err := rp.Replay(ctx, dlq.Item{Topic: dlqTopic, Key: []byte(ev.EntityID), Record: dlq.Record{
+		SchemaVersion: 1, ProjectionName: "artist_followers", Workflow: &dlq.WorkflowRef{ID: id}}})
+	require.NoError(t, err)
+	require.Equal(t, dlq.Signalled, res.Outcome, "the replay is sent, not taken as done: %+v", res)
+	require.True(t, res.Unsettled, "and the replayer says the task was still pending")
+	require.Equal(t, 1, rp.Summary().Unsettled)
+
+	w = startWorker()
+	t.Cleanup(w.Stop)
+	require.Eventually(t, func() bool {
+		st, err = dlq.LookupState(ctx, srv.Client, id)
+		return err == nil && !st.Open
+	}, 60*time.Second, 100*time.Millisecond, "the run never closed: %+v %v", st, err)
+	require.Equal(t, contract.StateSucceeded, st.State, "the replay that arrived with the window's end was honoured")
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM artist_followers`).Scan(&n))
+	require.Equal(t, 1, n)
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
@@ -27,6 +28,34 @@ type fakeRun struct {
 	state   contract.State
 	runID   string
 	pending bool
+	// settleAfter, when positive, is how many more describes find the
+	// pending task unprocessed; then settled runs (the worker's task).
+	settleAfter int
+	settled     func(*fakeRun)
+	// queuedReplay: a replay signal waits in the run's history for the
+	// pending task.
+	queuedReplay bool
+}
+
+// GetWorkflowHistory returns the tail of a run's history that matters: a
+// completed workflow task and, when one is queued, a replay signal.
+func (f *fakeTemporal) GetWorkflowHistory(_ context.Context, id, _ string, _ bool, _ enumspb.HistoryEventFilterType) client.HistoryEventIterator {
+	evs := []*historypb.HistoryEvent{{EventType: enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED}}
+	if r := f.runs[id]; r != nil && r.queuedReplay {
+		evs = append(evs, &historypb.HistoryEvent{EventType: enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED,
+			Attributes: &historypb.HistoryEvent_WorkflowExecutionSignaledEventAttributes{
+				WorkflowExecutionSignaledEventAttributes: &historypb.WorkflowExecutionSignaledEventAttributes{SignalName: contract.SignalReplay}}})
+	}
+	return &sliceHistory{evs: evs}
+}
+
+type sliceHistory struct{ evs []*historypb.HistoryEvent }
+
+func (h *sliceHistory) HasNext() bool { return len(h.evs) > 0 }
+func (h *sliceHistory) Next() (*historypb.HistoryEvent, error) {
+	e := h.evs[0]
+	h.evs = h.evs[1:]
+	return e, nil
 }
 
 // fakeTemporal keeps one run per workflow ID and records the actions.
@@ -44,6 +73,12 @@ func (f *fakeTemporal) DescribeWorkflowExecution(_ context.Context, id, _ string
 	r, ok := f.runs[id]
 	if !ok {
 		return nil, serviceerror.NewNotFound("workflow not found")
+	}
+	if r.pending && r.settleAfter > 0 {
+		if r.settleAfter--; r.settleAfter == 0 {
+			r.pending, r.queuedReplay = false, false
+			r.settled(r)
+		}
 	}
 	p, err := converter.GetDefaultDataConverter().ToPayload(string(r.state))
 	if err != nil {
@@ -79,7 +114,9 @@ func (f *fakeTemporal) SignalWorkflow(_ context.Context, id, runID, name string,
 	}
 	sig := arg.(contract.ReplaySignal)
 	f.signals = append(f.signals, strings.TrimSpace(id+" "+name+" "+sig.Reason+" "+sig.Identity))
-	r.pending = true // the worker has not processed it yet
+	// The worker processes it at the second describe after: the run replays.
+	r.pending, r.settleAfter, r.queuedReplay = true, 2, true
+	r.settled = func(r *fakeRun) { r.state = contract.StateReplaying }
 	return nil
 }
 
@@ -115,22 +152,31 @@ func TestReplayerDecisions(t *testing.T) {
 		id("done"):      {open: false, state: contract.StateSucceeded, runID: "r4"},
 		id("retrying"):  {open: true, state: contract.StateRetrying, runID: "r5"},
 		id("replaying"): {open: true, state: contract.StateReplaying, runID: "r6"},
-		id("signalled"): {open: true, state: contract.StateDeadLettered, runID: "r7", pending: true},
+		id("signalled"): {open: true, state: contract.StateDeadLettered, runID: "r7", pending: true, queuedReplay: true},
+		id("stuck"):     {open: true, state: contract.StateDeadLettered, runID: "r8", pending: true},
 	}}
 	retry := config.Retry{MaxAttempts: 3, Initial: time.Second, Multiplier: 2, Max: 10 * time.Second}
-	rp, err := dlq.NewReplayer(dlq.ReplayerOptions{Client: f, TaskQueue: "tq", Retry: retry, Reason: "fixed", Identity: "alice", ReplayWindow: 42})
+	rp, err := dlq.NewReplayer(dlq.ReplayerOptions{Client: f, TaskQueue: "tq", Retry: retry, Reason: "fixed", Identity: "alice", ReplayWindow: 42,
+		SettleWait: 300 * time.Millisecond})
 	require.NoError(t, err)
 	ctx := context.Background()
 
 	want := map[string]dlq.Outcome{
 		"dead": dlq.Signalled, "expired": dlq.Restarted, "discarded": dlq.Refused, "gone": dlq.Restarted,
-		"done": dlq.AlreadyDone, "retrying": dlq.AlreadyDone, "replaying": dlq.AlreadyDone, "signalled": dlq.AlreadyDone,
+		"done": dlq.AlreadyDone, "retrying": dlq.AlreadyDone, "replaying": dlq.AlreadyDone,
+		// A replay signal waits for its pending task: it is honoured.
+		"signalled": dlq.AlreadyDone,
+		// Its task, not a replay, stays pending past SettleWait (a worker
+		// down): signalled anyway, for the run takes a replay that arrives
+		// with its window's end.
+		"stuck": dlq.Signalled,
 	}
-	for _, e := range []string{"dead", "expired", "discarded", "gone", "done", "retrying", "replaying", "signalled"} {
+	for _, e := range []string{"dead", "expired", "discarded", "gone", "done", "retrying", "replaying", "signalled", "stuck"} {
 		res, err := rp.Replay(ctx, item(t, e, 0))
 		require.NoError(t, err)
 		require.Equal(t, want[e], res.Outcome, e)
 		require.Equal(t, id(e), res.WorkflowID)
+		require.Equal(t, e == "stuck", res.Unsettled, e)
 	}
 	// The same event again (a later dead letter of it): handled once.
 	res, err := rp.Replay(ctx, item(t, "dead", 5))
@@ -146,8 +192,8 @@ func TestReplayerDecisions(t *testing.T) {
 	require.Equal(t, dlq.Skipped, res.Outcome)
 	require.ErrorIs(t, res.Err, dlq.ErrNotReplayable)
 
-	require.Equal(t, dlq.Summary{Signalled: 1, Restarted: 2, AlreadySucceeded: 4, Duplicates: 1, Skipped: 1, Refused: 1, Failed: 1}, rp.Summary())
-	require.Equal(t, []string{id("dead") + " replay fixed alice"}, f.signals, "the signal says who and why")
+	require.Equal(t, dlq.Summary{Signalled: 2, Restarted: 2, AlreadySucceeded: 4, Duplicates: 1, Skipped: 1, Refused: 1, Failed: 1, Unsettled: 1}, rp.Summary())
+	require.Equal(t, []string{id("dead") + " replay fixed alice", id("stuck") + " replay fixed alice"}, f.signals, "the signal says who and why")
 	require.Len(t, f.starts, 2)
 	o := f.starts[0]
 	require.Equal(t, id("expired"), o.ID)
@@ -179,7 +225,7 @@ func TestReplayerDecisions(t *testing.T) {
 		}
 		require.Equal(t, dlq.AlreadyDone, res.Outcome, e)
 	}
-	require.Len(t, f.signals, 1)
+	require.Len(t, f.signals, 2, "a run whose replay signal is queued is not signalled twice")
 	require.Len(t, f.starts, 2)
 
 	// --force undoes the discard.
@@ -188,6 +234,30 @@ func TestReplayerDecisions(t *testing.T) {
 	res, err = rp3.Replay(ctx, item(t, "discarded", 0))
 	require.NoError(t, err)
 	require.Equal(t, dlq.Restarted, res.Outcome)
+}
+
+// A dead letter whose replay window's timer has just fired has a workflow
+// task pending, after which it closes as expired. The replayer waits for
+// the task to be processed, finds the run closed and restarts it: the
+// replay is not dropped as "already done".
+func TestReplayerWaitsForTheWindowsEnd(t *testing.T) {
+	id := contract.RetryWorkflowID("p", "production", "closing")
+	f := &fakeTemporal{runs: map[string]*fakeRun{
+		id: {open: true, state: contract.StateDeadLettered, runID: "r1", pending: true, settleAfter: 3,
+			settled: func(r *fakeRun) { r.open = false }},
+	}}
+	rp, err := dlq.NewReplayer(dlq.ReplayerOptions{Client: f, TaskQueue: "tq", SettleWait: 5 * time.Second})
+	require.NoError(t, err)
+	res, err := rp.Replay(context.Background(), item(t, "closing", 0))
+	require.NoError(t, err)
+	require.Equal(t, dlq.Restarted, res.Outcome)
+	require.False(t, res.Unsettled)
+	require.Equal(t, "dead_lettered (window expired)", res.Before.String())
+	require.Len(t, f.starts, 1)
+	require.Empty(t, f.signals)
+
+	_, err = dlq.NewReplayer(dlq.ReplayerOptions{Client: f, TaskQueue: "tq", SettleWait: -time.Second})
+	require.ErrorContains(t, err, "settle wait -1s is negative")
 }
 
 // A dead letter whose run Temporal no longer knows (retention) and that is

@@ -359,6 +359,10 @@ func runReplay(ctx context.Context, r *dlq.Reader, rp *dlq.Replayer, dry bool, o
 	}
 	fmt.Fprintf(out, "replay summary%s: signalled %d, restarted %d, already succeeded or in progress %d, failed %d, skipped %d (invalid_event), refused %d (discarded, or gone past the dedupe horizon: --force), duplicate records %d\n",
 		verb, s.Signalled, s.Restarted, s.AlreadySucceeded, s.Failed, s.Skipped, s.Refused, s.Duplicates)
+	if s.Unsettled > 0 {
+		fmt.Fprintf(out, "%d of the signalled runs still had a workflow task pending after %s (a worker down?): signalled anyway; "+
+			"a run takes a replay that arrives with its window's end, and replays queued together make one\n", s.Unsettled, rp.SettleWait())
+	}
 	if limited {
 		fmt.Fprintln(out, "stopped at --limit; run again to continue")
 	}
