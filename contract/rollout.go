@@ -1,6 +1,8 @@
 package contract
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -38,9 +40,20 @@ var IntSearchAttributeNames = []string{
 }
 
 // RolloutWorkflowID is the rollout's ID: one per (projection, version it
-// deploys), so starting the same rollout twice finds the same run.
-func RolloutWorkflowID(projection string, version int) string {
-	return "projection-rollout:" + idField(projection) + ":" + strconv.Itoa(version)
+// deploys, candidate document), so starting the same rollout twice finds
+// the same run, and a different candidate with the same version never
+// joins it. candidate is the document as RolloutInput.Document carries it
+// (its canonical JSON); the ID names the first 12 hex digits of its
+// SHA-256.
+func RolloutWorkflowID(projection string, version int, candidate []byte) string {
+	return "projection-rollout:" + idField(projection) + ":" + strconv.Itoa(version) + ":" + CandidateHash(candidate)
+}
+
+// CandidateHash is the short content hash of a candidate document that
+// rollout IDs name.
+func CandidateHash(candidate []byte) string {
+	sum := sha256.Sum256(candidate)
+	return hex.EncodeToString(sum[:6])
 }
 
 // Defaults of a rollout.
@@ -171,9 +184,14 @@ type ReplayFailingResult struct {
 // CountSettledInput asks how a rollout's affected events stand since the
 // deploy.
 type CountSettledInput struct {
-	RolloutID  string    `json:"rolloutId"`
-	Projection string    `json:"projection"`
+	RolloutID  string `json:"rolloutId"`
+	Projection string `json:"projection"`
+	// DeployedAt is when failing is counted from: the deploy, or the
+	// rollout's start when the candidate was deployed before it.
 	DeployedAt time.Time `json:"deployedAt"`
+	// Version is the version the rollout deployed; a newer one deployed
+	// since is reported as Superseded. 0: not checked.
+	Version int `json:"version,omitempty"`
 }
 
 // SettledCount is the CountSettled activity's answer over the events the
@@ -184,6 +202,9 @@ type SettledCount struct {
 	Applied int `json:"applied"`
 	Failing int `json:"failing"`
 	Pending int `json:"pending"`
+	// Superseded is the newest deployed version when someone deployed one
+	// after the rollout's (0 otherwise): the rollout stops.
+	Superseded int `json:"superseded,omitempty"`
 }
 
 // CurrentDetails are the rollout's current details on its Temporal UI
@@ -216,3 +237,7 @@ const InvalidCandidateType = "InvalidCandidate"
 // RolloutStoppedType is the application error type a stopped rollout
 // ends with; its details are the RolloutProgress.
 const RolloutStoppedType = "RolloutStopped"
+
+// RolloutSupersededType is the error type of a DeployCandidate that found
+// another version deployed since the rollout started: not retried.
+const RolloutSupersededType = "RolloutSuperseded"

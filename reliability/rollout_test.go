@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -61,8 +62,9 @@ func TestReliability23RolloutKill9(t *testing.T) {
 	require.Contains(t, check, fmt.Sprintf("would_apply %d, still_fails 0, out_of_order 0", failing+parked))
 	out, err := s.causetOutput("projections", "rollout", file, "--rate", "2", "--no-wait", "--reason", "guard d = 0")
 	require.NoError(t, err, out)
-	id := contract.RolloutWorkflowID(relProjection, 2)
-	require.Contains(t, out, id)
+	idm := regexp.MustCompile(`rollout (projection-rollout:` + relProjection + `:2:[0-9a-f]{12}) \(run`).FindStringSubmatch(out)
+	require.NotNil(t, idm, "the command names the rollout's ID (projection, version, candidate hash):\n%s", out)
+	id := idm[1]
 
 	// Kill the worker mid-replay.
 	var prog contract.RolloutProgress

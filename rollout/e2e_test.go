@@ -164,10 +164,17 @@ func (s *stack) check(t *testing.T, doc *projection.Document) rollout.Report {
 // progress (a stopped one's from its failure's details).
 func (s *stack) rollout(t *testing.T, doc *projection.Document, version int, maxFailing float64) (string, string, contract.RolloutProgress) {
 	t.Helper()
+	return s.rolloutAt(t, doc, version, maxFailing, 50)
+}
+
+// rolloutAt is rollout at rate replays a second (batches of 5 s of them,
+// 10 to 100).
+func (s *stack) rolloutAt(t *testing.T, doc *projection.Document, version int, maxFailing, rate float64) (string, string, contract.RolloutProgress) {
+	t.Helper()
 	body, err := json.Marshal(doc)
 	require.NoError(t, err)
-	in := contract.RolloutInput{Projection: doc.Name, Document: body, Version: version, MaxFailing: maxFailing, Rate: 50, Limit: 1000, Identity: "test"}
-	id := contract.RolloutWorkflowID(doc.Name, version)
+	in := contract.RolloutInput{Projection: doc.Name, Document: body, Version: version, MaxFailing: maxFailing, Rate: rate, Limit: 1000, Identity: "test"}
+	id := contract.RolloutWorkflowID(doc.Name, version, body)
 	run, err := s.svc.Temporal.Client.ExecuteWorkflow(s.ctx, client.StartWorkflowOptions{ID: id, TaskQueue: s.svc.Config.TaskQueue},
 		contract.RolloutWorkflowName, in)
 	require.NoError(t, err)
@@ -424,4 +431,66 @@ WHERE k.head_workflow_id LIKE 'projection-incident:%'`) > 0
 		require.Equal(t, 1, s.count(t, `SELECT count(*) FROM causet_projection_applied WHERE key = $1`,
 			projection.DedupeKey("artist_followers", "production", id)), "%s applied once", id)
 	}
+}
+
+// deadLettersAfterADeploy deploys the fix by hand as version 2, then makes
+// every event fail for another reason (its table is away) until n users'
+// follows and user-00's unfollow are dead-lettered after that deploy, and
+// brings the table back: version 2 now applies them all.
+func (s *stack) deadLettersAfterADeploy(t *testing.T, n int) (follows []string, unfollow string) {
+	t.Helper()
+	_, err := s.svc.Engine.Deploy(s.ctx, candidate(t, true))
+	require.NoError(t, err)
+	_, err = s.svc.Pool.Exec(s.ctx, `ALTER TABLE artist_followers RENAME TO artist_followers_away`)
+	require.NoError(t, err)
+	follows, unfollow = s.produce(t, n)
+	s.waitDeadLettered(t, n+1)
+	_, err = s.svc.Pool.Exec(s.ctx, `ALTER TABLE artist_followers_away RENAME TO artist_followers`)
+	require.NoError(t, err)
+	return follows, unfollow
+}
+
+// A rollout of the candidate deployed already (a rerun, a deploy by hand)
+// counts failing again from its own start, not from that older deploy:
+// the dead letters since are the ones it replays, not failures. Two dead
+// letters of one entity (user-00's follow, then its unfollow) replay in
+// their order: both apply. More dead letters than a batch: the ones not
+// replayed yet at the first count are not "failing again".
+func TestRolloutOfTheDeployedCandidate(t *testing.T) {
+	s := newStack(t, nil)
+	const users = 14
+	follows, unfollow := s.deadLettersAfterADeploy(t, users)
+
+	_, _, p := s.rolloutAt(t, candidate(t, true), 2, 0.1, 1)
+	require.Equal(t, contract.RolloutDone, p.State, p.Reason)
+	require.Equal(t, users+1, p.Replayed)
+	require.Equal(t, users+1, p.Applied)
+	require.Zero(t, p.Failing)
+	for _, id := range append(follows, unfollow) {
+		require.Equal(t, 1, s.count(t, `SELECT count(*) FROM causet_projection_applied WHERE key = $1`,
+			projection.DedupeKey("artist_followers", "production", id)), "%s applied once, in its entity's order", id)
+	}
+	require.Zero(t, s.count(t, `SELECT count(*) FROM artist_followers WHERE user_id = 'user-00'`), "user-00 followed, then unfollowed")
+	require.Equal(t, users-1, s.count(t, `SELECT count(*) FROM artist_followers`))
+}
+
+// Two candidates with one version are two rollouts (the ID names the
+// candidate's content), and the second, finding the first's version
+// deployed since it was planned, stops with that reason and deploys
+// nothing.
+func TestRolloutTwoCandidatesOneVersion(t *testing.T) {
+	s := newStack(t, nil)
+	s.produce(t, 2)
+	s.waitDeadLettered(t, 2)
+	a := candidate(t, true)
+	b := candidate(t, true)
+	b.On["ARTIST_FOLLOWED"].Columns["user_id"] = "string(event.entityId)"
+	idA, _, p := s.rollout(t, a, 2, 0.5)
+	require.Equal(t, contract.RolloutDone, p.State, p.Reason)
+	idB, _, p := s.rollout(t, b, 2, 0.5)
+	require.NotEqual(t, idA, idB, "a different candidate never joins another's rollout")
+	require.Equal(t, contract.RolloutStopped, p.State)
+	require.False(t, p.Deployed)
+	require.Contains(t, p.Reason, "version 2 of artist_followers was deployed by someone else after the rollout started")
+	require.Equal(t, 2, s.svc.Engine.Version("artist_followers"), "the second candidate was not deployed over the first")
 }

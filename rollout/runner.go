@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/dlq"
@@ -86,26 +87,43 @@ func (r *Runner) Deploy(ctx context.Context, in contract.RolloutInput) (contract
 	if err != nil {
 		return contract.DeployCandidateResult{}, err
 	}
-	res, err := r.deploy(ctx, doc)
+	res, err := r.deploy(ctx, doc, in.Version)
 	if err != nil {
 		return res, err
 	}
 	return res, r.probeIncidents(ctx, in.Projection)
 }
 
-func (r *Runner) deploy(ctx context.Context, doc *projection.Document) (contract.DeployCandidateResult, error) {
+// deploy deploys doc as version (0: whatever comes next). A version other
+// than the one the rollout checked against deployed since it started (by
+// someone else) stops it: deploying over it would undo their change.
+func (r *Runner) deploy(ctx context.Context, doc *projection.Document, version int) (contract.DeployCandidateResult, error) {
 	deps, err := projection.List(ctx, r.Sources.Pool)
 	if err != nil {
 		return contract.DeployCandidateResult{}, err
 	}
-	if newest, same := SameAsDeployed(deps, doc); same {
+	newest, same := SameAsDeployed(deps, doc)
+	if same {
 		return contract.DeployCandidateResult{Version: newest.Version, AlreadyDeployed: true, DeployedAt: newest.DeployedAt}, nil
+	}
+	if have := versionOf(newest); version > 0 && have != version-1 {
+		return contract.DeployCandidateResult{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("version %d of %s was deployed by someone else after the rollout started (it was to deploy version %d over version %d): "+
+				"nothing deployed; check and roll out again against the newest version", have, doc.Name, version, version-1),
+			contract.RolloutSupersededType, nil)
 	}
 	v, err := r.Engine.Deploy(ctx, doc)
 	if err != nil {
 		return contract.DeployCandidateResult{}, err
 	}
 	return contract.DeployCandidateResult{Version: v, DeployedAt: time.Now().UTC()}, nil
+}
+
+func versionOf(d *projection.Deployment) int {
+	if d == nil {
+		return 0
+	}
+	return d.Version
 }
 
 // SameAsDeployed returns the newest deployed version of doc's projection
@@ -223,6 +241,17 @@ func (r *Runner) CountSettled(ctx context.Context, in contract.CountSettledInput
 	again, err := deadLetteredSince(ctx, r.Sources, in.Projection, in.DeployedAt)
 	if err != nil {
 		return out, err
+	}
+	if in.Version > 0 {
+		deps, err := projection.List(ctx, r.Sources.Pool)
+		if err != nil {
+			return out, err
+		}
+		for _, d := range deps {
+			if d.Name == in.Projection && d.Version > in.Version {
+				out.Superseded = d.Version
+			}
+		}
 	}
 	for _, e := range evs {
 		switch {

@@ -103,15 +103,31 @@ func (r *rolloutRun) run(ctx workflow.Context) error {
 		StartToCloseTimeout: time.Minute,
 		RetryPolicy:         &temporal.RetryPolicy{MaximumInterval: time.Minute},
 	})
+	// Failing again is counted from the deploy, or from this run's start
+	// when the candidate was deployed before it (a rerun, a deploy by
+	// hand): the dead letters since that deploy are the ones to replay.
+	since := dep.DeployedAt
+	if start := workflow.GetInfo(ctx).WorkflowStartTime; start.After(since) {
+		since = start
+	}
+	var superseded int
 	counted := func() (bool, error) {
 		var c contract.SettledCount
-		in := contract.CountSettledInput{RolloutID: r.id, Projection: r.in.Projection, DeployedAt: dep.DeployedAt}
+		in := contract.CountSettledInput{RolloutID: r.id, Projection: r.in.Projection, DeployedAt: since, Version: dep.Version}
 		if err := workflow.ExecuteActivity(count, contract.CountSettledActivity, in).Get(ctx, &c); err != nil {
 			return false, err
 		}
 		r.p.Applied, r.p.Failing, r.p.Pending = c.Applied, c.Failing, c.Pending
 		r.show(ctx)
-		return share(c.Failing, r.p.WouldApply) > r.in.MaxFailing, nil
+		superseded = c.Superseded
+		return superseded > 0 || share(c.Failing, r.p.WouldApply) > r.in.MaxFailing, nil
+	}
+	stopOver := func(when string) error {
+		if superseded > 0 {
+			return r.stop(ctx, fmt.Sprintf("version %d of %s was deployed by someone else during the rollout: the replays sent so far stand, the rest were not sent.",
+				superseded, r.in.Projection), nil)
+		}
+		return r.overThreshold(ctx, when)
 	}
 	for after := 0; ; {
 		var rr contract.ReplayFailingResult
@@ -126,7 +142,7 @@ func (r *rolloutRun) run(ctx workflow.Context) error {
 			return err
 		}
 		if over {
-			return r.overThreshold(ctx, "while replaying: the dead letters not replayed yet were left as they are")
+			return stopOver("while replaying: the dead letters not replayed yet were left as they are")
 		}
 		if rr.Done {
 			break
@@ -145,7 +161,7 @@ func (r *rolloutRun) run(ctx workflow.Context) error {
 			return err
 		}
 		if over {
-			return r.overThreshold(ctx, "after the replays")
+			return stopOver("after the replays")
 		}
 	}
 	r.p.State = contract.RolloutDone

@@ -129,7 +129,7 @@ func (c projectionsRolloutCmd) Run(ctx context.Context, logger *slog.Logger) err
 		return err
 	}
 	defer tc.Close()
-	id := contract.RolloutWorkflowID(doc.Name, version)
+	id := contract.RolloutWorkflowID(doc.Name, version, body)
 	run, err := tc.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID: id, TaskQueue: cfg.TaskQueue,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,

@@ -250,8 +250,9 @@ func TestTemporalUIShowsARollout(t *testing.T) {
 	env := append(slices.Clone(dev.cmd.Env), "DATABASE_URL="+exportedValue(t, banner, "DATABASE_URL"), "KAFKA_BROKERS="+exportedValue(t, banner, "KAFKA_BROKERS"))
 	out, err := shell(t, env, binary+" projections rollout "+file+" --rate 1 --no-wait --reason 'guard days 0'")
 	require.NoError(t, err, out)
-	id := contract.RolloutWorkflowID("artist_stats", 2)
-	require.Contains(t, out, id)
+	m := regexp.MustCompile(`rollout (projection-rollout:artist_stats:2:[0-9a-f]{12}) \(run`).FindStringSubmatch(out)
+	require.NotNil(t, m, "the command names the rollout's ID (projection, version, candidate hash):\n%s", out)
+	id := m[1]
 
 	b := startBrowser(t, findChromium())
 	b.open(t, ui+"/namespaces/default/workflows", func(s string) bool { return strings.Contains(s, "Workflows") }, 60*time.Second)
