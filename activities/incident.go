@@ -84,7 +84,10 @@ func (a *Incidents) ProbeIncident(ctx context.Context, in contract.IncidentInput
 // once nothing is held. An incident without a row (policy dead-letter)
 // is left alone.
 func (a *Incidents) SetIncidentState(ctx context.Context, in contract.SetIncidentStateInput) error {
-	from := []contract.IncidentState{contract.IncidentHolding, contract.IncidentReleasing}
+	from := in.From
+	if len(from) == 0 {
+		from = []contract.IncidentState{contract.IncidentHolding, contract.IncidentReleasing}
+	}
 	_, err := a.Store.SetState(ctx, in.ID, in.State, from...)
 	return err
 }

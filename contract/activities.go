@@ -62,4 +62,7 @@ func SettleUnreported(attempts []Attempt) []Attempt {
 type SetIncidentStateInput struct {
 	ID    string        `json:"id"`
 	State IncidentState `json:"state"`
+	// From are the states the row moves from (a compare-and-set); empty
+	// (runs before it was sent): holding or releasing.
+	From []IncidentState `json:"from,omitempty"`
 }

@@ -48,6 +48,10 @@ const (
 	IncidentReleasing IncidentState = "releasing"
 	// IncidentResolved: resolved and, under hold, every parked event released.
 	IncidentResolved IncidentState = "resolved"
+	// IncidentDeadLettering: an operator (or a hold bound) chose to
+	// dead-letter the held events; the bridges are dead-lettering them. Like
+	// releasing, the row does not reopen until its run has moved it on.
+	IncidentDeadLettering IncidentState = "dead_lettering"
 	// IncidentDeadLettered: an operator dead-lettered every held event.
 	IncidentDeadLettered IncidentState = "dead_lettered"
 )
@@ -95,6 +99,9 @@ type IncidentInput struct {
 // IncidentFailures is the payload of SignalIncidentFailures: events a
 // bridge saw fail with the incident's fingerprint since its last signal.
 type IncidentFailures struct {
+	// Key identifies the report: a run counts a report of one key once,
+	// however often a bridge sends it.
+	Key      string    `json:"key,omitempty"`
 	Events   int       `json:"events"`
 	Held     int       `json:"held"`
 	EventIDs []string  `json:"eventIds,omitempty"`

@@ -2,7 +2,9 @@ package incident
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -90,6 +92,10 @@ type Registry struct {
 	mu        sync.Mutex
 	byFP      map[string]*known // fingerprint ID → incident
 	lastAlive time.Time         // the last liveness check
+	// instance and reports make each report's key: unique to this
+	// registry, counted up.
+	instance string
+	reports  uint64
 
 	Metrics Metrics
 }
@@ -112,6 +118,9 @@ type known struct {
 	// restart is the input of a new run, for an incident whose row holds
 	// events while its workflow has ended.
 	restart *contract.IncidentInput
+	// unsent is a report whose signal failed: it is sent again as it was,
+	// with its key, so that a run that did get it counts it once.
+	unsent *contract.IncidentFailures
 }
 
 // NewRegistry returns the registry of o; nil (incidents off) when the
@@ -129,7 +138,7 @@ func NewRegistry(o RegistryOptions) *Registry {
 	ns, sub := "causet", "bridge"
 	r := &Registry{
 		o: o, det: NewDetector(o.Incidents.Threshold, o.Incidents.Window),
-		byFP: map[string]*known{},
+		byFP: map[string]*known{}, instance: rand.Text()[:12],
 	}
 	r.Metrics = Metrics{
 		Opened: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "incidents_opened_total",
@@ -422,9 +431,16 @@ func (r *Registry) flush(parent context.Context) {
 			s.deployed, s.irVersion = true, v
 		}
 		counts := k.pending.Events > 0 || k.pending.Held > 0
-		if s.start || counts && (s.deployed || r.reportDue(k, now)) {
+		switch {
+		case k.unsent != nil:
+			// The report that failed goes first, as it was; the counts since
+			// wait for the next flush.
+			s.f = *k.unsent
+		case s.start || counts && (s.deployed || r.reportDue(k, now)):
 			s.f = k.pending
 			s.f.At = now
+			r.reports++
+			s.f.Key = fmt.Sprintf("%s/%d", r.instance, r.reports)
 			k.pending = contract.IncidentFailures{}
 			if s.f.Events > 0 || s.f.Held > 0 {
 				k.lastReport = now
@@ -438,16 +454,30 @@ func (r *Registry) flush(parent context.Context) {
 	r.mu.Unlock()
 	for _, s := range sends {
 		ctx, cancel := context.WithTimeout(parent, r.o.Timeout)
-		err := r.signal(ctx, s.k, s.f, s.start)
+		var err error
+		if s.start || s.f.Events > 0 || s.f.Held > 0 {
+			err = r.signal(ctx, s.k, s.f, s.start)
+		}
+		var deployErr error
 		if err == nil && s.deployed {
-			err = r.o.Client.SignalWorkflow(ctx, s.k.id, "", contract.SignalDeployed, nil)
+			// Its failure only asks for the probe again at the next flush:
+			// the report above was delivered and is not sent again.
+			deployErr = r.o.Client.SignalWorkflow(ctx, s.k.id, "", contract.SignalDeployed, nil)
+		}
+		if err == nil && r.Holding() && (s.f.Events > 0 || s.f.Held > 0) {
+			// Kept in the row for a restarted run; a failure here loses
+			// only that.
+			if cerr := r.o.Store.AddCounts(ctx, s.k.id, s.f.Events, s.f.Held); cerr != nil {
+				r.o.Logger.Debug("cannot record an incident's counts", "incidentId", s.k.id, "error", cerr.Error())
+			}
 		}
 		cancel()
 		r.mu.Lock()
 		switch {
 		case err == nil:
 			s.k.started = true
-			if s.deployed {
+			s.k.unsent = nil
+			if s.deployed && deployErr == nil {
 				s.k.irVersion = s.irVersion
 			}
 		case isNotFound(err) && s.k.state == contract.IncidentOpen:
@@ -456,11 +486,11 @@ func (r *Registry) flush(parent context.Context) {
 				delete(r.byFP, s.k.in.Fingerprint)
 			}
 		default:
-			// Reported again with the next flush.
-			s.k.pending.Events += s.f.Events
-			s.k.pending.Held += s.f.Held
-			s.k.reportedHeld -= s.f.Held
-			s.k.lastReport = time.Time{}
+			// Sent again, with its key, at the next flush.
+			if s.f.Key != "" {
+				f := s.f
+				s.k.unsent = &f
+			}
 			s.k.started = s.k.started && !s.start
 			r.o.Logger.Debug("cannot signal incident, next flush retries", "incidentId", s.k.id, "error", err.Error())
 		}

@@ -166,3 +166,86 @@ func TestRegistryBatchesReports(t *testing.T) {
 	require.Equal(t, 2, c.reports[1].Events, "with the failures that waited")
 	require.Equal(t, 10, c.reports[1].Held)
 }
+
+// flakyClient fails the signals it is told to fail, by name, once each.
+type flakyClient struct {
+	recordingClient
+	fail     map[string]int
+	deployed int
+}
+
+func (c *flakyClient) SignalWorkflow(ctx context.Context, id string, run string, name string, arg any) error {
+	c.mu.Lock()
+	if c.fail[name] > 0 {
+		c.fail[name]--
+		c.mu.Unlock()
+		return serviceerror.NewUnavailable("the answer was lost")
+	}
+	if name == contract.SignalDeployed {
+		c.deployed++
+	}
+	c.mu.Unlock()
+	return c.recordingClient.SignalWorkflow(ctx, id, run, name, arg)
+}
+
+// A report whose signal failed (its answer lost: it may have arrived) is
+// sent again as it was, with its key, so that the run counts it once; and
+// a deploy signal that fails after its report arrived asks for the probe
+// again without sending the report twice.
+func TestRegistrySendsAFailedReportAgainWithItsKey(t *testing.T) {
+	c := &flakyClient{fail: map[string]int{}}
+	version := 1
+	r := incident.NewRegistry(incident.RegistryOptions{
+		Incidents: config.Incidents{Threshold: 3, Window: time.Minute, Policy: config.IncidentDeadLetter},
+		Client:    c, TaskQueue: "q", Timeout: time.Second, ReportInterval: time.Nanosecond,
+		IRVersion: func(string) int { return version },
+	})
+	err := &pgconn.PgError{Code: "42703", Message: `column "x" does not exist`}
+	note := func(i int) {
+		r.Note(incident.Failure{Projection: "p", Kind: "sql", Err: err, Event: &event.Envelope{EventID: fmt.Sprintf("e%d", i)}}, time.Now())
+	}
+	flush := func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		r.Run(ctx)
+	}
+	for i := range 3 {
+		note(i)
+	}
+	flush()
+	require.Len(t, c.reports, 1)
+	first := c.reports[0].Key
+	require.NotEmpty(t, first)
+
+	note(3)
+	note(4)
+	c.fail[contract.SignalIncidentFailures] = 1
+	flush()
+	require.Len(t, c.reports, 1, "the signal failed")
+	note(5)
+	flush()
+	require.Len(t, c.reports, 2)
+	lost := c.reports[1]
+	require.Equal(t, 2, lost.Events, "sent again as it was: the failure after it waits")
+	require.NotEqual(t, first, lost.Key)
+	flush()
+	require.Len(t, c.reports, 3)
+	require.Equal(t, 1, c.reports[2].Events)
+	require.NotEqual(t, lost.Key, c.reports[2].Key, "each report has its own key")
+
+	// A deploy: the report with it arrives, the deploy signal fails.
+	version = 2
+	note(6)
+	c.fail[contract.SignalDeployed] = 1
+	flush()
+	require.Len(t, c.reports, 4)
+	require.Zero(t, c.deployed)
+	flush()
+	require.Equal(t, 1, c.deployed, "the probe is asked for again")
+	require.Len(t, c.reports, 4, "the report is not sent twice")
+	total := 0
+	for _, f := range c.reports {
+		total += f.Events
+	}
+	require.Equal(t, 7, total, "every failure reported once")
+}

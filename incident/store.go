@@ -31,11 +31,18 @@ type Row struct {
 	State    contract.IncidentState
 	Input    contract.IncidentInput
 	OpenedAt time.Time
+	// EventsAffected and EventsHeld are the hold's counts as its reports
+	// recorded them (AddCounts): a restarted run goes on from them.
+	EventsAffected, EventsHeld int
 }
 
-// Open records a holding incident in tx, unless it is already holding or
-// releasing; it reports whether the row now holds (false: a release is
-// under way, and events of the fingerprint take the normal path meanwhile).
+// Open records a holding incident in tx; it reports whether the row now
+// holds. A row still releasing or dead-lettering an earlier hold is left
+// alone (false: its events take the normal path meanwhile): its run drains
+// exactly that hold's events, then moves the row on. A row that ended
+// (resolved, dead_lettered) reopens as a new hold: opened now, its counts
+// from zero, a new run. A row that holds already keeps its input, opening
+// time (so the hold's deadline) and counts.
 func (s *Store) Open(ctx context.Context, tx pgx.Tx, in contract.IncidentInput) (bool, error) {
 	b, err := json.Marshal(in)
 	if err != nil {
@@ -44,7 +51,11 @@ func (s *Store) Open(ctx context.Context, tx pgx.Tx, in contract.IncidentInput) 
 	id := contract.IncidentWorkflowID(in.Projection, in.Fingerprint)
 	tag, err := tx.Exec(ctx, `INSERT INTO causet_incidents (id, projection, fingerprint, state, input)
 VALUES ($1, $2, $3, 'holding', $4)
-ON CONFLICT (id) DO UPDATE SET state = 'holding', input = EXCLUDED.input, opened_at = now(), updated_at = now()
+ON CONFLICT (id) DO UPDATE SET state = 'holding', updated_at = now(),
+	input = CASE WHEN causet_incidents.state = 'holding' THEN causet_incidents.input ELSE EXCLUDED.input END,
+	opened_at = CASE WHEN causet_incidents.state = 'holding' THEN causet_incidents.opened_at ELSE now() END,
+	events_affected = CASE WHEN causet_incidents.state = 'holding' THEN causet_incidents.events_affected ELSE 0 END,
+	events_held = CASE WHEN causet_incidents.state = 'holding' THEN causet_incidents.events_held ELSE 0 END
 WHERE causet_incidents.state IN ('resolved', 'dead_lettered', 'holding')`, id, in.Projection, in.Fingerprint, b)
 	if err != nil {
 		return false, fmt.Errorf("incident: open %s: %w", id, err)
@@ -54,25 +65,36 @@ WHERE causet_incidents.state IN ('resolved', 'dead_lettered', 'holding')`, id, i
 
 // Active lists the incidents that hold or release events.
 func (s *Store) Active(ctx context.Context) ([]Row, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id, state, input, opened_at FROM causet_incidents WHERE state IN ('holding', 'releasing')`)
+	rows, err := s.pool.Query(ctx, `SELECT id, state, input, opened_at, events_affected, events_held FROM causet_incidents
+WHERE state IN ('holding', 'releasing', 'dead_lettering')`)
 	if err != nil {
 		return nil, fmt.Errorf("incident: list active incidents: %w", err)
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Row, error) {
 		var x Row
 		var in []byte
-		if err := r.Scan(&x.ID, &x.State, &in, &x.OpenedAt); err != nil {
+		if err := r.Scan(&x.ID, &x.State, &in, &x.OpenedAt, &x.EventsAffected, &x.EventsHeld); err != nil {
 			return x, err
 		}
 		return x, json.Unmarshal(in, &x.Input)
 	})
 }
 
+// AddCounts adds a report's counts to holding incident id's row, where a
+// restarted run finds them.
+func (s *Store) AddCounts(ctx context.Context, id string, affected, held int) error {
+	if _, err := s.pool.Exec(ctx, `UPDATE causet_incidents SET events_affected = events_affected + $2, events_held = events_held + $3
+WHERE id = $1 AND state = 'holding'`, id, affected, held); err != nil {
+		return fmt.Errorf("incident: count the events of %s: %w", id, err)
+	}
+	return nil
+}
+
 // Get returns incident id's row; found is false when it has none.
 func (s *Store) Get(ctx context.Context, id string) (row Row, found bool, err error) {
 	var in []byte
-	err = s.pool.QueryRow(ctx, `SELECT id, state, input, opened_at FROM causet_incidents WHERE id = $1`, id).
-		Scan(&row.ID, &row.State, &in, &row.OpenedAt)
+	err = s.pool.QueryRow(ctx, `SELECT id, state, input, opened_at, events_affected, events_held FROM causet_incidents WHERE id = $1`, id).
+		Scan(&row.ID, &row.State, &in, &row.OpenedAt, &row.EventsAffected, &row.EventsHeld)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return Row{}, false, nil
@@ -83,20 +105,27 @@ func (s *Store) Get(ctx context.Context, id string) (row Row, found bool, err er
 }
 
 // RestartInput is the input of a new run of the row's incident, whose
-// workflow ended while the row still holds (or releases) its events: it
-// carries the row's state and the time it opened, and a releasing row is
-// marked resolved, so that the run finishes the release rather than probe.
+// workflow ended while the row still holds (releases, dead-letters) its
+// events: it carries the row's state, the time it opened (so the hold's
+// deadline stands) and its counts, and a releasing or dead-lettering row
+// is marked decided, so that the run finishes that rather than probe.
 func (r Row) RestartInput(now time.Time) contract.IncidentInput {
 	in := r.Input
 	st := contract.IncidentStatus{
 		State: r.State, Projection: in.Projection, Fingerprint: in.Fingerprint, Policy: in.Policy,
 		ErrorKind: in.ErrorKind, SQLState: in.SQLState, Error: in.Error, Pattern: in.Pattern,
 		FirstSeen: r.OpenedAt.UTC(), LastSeen: r.OpenedAt.UTC(),
+		EventsAffected: r.EventsAffected, EventsHeld: r.EventsHeld,
 	}
-	if r.State == contract.IncidentReleasing {
+	switch r.State {
+	case contract.IncidentReleasing:
 		at := now.UTC()
 		st.ResolvedAt, st.ResolvedBy = &at, "restarted"
 		st.Reason = "its workflow ended while the release was under way; a new run finishes it"
+	case contract.IncidentDeadLettering:
+		at := now.UTC()
+		st.ResolvedAt, st.ResolvedBy = &at, "restarted"
+		st.Reason = "its workflow ended while the held events were being dead-lettered; a new run finishes it"
 	}
 	in.Status = &st
 	return in
@@ -167,7 +196,7 @@ func (s *Store) SetState(ctx context.Context, id string, to contract.IncidentSta
 		switch {
 		case !moved || to == contract.IncidentHolding:
 			return nil
-		case to == contract.IncidentDeadLettered:
+		case to == contract.IncidentDeadLettering, to == contract.IncidentDeadLettered:
 			head = parking.HeadDeadLetterAll
 		}
 		_, err = parking.SetHeadState(ctx, tx, id, head)

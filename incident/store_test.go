@@ -107,3 +107,69 @@ func TestHoldingForMatchesByKindAndPattern(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, got, "only a holding incident takes runs")
 }
+
+// An incident ID is one hold at a time: a row dead-lettering its held
+// events does not reopen until its run moves it to dead_lettered, and
+// that move is a compare-and-set, so a hold opened after it is never
+// dead-lettered by the earlier run. A reopen starts a new hold (opened now,
+// counts from zero); opening a row that holds keeps its opening time (the
+// hold's deadline) and counts.
+func TestStoreReopensOnlyAnEndedHold(t *testing.T) {
+	ctx := context.Background()
+	pool := testenv.Postgres(t)
+	s := incident.NewStore(pool)
+	in := contract.IncidentInput{Projection: "p", Fingerprint: "00000000000000ef", Policy: "hold"}
+	id := contract.IncidentWorkflowID("p", in.Fingerprint)
+	open := func() bool {
+		t.Helper()
+		var holds bool
+		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var err error
+			holds, err = s.Open(ctx, tx, in)
+			return err
+		}))
+		return holds
+	}
+	row := func() incident.Row {
+		t.Helper()
+		r, found, err := s.Get(ctx, id)
+		require.NoError(t, err)
+		require.True(t, found)
+		return r
+	}
+	require.True(t, open())
+	require.NoError(t, s.AddCounts(ctx, id, 20, 35))
+	first := row()
+	require.Equal(t, 20, first.EventsAffected)
+	require.Equal(t, 35, first.EventsHeld)
+	time.Sleep(10 * time.Millisecond)
+	require.True(t, open(), "opened again while it holds: the same hold")
+	again := row()
+	require.True(t, again.OpenedAt.Equal(first.OpenedAt), "the hold's deadline does not move")
+	require.Equal(t, 35, again.EventsHeld, "nor do its counts")
+
+	ok, err := s.SetState(ctx, id, contract.IncidentDeadLettering, contract.IncidentHolding)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.False(t, open(), "not reopened while its run dead-letters the held events")
+	require.NoError(t, s.AddCounts(ctx, id, 5, 5))
+	require.Equal(t, 35, row().EventsHeld, "a dead-lettering hold counts no more")
+	active, err := s.Active(ctx)
+	require.NoError(t, err)
+	require.Len(t, active, 1, "a dead-lettering row has a run to keep alive")
+	require.Equal(t, contract.IncidentDeadLettering, active[0].State)
+	require.Equal(t, 35, active[0].RestartInput(time.Now()).Status.EventsHeld)
+
+	ok, err = s.SetState(ctx, id, contract.IncidentDeadLettered, contract.IncidentDeadLettering)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.True(t, open(), "an ended hold reopens: a new hold")
+	reopened := row()
+	require.Equal(t, contract.IncidentHolding, reopened.State)
+	require.True(t, reopened.OpenedAt.After(first.OpenedAt), "a new hold opens now")
+	require.Zero(t, reopened.EventsHeld, "and counts from zero")
+	ok, err = s.SetState(ctx, id, contract.IncidentDeadLettered, contract.IncidentDeadLettering)
+	require.NoError(t, err)
+	require.False(t, ok, "the earlier run's move (sent again) does not dead-letter the new hold")
+	require.Equal(t, contract.IncidentHolding, row().State)
+}

@@ -189,7 +189,7 @@ func Block(ctx context.Context, tx pgx.Tx, topic string, partition int32, keys [
 		}
 	}
 	_, err := tx.Exec(ctx, `INSERT INTO causet_blocked_keys AS b (topic, partition, projection, fork_id, entity_id, head_workflow_id, head_state, through, pending_start, head_input)
-SELECT $1, $2, k.p, k.f, k.e, k.h, COALESCE((SELECT CASE i.state WHEN 'holding' THEN 'retrying' WHEN 'dead_lettered' THEN 'dead_letter_all' ELSE 'settled' END
+SELECT $1, $2, k.p, k.f, k.e, k.h, COALESCE((SELECT CASE i.state WHEN 'holding' THEN 'retrying' WHEN 'dead_lettering' THEN 'dead_letter_all' WHEN 'dead_lettered' THEN 'dead_letter_all' ELSE 'settled' END
 	FROM causet_incidents i WHERE i.id = k.h), 'retrying'), k.t, k.s::jsonb, k.s::jsonb
 FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::text[]) AS k(p, f, e, h, t, s)
 ON CONFLICT (topic, partition, projection, fork_id, entity_id) DO UPDATE

@@ -386,7 +386,7 @@ func (w *headWatcher) checkIncidentHeads(ids []string) {
 		switch {
 		case ok && st == contract.IncidentHolding:
 			continue
-		case st == contract.IncidentDeadLettered:
+		case st == contract.IncidentDeadLettering, st == contract.IncidentDeadLettered:
 			head = parking.HeadDeadLetterAll
 		}
 		if _, err := parking.SetHeadState(ctx, w.opts.Parking.Pool(), id, head); err != nil {

@@ -1,9 +1,11 @@
 package starter
 
 import (
+	"context"
 	"fmt"
 	"hash/fnv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,12 +13,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
+	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/event"
 	"github.com/causet/projection-retry/incident"
 	"github.com/causet/projection-retry/internal/testenv"
+	"github.com/causet/projection-retry/projection"
 )
 
 // followersAuditDDL records every write of artist_followers in commit
@@ -257,5 +261,137 @@ func TestBridgeKafkaIncidentThresholdRespected(t *testing.T) {
 	require.Equal(t, 0, h.count(`SELECT count(*) FROM causet_incidents`))
 	require.Equal(t, 0, h.count(`SELECT count(*) FROM causet_parked_events WHERE topic = $1`, h.topic))
 	require.Len(t, h.dlqRecords(1), 1, "the bad event is dead-lettered on its own")
+	r.stop(t)
+}
+
+// An operator dead-letters a hold while its failure goes on (the fix is not
+// deployed yet): the fingerprint reaches the threshold again while the
+// bridge dead-letters the held events. The row is not reopened until the
+// first run has drained its own hold and ended; then a new hold opens with
+// a run of its own that probes, and resolves and releases once the fix is
+// in. Every event is applied once or dead-lettered, nothing stays parked,
+// and every incident run ends.
+func TestBridgeKafkaIncidentReopensAfterDeadLetterAll(t *testing.T) {
+	h, o := incidentHarness(t, config.IncidentHold)
+	r := h.start(o)
+
+	// Follows of distinct users, each failing, 250 a second until told to
+	// stop: the fingerprint reaches the threshold again within the drain of
+	// the first hold's 1,000 events.
+	var produced []string
+	var mu sync.Mutex
+	stop := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(40 * time.Millisecond):
+			}
+			var recs []*kgo.Record
+			var ids []string
+			for j := range 10 {
+				user := fmt.Sprintf("user-%05d", 10*i+j)
+				id := fmt.Sprintf("%sreopen-%05d", h.prefix, 10*i+j)
+				recs = append(recs, envRecord(partitionOf(user), followed(id, user, "artist-a")))
+				ids = append(ids, id)
+			}
+			if err := h.producer.ProduceSync(h.ctx, recs...).FirstErr(); err != nil {
+				return
+			}
+			mu.Lock()
+			produced = append(produced, ids...)
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		<-stopped
+	}()
+
+	var incidentID string
+	require.Eventually(t, func() bool {
+		ids := h.incidents()
+		if len(ids) == 1 {
+			incidentID = ids[0]
+		}
+		return incidentID != "" && h.count(`SELECT count(*) FROM causet_parked_events WHERE topic = $1`, h.topic) > 1000
+	}, 60*time.Second, 100*time.Millisecond, "no hold of 1,000 events")
+	first, err := h.temporal.Client.DescribeWorkflow(h.ctx, incidentID, "")
+	require.NoError(t, err)
+	firstRun := first.WorkflowExecution.RunID
+	require.NoError(t, h.temporal.Client.SignalWorkflow(h.ctx, incidentID, "", contract.SignalDeadLetterAll,
+		contract.OperatorSignal{Identity: "test", Reason: "the fix is not ready"}))
+
+	// The first run drains its hold and ends, whatever the failures meanwhile.
+	var st contract.IncidentStatus
+	ctx, cancel := context.WithTimeout(h.ctx, 90*time.Second)
+	defer cancel()
+	require.NoError(t, h.temporal.Client.GetWorkflow(ctx, incidentID, firstRun).Get(ctx, &st), "the first run never ended")
+	require.Equal(t, contract.IncidentDeadLettered, st.State)
+	require.NotNil(t, st.CaughtUpAt)
+	firstHeld := st.EventsHeld
+
+	// The failure goes on: a new hold, with a run of its own that probes.
+	require.Eventually(t, func() bool {
+		d, err := h.temporal.Client.DescribeWorkflow(h.ctx, incidentID, "")
+		if err != nil || d.WorkflowExecution.RunID == firstRun || d.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			return false
+		}
+		s := h.incidentStatus(incidentID)
+		return s.State == contract.IncidentHolding && s.ResolvedAt == nil
+	}, 90*time.Second, 200*time.Millisecond, "no new hold with a run of its own")
+	second, err := h.temporal.Client.DescribeWorkflow(h.ctx, incidentID, "")
+	require.NoError(t, err)
+	reopened, found, err := o.IncidentStore.Get(h.ctx, incidentID)
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, contract.IncidentHolding, reopened.State)
+	require.True(t, reopened.OpenedAt.After(st.FirstSeen), "the new hold opened after the first")
+
+	close(stop)
+	<-stopped
+	_, err = h.pool.Exec(h.ctx, `ALTER TABLE artist_followers ADD COLUMN followed_at timestamptz`)
+	require.NoError(t, err)
+	require.NoError(t, h.temporal.Client.GetWorkflow(h.ctx, incidentID, second.WorkflowExecution.RunID).Get(h.ctx, &st))
+	require.Equal(t, contract.IncidentResolved, st.State, "the new hold resolves by its probe: %+v", st)
+	require.Eventually(t, func() bool {
+		return h.count(`SELECT count(*) FROM causet_parked_events WHERE topic = $1`, h.topic) == 0
+	}, 60*time.Second, 200*time.Millisecond, "events left parked")
+	h.waitCommittedToEnd(60 * time.Second)
+
+	// Every event applied once, or dead-lettered (by the first hold, or by
+	// its own run before the holds), never both; nothing vanished.
+	dead := map[string]bool{}
+	require.Eventually(t, func() bool {
+		dead = map[string]bool{}
+		for _, rec := range h.dlqRecordsNow() {
+			env, err := rec.Envelope()
+			require.NoError(t, err)
+			dead[env.EventID] = true
+		}
+		open := 0
+		for _, id := range h.workflowsOnQueue() {
+			if d, err := h.describe(id); err == nil && d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING &&
+				strings.HasPrefix(id, "projection-retry:") && !dead[strings.TrimPrefix(id, "projection-retry:artist_followers:production:")] {
+				open++
+			}
+		}
+		return open == 0
+	}, 90*time.Second, time.Second, "retry runs still on their schedules")
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range produced {
+		applied := h.count(`SELECT count(*) FROM causet_projection_applied WHERE key = $1`, projection.DedupeKey("artist_followers", "production", id))
+		require.True(t, applied == 1 != dead[id], "%s: applied %d times, dead-lettered %v", id, applied, dead[id])
+	}
+	t.Logf("%d follows: %d dead-lettered, %d applied; the first hold held %d, the second %d", len(produced), len(dead), len(produced)-len(dead),
+		firstHeld, st.EventsHeld)
 	r.stop(t)
 }

@@ -3,6 +3,7 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -28,6 +29,9 @@ func ProjectionIncidentWorkflow(ctx workflow.Context, in contract.IncidentInput)
 	w := &incidentRun{in: in}
 	if in.Status != nil {
 		w.st = *in.Status
+		// A run restarted while its row dead-letters the held events
+		// finishes that.
+		w.deadLetterAll = w.st.State == contract.IncidentDeadLettering
 	} else {
 		now := workflow.Now(ctx).UTC()
 		w.st = contract.IncidentStatus{
@@ -59,7 +63,14 @@ type incidentRun struct {
 	st contract.IncidentStatus
 	// deadLetterAll: an operator chose to dead-letter the held events.
 	deadLetterAll bool
+	// reports are the keys of the last failures reports counted, so that a
+	// report sent again (its first send's answer lost) counts once.
+	reports []string
 }
+
+// maxReportKeys bounds the report keys a run remembers: a bridge re-sends
+// a report at its next flush, long before this many others arrive.
+const maxReportKeys = 256
 
 var incidentActivity = workflow.ActivityOptions{
 	StartToCloseTimeout: time.Minute,
@@ -224,6 +235,15 @@ func (w *incidentRun) takeFailures(ctx workflow.Context) {
 }
 
 func (w *incidentRun) addFailures(f contract.IncidentFailures) {
+	if f.Key != "" {
+		if slices.Contains(w.reports, f.Key) {
+			return
+		}
+		if len(w.reports) == maxReportKeys {
+			w.reports = w.reports[1:]
+		}
+		w.reports = append(w.reports, f.Key)
+	}
 	w.st.EventsAffected += f.Events
 	w.st.EventsHeld += f.Held
 	if f.At.After(w.st.LastSeen) {
@@ -285,13 +305,24 @@ func (w *incidentRun) finish(ctx workflow.Context) error {
 	}
 	next := contract.IncidentReleasing
 	final := contract.IncidentResolved
-	if w.deadLetterAll {
+	// Each move is a compare-and-set from the state this run left the row
+	// in; a dead-letter-all drains in state dead_lettering, so that the row
+	// cannot reopen (a new hold) until this run has drained its own.
+	var nextFrom, finalFrom []contract.IncidentState
+	if w.in.Policy == config.IncidentHold && workflow.GetVersion(ctx, changeIncidentMovesFrom, workflow.DefaultVersion, 1) >= 1 {
+		nextFrom, finalFrom = []contract.IncidentState{contract.IncidentHolding}, []contract.IncidentState{contract.IncidentReleasing}
+		if w.deadLetterAll {
+			next, final = contract.IncidentDeadLettering, contract.IncidentDeadLettered
+			finalFrom = []contract.IncidentState{contract.IncidentDeadLettering}
+		}
+	} else if w.deadLetterAll {
 		next, final = contract.IncidentDeadLettered, contract.IncidentDeadLettered
 	}
 	if w.in.Policy == config.IncidentHold && w.st.CaughtUpAt == nil {
 		w.st.State = next
 		w.upsertState(ctx)
-		if err := workflow.ExecuteActivity(moveTo(next), contract.SetIncidentStateActivity, contract.SetIncidentStateInput{ID: w.id(), State: next}).Get(ctx, nil); err != nil {
+		if err := workflow.ExecuteActivity(moveTo(next), contract.SetIncidentStateActivity,
+			contract.SetIncidentStateInput{ID: w.id(), State: next, From: nextFrom}).Get(ctx, nil); err != nil {
 			return err
 		}
 		verb := "released"
@@ -312,7 +343,8 @@ func (w *incidentRun) finish(ctx workflow.Context) error {
 	}
 	w.st.State = final
 	w.upsertState(ctx)
-	return workflow.ExecuteActivity(moveTo(final), contract.SetIncidentStateActivity, contract.SetIncidentStateInput{ID: w.id(), State: final}).Get(ctx, nil)
+	return workflow.ExecuteActivity(moveTo(final), contract.SetIncidentStateActivity,
+		contract.SetIncidentStateInput{ID: w.id(), State: final, From: finalFrom}).Get(ctx, nil)
 }
 
 // held reports whether the incident's events are parked (policy hold).

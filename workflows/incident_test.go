@@ -21,6 +21,7 @@ import (
 
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/contract"
+	"github.com/causet/projection-retry/incident"
 	"github.com/causet/projection-retry/workflows"
 )
 
@@ -172,9 +173,17 @@ func failing(n int) func(int) (contract.ProbeResult, error) {
 	}
 }
 
-func setState(s contract.IncidentState) incCall {
-	return incCall{Name: contract.SetIncidentStateActivity, Arg: contract.SetIncidentStateInput{ID: incID, State: s}}
+func setState(s contract.IncidentState, from ...contract.IncidentState) incCall {
+	return incCall{Name: contract.SetIncidentStateActivity, Arg: contract.SetIncidentStateInput{ID: incID, State: s, From: from}}
 }
+
+// The moves of a hold's end: compare-and-set from the state the run left.
+var (
+	releaseCalls = []incCall{setState(contract.IncidentReleasing, contract.IncidentHolding), awaitReleased,
+		setState(contract.IncidentResolved, contract.IncidentReleasing)}
+	deadLetterAllCalls = []incCall{setState(contract.IncidentDeadLettering, contract.IncidentHolding), awaitReleased,
+		setState(contract.IncidentDeadLettered, contract.IncidentDeadLettering)}
+)
 
 var awaitReleased = incCall{Name: contract.AwaitIncidentReleasedActivity, Arg: incID}
 
@@ -207,7 +216,7 @@ func TestIncidentHoldProbesOnBackoffThenReleases(t *testing.T) {
 
 	// 1s, then 2s, then 3s (4s capped).
 	require.Equal(t, secs(1, 3, 6), h.probeAt())
-	require.Equal(t, []incCall{setState(contract.IncidentReleasing), awaitReleased, setState(contract.IncidentResolved)}, h.finishCalls())
+	require.Equal(t, releaseCalls, h.finishCalls())
 
 	require.Equal(t, contract.IncidentResolved, st.State)
 	require.Equal(t, "probe", st.ResolvedBy)
@@ -321,10 +330,10 @@ func TestIncidentResolveSignal(t *testing.T) {
 		states   []string
 	}{
 		{"hold", config.IncidentHold, "alice@ops", "alice@ops",
-			[]incCall{setState(contract.IncidentReleasing), awaitReleased, setState(contract.IncidentResolved)},
+			releaseCalls,
 			[]string{"holding", "releasing", "resolved"}},
 		{"hold without identity", config.IncidentHold, "", "operator",
-			[]incCall{setState(contract.IncidentReleasing), awaitReleased, setState(contract.IncidentResolved)},
+			releaseCalls,
 			[]string{"holding", "releasing", "resolved"}},
 		{"dead-letter", config.IncidentDeadLetter, "alice@ops", "alice@ops",
 			[]incCall{setState(contract.IncidentResolved)},
@@ -360,12 +369,12 @@ func TestIncidentDeadLetterAllUnderHold(t *testing.T) {
 	})
 	st := h.run(t, incInput(config.IncidentHold, r))
 	require.Empty(t, h.probeAt())
-	require.Equal(t, []incCall{setState(contract.IncidentDeadLettered), awaitReleased, setState(contract.IncidentDeadLettered)}, h.finishCalls())
+	require.Equal(t, deadLetterAllCalls, h.finishCalls())
 	require.Equal(t, contract.IncidentDeadLettered, st.State)
 	require.Equal(t, "bob@ops", st.ResolvedBy)
 	require.Equal(t, "events are obsolete", st.Reason)
 	require.NotNil(t, st.CaughtUpAt)
-	require.Equal(t, []string{"holding", "dead_lettered", "dead_lettered"}, h.states)
+	require.Equal(t, []string{"holding", "dead_lettering", "dead_lettered"}, h.states)
 }
 
 func TestIncidentProbeErrorKeepsProbing(t *testing.T) {
@@ -448,7 +457,7 @@ func TestIncidentContinuesAsNewWithItsStatus(t *testing.T) {
 	require.Equal(t, []string{"ev-1", "ev-2", "ev-3"}, st.SampleEventIDs)
 	require.Equal(t, start, st.FirstSeen)
 	require.Equal(t, later.Add(time.Second), st.LastSeen)
-	require.Equal(t, []incCall{setState(contract.IncidentReleasing), awaitReleased, setState(contract.IncidentResolved)}, h2.finishCalls())
+	require.Equal(t, releaseCalls, h2.finishCalls())
 	require.Equal(t, []string{"holding", "releasing", "resolved"}, h2.states)
 }
 
@@ -487,7 +496,7 @@ func TestIncidentContinueAsNewKeepsSignalsTakenWithTheProbe(t *testing.T) {
 		require.Equal(t, contract.IncidentResolved, st.State)
 		require.Equal(t, "alice@ops", st.ResolvedBy)
 		require.Equal(t, 1, st.Probes)
-		require.Equal(t, []incCall{setState(contract.IncidentReleasing), awaitReleased, setState(contract.IncidentResolved)}, h.finishCalls())
+		require.Equal(t, releaseCalls, h.finishCalls())
 	})
 	t.Run("dead-letter-all is honoured", func(t *testing.T) {
 		h := newRun(t, contract.SignalDeadLetterAll, contract.OperatorSignal{Identity: "bob@ops"})
@@ -495,7 +504,7 @@ func TestIncidentContinueAsNewKeepsSignalsTakenWithTheProbe(t *testing.T) {
 		var st contract.IncidentStatus
 		require.NoError(t, h.env.GetWorkflowResult(&st))
 		require.Equal(t, contract.IncidentDeadLettered, st.State)
-		require.Equal(t, []incCall{setState(contract.IncidentDeadLettered), awaitReleased, setState(contract.IncidentDeadLettered)}, h.finishCalls())
+		require.Equal(t, deadLetterAllCalls, h.finishCalls())
 	})
 	t.Run("deployed probes before continuing", func(t *testing.T) {
 		h := newRun(t, contract.SignalDeployed, nil)
@@ -516,7 +525,7 @@ func TestIncidentHoldMaxDeadLettersHeldEvents(t *testing.T) {
 	require.Equal(t, contract.IncidentDeadLettered, st.State)
 	require.Equal(t, "hold_max", st.ResolvedBy)
 	require.Equal(t, at(2*time.Hour), st.ResolvedAt)
-	require.Equal(t, []incCall{setState(contract.IncidentDeadLettered), awaitReleased, setState(contract.IncidentDeadLettered)}, h.finishCalls())
+	require.Equal(t, deadLetterAllCalls, h.finishCalls())
 	require.NotEmpty(t, h.probeAt(), "it probed meanwhile")
 	require.Less(t, h.probeAt()[len(h.probeAt())-1], 2*time.Hour)
 }
@@ -568,7 +577,7 @@ func TestIncidentMaxHeldDeadLettersHeldEvents(t *testing.T) {
 	require.Equal(t, 110, st.EventsHeld)
 	require.Equal(t, at(20*time.Second), st.ResolvedAt)
 	require.Empty(t, h.probeAt(), "decided before the first probe was due")
-	require.Equal(t, []incCall{setState(contract.IncidentDeadLettered), awaitReleased, setState(contract.IncidentDeadLettered)}, h.finishCalls())
+	require.Equal(t, deadLetterAllCalls, h.finishCalls())
 }
 
 // An informational incident (policy dead-letter) whose failure is no longer
@@ -587,4 +596,40 @@ func TestIncidentDeadLetterPolicyClosesWhenQuiet(t *testing.T) {
 	require.Equal(t, contract.IncidentResolved, st.State)
 	require.Equal(t, "quiet", st.ResolvedBy)
 	require.Equal(t, []incCall{setState(contract.IncidentResolved)}, h.finishCalls())
+}
+
+// A run restarted from a row that was dead-lettering its held events (its
+// workflow ended meanwhile) finishes the dead-letter-all: it neither probes
+// nor releases, and keeps the row's counts.
+func TestIncidentRestartedWhileDeadLettering(t *testing.T) {
+	h := newIncHarness(t, failing(0))
+	r := config.Retry{MaxAttempts: 5, Initial: time.Minute, Multiplier: 2, Max: 5 * time.Minute}
+	in := incInput(config.IncidentHold, r)
+	opened := start.Add(-time.Hour)
+	row := incident.Row{ID: incID, State: contract.IncidentDeadLettering, Input: in, OpenedAt: opened, EventsAffected: 40, EventsHeld: 55}
+	st := h.run(t, row.RestartInput(start))
+	require.Empty(t, h.probeAt())
+	require.Equal(t, deadLetterAllCalls, h.finishCalls())
+	require.Equal(t, contract.IncidentDeadLettered, st.State)
+	require.Equal(t, "restarted", st.ResolvedBy)
+	require.Equal(t, 40, st.EventsAffected)
+	require.Equal(t, 55, st.EventsHeld)
+	require.Equal(t, opened, st.FirstSeen, "the hold's opening time stands")
+}
+
+// A failures report sent twice (the first send's answer was lost) counts
+// once; another report counts.
+func TestIncidentCountsAReportOnce(t *testing.T) {
+	h := newIncHarness(t, failing(1))
+	r := config.Retry{MaxAttempts: 5, Initial: time.Minute, Multiplier: 2, Max: 5 * time.Minute}
+	report := contract.IncidentFailures{Key: "bridge-a/1", Events: 3, Held: 5, EventIDs: []string{"ev-1"}, At: start.Add(time.Second)}
+	h.at(time.Second, func() { h.env.SignalWorkflow(contract.SignalIncidentFailures, report) })
+	h.at(2*time.Second, func() { h.env.SignalWorkflow(contract.SignalIncidentFailures, report) })
+	h.at(3*time.Second, func() {
+		h.env.SignalWorkflow(contract.SignalIncidentFailures, contract.IncidentFailures{Key: "bridge-a/2", Events: 1, Held: 1, At: start.Add(3 * time.Second)})
+	})
+	st := h.run(t, incInput(config.IncidentHold, r))
+	require.Equal(t, 4, st.EventsAffected)
+	require.Equal(t, 6, st.EventsHeld)
+	require.Equal(t, []string{"ev-1"}, st.SampleEventIDs)
 }

@@ -35,6 +35,9 @@ const (
 	// changeHoldTimerOnce arms an incident's hold deadline once per run
 	// instead of at every probe.
 	changeHoldTimerOnce = "hold-timer-once"
+	// changeIncidentMovesFrom makes an incident's row moves compare-and-set
+	// and drains a dead-letter-all in state dead_lettering.
+	changeIncidentMovesFrom = "incident-moves-from"
 )
 
 // deadLetterRetry never gives up: the record must not be lost, so the

@@ -196,7 +196,7 @@ func restartIncident(ctx context.Context, cfg config.Config, tc *app.Temporal, i
 	}
 	defer pool.Close()
 	row, found, err := incident.NewStore(pool).Get(ctx, id)
-	if err != nil || !found || (row.State != contract.IncidentHolding && row.State != contract.IncidentReleasing) {
+	if err != nil || !found || (row.State != contract.IncidentHolding && row.State != contract.IncidentReleasing && row.State != contract.IncidentDeadLettering) {
 		return false, err
 	}
 	_, err = incident.SignalWithStart(ctx, tc.Client, cfg.TaskQueue, id, row.State, row.RestartInput(time.Now()), signal, arg)
