@@ -166,6 +166,11 @@ func signalIncident(ctx context.Context, logger *slog.Logger, id, signal, reason
 		identity = "causet-incidents:" + userAtHost()
 	}
 	arg := contract.OperatorSignal{Identity: identity, Reason: reason}
+	if st, ok := decided(ctx, tc.Client, id); ok {
+		// Its run no longer listens for a decision: it finishes the one taken.
+		fmt.Fprintf(incidentsOut, "%s: %s not sent: already decided by %s (%s), now %s\n", id, signal, st.ResolvedBy, st.Reason, st.State)
+		return nil
+	}
 	err = tc.Client.SignalWorkflow(ctx, id, "", signal, arg)
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
@@ -185,6 +190,20 @@ func signalIncident(ctx context.Context, logger *slog.Logger, id, signal, reason
 	}
 	fmt.Fprintf(incidentsOut, "%s: %s sent\n", id, signal)
 	return nil
+}
+
+// decided reports the status of incident id's running workflow when it has
+// already been decided (resolved, dead-lettered, or past a bound); false
+// when it has not, or when it cannot be asked (no run, no worker).
+func decided(ctx context.Context, c client.Client, id string) (contract.IncidentStatus, bool) {
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	v, err := c.QueryWorkflow(qctx, id, "", contract.QueryStatus)
+	var st contract.IncidentStatus
+	if err != nil || v.Get(&st) != nil {
+		return st, false
+	}
+	return st, st.ResolvedAt != nil
 }
 
 // restartIncident starts a new run of incident id from its row with signal,

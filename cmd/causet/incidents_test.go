@@ -40,6 +40,14 @@ func runIncidents(t *testing.T, args ...string) string {
 // released at once.
 func incidentWorker(t *testing.T, probeErr string, setState func(contract.IncidentState)) (testenv.TemporalServer, string) {
 	t.Helper()
+	return incidentWorkerAwaiting(t, probeErr, setState, func(context.Context) error { return nil })
+}
+
+// incidentWorkerAwaiting is incidentWorker whose holds are released when
+// await returns.
+func incidentWorkerAwaiting(t *testing.T, probeErr string, setState func(contract.IncidentState),
+	await func(context.Context) error) (testenv.TemporalServer, string) {
+	t.Helper()
 	srv := testenv.Temporal(t)
 	tq := testenv.TaskQueue(t)
 	t.Setenv("TEMPORAL_ADDRESS", srv.HostPort)
@@ -55,7 +63,8 @@ func incidentWorker(t *testing.T, probeErr string, setState func(contract.Incide
 		setState(in.State)
 		return nil
 	}, activity.RegisterOptions{Name: contract.SetIncidentStateActivity})
-	w.RegisterActivityWithOptions(func(context.Context, string) error { return nil }, activity.RegisterOptions{Name: contract.AwaitIncidentReleasedActivity})
+	w.RegisterActivityWithOptions(func(ctx context.Context, _ string) error { return await(ctx) },
+		activity.RegisterOptions{Name: contract.AwaitIncidentReleasedActivity})
 	require.NoError(t, w.Start())
 	t.Cleanup(w.Stop)
 	return srv, tq
@@ -146,4 +155,41 @@ func TestIncidentsResolveRestartsAnEndedRun(t *testing.T) {
 	require.Equal(t, contract.IncidentResolved, st.State)
 	require.Equal(t, "bob@ops", st.ResolvedBy)
 	require.True(t, st.FirstSeen.Equal(opened), "the new run keeps when the incident opened: %s, want %s", st.FirstSeen, opened)
+}
+
+// A decision sent to an incident already decided (its run releases, and no
+// longer listens for one) is not sent: the command says who decided what,
+// instead of answering "sent" to a run that would ignore it.
+func TestIncidentsSecondDecisionIsNotSent(t *testing.T) {
+	release := make(chan struct{})
+	srv, tq := incidentWorkerAwaiting(t, "still failing", func(contract.IncidentState) {}, func(ctx context.Context) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	fp := strings.ReplaceAll(tq, "-", "")[:16]
+	in := contract.IncidentInput{Projection: "artist_followers", Fingerprint: fp, Policy: config.IncidentHold, ErrorKind: "sql",
+		Error: "boom", Pattern: "boom", Sample: event.Envelope{EventID: "e1", EventType: "E", EntityID: "u1", ForkID: "production", Payload: []byte(`{}`)},
+		Retry: config.Retry{MaxAttempts: 5, Initial: time.Minute, Multiplier: 1, Max: time.Minute}}
+	id := contract.IncidentWorkflowID(in.Projection, fp)
+	ctx := context.Background()
+	_, err := srv.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: tq}, contract.IncidentWorkflowName, in)
+	require.NoError(t, err)
+
+	require.Equal(t, id+": resolve sent\n", runIncidents(t, "resolve", id, "--reason", "fixed", "--identity", "alice@ops"))
+	require.Eventually(t, func() bool {
+		v, err := srv.Client.QueryWorkflow(ctx, id, "", contract.QueryStatus)
+		var st contract.IncidentStatus
+		return err == nil && v.Get(&st) == nil && st.State == contract.IncidentReleasing
+	}, 30*time.Second, 100*time.Millisecond, "the run never released")
+	out := runIncidents(t, "dead-letter-all", id, "--reason", "too late", "--identity", "bob@ops")
+	require.Equal(t, id+": dead-letter-all not sent: already decided by alice@ops (fixed), now releasing\n", out)
+	close(release)
+	var st contract.IncidentStatus
+	require.NoError(t, srv.Client.GetWorkflow(ctx, id, "").Get(ctx, &st))
+	require.Equal(t, contract.IncidentResolved, st.State)
+	require.Equal(t, "alice@ops", st.ResolvedBy)
 }
