@@ -494,3 +494,25 @@ func TestRolloutTwoCandidatesOneVersion(t *testing.T) {
 	require.Contains(t, p.Reason, "version 2 of artist_followers was deployed by someone else after the rollout started")
 	require.Equal(t, 2, s.svc.Engine.Version("artist_followers"), "the second candidate was not deployed over the first")
 }
+
+// Two dead letters of one entity in one batch, on different paths: the
+// follow's run was terminated (its replay starts a new run), the
+// unfollow's is open (a signal). The rollout sends the unfollow only once
+// the follow's new run has applied it, so both apply, in order.
+// TestRecordPutsAnEntitysDeadLettersInOrder shows the order when the check
+// finds them the other way round.
+func TestRolloutReplaysAnEntitysDeadLettersInOrder(t *testing.T) {
+	s := newStack(t, nil)
+	follows, unfollow := s.deadLettersAfterADeploy(t, 3)
+	first := contract.RetryWorkflowID("artist_followers", "production", follows[0])
+	require.NoError(t, s.svc.Temporal.Client.TerminateWorkflow(s.ctx, first, "", "closed by an operator"))
+
+	_, _, p := s.rolloutAt(t, candidate(t, true), 2, 0.1, 100)
+	require.Equal(t, contract.RolloutDone, p.State, p.Reason)
+	require.Equal(t, 4, p.Replayed)
+	for _, id := range []string{follows[0], unfollow} {
+		require.Equal(t, 1, s.count(t, `SELECT count(*) FROM causet_projection_applied WHERE key = $1`,
+			projection.DedupeKey("artist_followers", "production", id)), "%s applied (not refused as out of order)", id)
+	}
+	require.Zero(t, s.count(t, `SELECT count(*) FROM artist_followers WHERE user_id = 'user-00'`), "followed, then unfollowed")
+}

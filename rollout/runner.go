@@ -199,6 +199,24 @@ func (r *Runner) ReplayBatch(ctx context.Context, in contract.ReplayFailingInput
 		return out, err
 	}
 	for _, row := range rows {
+		if row.after != nil {
+			// Its entity's earlier dead letter goes first: its replay must
+			// have applied or failed again before this one is sent, or this
+			// one could apply first and that one be refused as out of order.
+			settled, err := r.awaitSettled(ctx, *row.after, func() {
+				if progress != nil {
+					progress(out)
+				}
+			})
+			if err != nil {
+				return out, err
+			}
+			if !settled {
+				// Out of time for this try: the next batch goes on from here.
+				out.Done = false
+				return out, nil
+			}
+		}
 		it, ok := items[row.seq]
 		if !ok {
 			// Known to Temporal only: its open run is signalled by ID.
@@ -223,6 +241,37 @@ func (r *Runner) ReplayBatch(ctx context.Context, in contract.ReplayFailingInput
 		}
 	}
 	return out, nil
+}
+
+// settleWaitMargin is how much of a batch's time is kept when waiting for
+// an earlier dead letter to settle: the batch returns its progress before
+// its deadline rather than time out.
+const settleWaitMargin = 15 * time.Second
+
+// awaitSettled waits until the retry run id is not replaying or retrying
+// (applied and closed, dead-lettered again, or never replayed), beating
+// meanwhile; false when the batch's deadline comes first.
+func (r *Runner) awaitSettled(ctx context.Context, id string, beat func()) (bool, error) {
+	deadline, bounded := ctx.Deadline()
+	for {
+		st, err := dlq.LookupState(ctx, r.Replay.Client, id)
+		if err != nil {
+			return false, err
+		}
+		busy := st.Open && (st.State == contract.StateRetrying || st.State == contract.StateReplaying || st.State == contract.StateHeld || st.PendingTask)
+		if !busy {
+			return true, nil
+		}
+		if bounded && time.Until(deadline) < settleWaitMargin {
+			return false, nil
+		}
+		beat()
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // CountSettled counts how the events the rollout acts on stand: applied

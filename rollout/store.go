@@ -1,9 +1,11 @@
 package rollout
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -13,8 +15,11 @@ import (
 )
 
 // record writes a rollout's checked events as its affected set, in check
-// order, replacing what an earlier try of the same check wrote.
+// order, replacing what an earlier try of the same check wrote. The dead
+// letters of one entity are put in their sequence order (in the places
+// they had), so that its replays go in that order.
 func record(ctx context.Context, pool *pgxpool.Pool, rolloutID, proj string, events []EventOutcome) error {
+	events = entityOrder(events)
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `DELETE FROM causet_rollout_events WHERE rollout_id = $1`, rolloutID); err != nil {
 			return err
@@ -32,14 +37,51 @@ func record(ctx context.Context, pool *pgxpool.Pool, rolloutID, proj string, eve
 			if e.Item != nil {
 				topic, part, off = &e.Item.Topic, &e.Item.Partition, &e.Item.Offset
 			}
+			var seq *int64
+			if e.Event.Sequence > 0 {
+				seq = &e.Event.Sequence
+			}
 			rows[i] = []any{rolloutID, i + 1, string(e.Source), proj, e.Event.ForkID, e.Event.EventID,
-				projection.DedupeKey(proj, e.Event.ForkID, e.Event.EventID), bucketOf(e), id, string(e.Outcome), topic, part, off}
+				projection.DedupeKey(proj, e.Event.ForkID, e.Event.EventID), bucketOf(e), id, string(e.Outcome), topic, part, off,
+				e.Event.EntityID, seq}
 		}
 		_, err := tx.CopyFrom(ctx, pgx.Identifier{"causet_rollout_events"},
 			[]string{"rollout_id", "seq", "source", "projection", "fork_id", "event_id", "dedupe_key", "bucket", "workflow_id", "outcome",
-				"dlq_topic", "dlq_partition", "dlq_offset"}, pgx.CopyFromRows(rows))
+				"dlq_topic", "dlq_partition", "dlq_offset", "entity_id", "sequence"}, pgx.CopyFromRows(rows))
 		return err
 	})
+}
+
+// entityOrder sorts the dead letters of each entity that carry a sequence
+// by it, each keeping the places its entity's dead letters had; every other
+// event stays where it was.
+func entityOrder(events []EventOutcome) []EventOutcome {
+	type entity struct{ fork, id string }
+	places := map[entity][]int{}
+	for i, e := range events {
+		if e.Source == DeadLettered && e.Event.Sequence > 0 {
+			k := entity{e.Event.ForkID, e.Event.EntityID}
+			places[k] = append(places[k], i)
+		}
+	}
+	out := events
+	for _, at := range places {
+		if len(at) < 2 {
+			continue
+		}
+		if &out[0] == &events[0] {
+			out = slices.Clone(events)
+		}
+		evs := make([]EventOutcome, len(at))
+		for j, i := range at {
+			evs[j] = events[i]
+		}
+		slices.SortStableFunc(evs, func(a, b EventOutcome) int { return cmp.Compare(a.Event.Sequence, b.Event.Sequence) })
+		for j, i := range at {
+			out[i] = evs[j]
+		}
+	}
+	return out
 }
 
 func bucketOf(e EventOutcome) int32 {
@@ -56,20 +98,27 @@ type replayRow struct {
 	topic      *string
 	partition  *int32
 	offset     *int64
+	// after is the run of its entity's dead letter replayed before it in
+	// this rollout (nil: none): it is replayed once that one has settled.
+	after *string
 }
 
 // replays returns the rollout's dead letters the check said would apply,
-// after sequence after, at most n, in order.
+// after sequence after, at most n, in order, each with the run of its
+// entity's previous one.
 func replays(ctx context.Context, pool *pgxpool.Pool, rolloutID string, after, n int) ([]replayRow, error) {
-	rows, err := pool.Query(ctx, `SELECT seq, workflow_id, dlq_topic, dlq_partition, dlq_offset FROM causet_rollout_events
-WHERE rollout_id = $1 AND seq > $2 AND source = $3 AND outcome = $4 ORDER BY seq LIMIT $5`,
+	rows, err := pool.Query(ctx, `SELECT seq, workflow_id, dlq_topic, dlq_partition, dlq_offset, previous FROM (
+	SELECT seq, workflow_id, dlq_topic, dlq_partition, dlq_offset,
+		CASE WHEN sequence IS NOT NULL THEN lag(workflow_id) OVER (PARTITION BY fork_id, entity_id, sequence IS NULL ORDER BY seq) END AS previous
+	FROM causet_rollout_events WHERE rollout_id = $1 AND source = $3 AND outcome = $4) r
+WHERE seq > $2 ORDER BY seq LIMIT $5`,
 		rolloutID, after, string(DeadLettered), string(WouldApply), n)
 	if err != nil {
 		return nil, fmt.Errorf("read the rollout's dead letters: %w", err)
 	}
 	var out []replayRow
 	var r replayRow
-	_, err = pgx.ForEachRow(rows, []any{&r.seq, &r.workflowID, &r.topic, &r.partition, &r.offset}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&r.seq, &r.workflowID, &r.topic, &r.partition, &r.offset, &r.after}, func() error {
 		out = append(out, r)
 		return nil
 	})
