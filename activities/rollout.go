@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 	"errors"
+	"time"
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
@@ -21,10 +22,29 @@ type Rollouts struct {
 // CheckCandidate checks the rollout's candidate against the events failing
 // now and records them as its affected events. A candidate that does not
 // validate fails it for good (contract.InvalidCandidateType).
+// It heartbeats every checkBeat while it runs, so that a worker lost in a
+// long check is noticed within the heartbeat timeout.
 func (a *Rollouts) CheckCandidate(ctx context.Context, rolloutID string, in contract.RolloutInput) (contract.CheckCandidateResult, error) {
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		t := time.NewTicker(checkBeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				activity.RecordHeartbeat(ctx)
+			}
+		}
+	}()
 	out, err := a.Runner.Check(ctx, rolloutID, in)
 	return out, invalidCandidate(err)
 }
+
+// checkBeat is how often a running check heartbeats.
+const checkBeat = 5 * time.Second
 
 // DeployCandidate deploys the candidate unless it is deployed already.
 func (a *Rollouts) DeployCandidate(ctx context.Context, in contract.RolloutInput) (contract.DeployCandidateResult, error) {

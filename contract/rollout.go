@@ -87,6 +87,25 @@ type RolloutInput struct {
 	// Identity and Reason go with every replay signal.
 	Identity string `json:"identity,omitempty"`
 	Reason   string `json:"reason,omitempty"`
+	// Resume is where a run that continued as new goes on from; nil for a
+	// rollout's first run.
+	Resume *RolloutResume `json:"resume,omitempty"`
+}
+
+// RolloutResume carries a rollout's progress into the next run when it
+// continues as new (its history kept short): it neither checks nor
+// deploys again, and replays after After, or settles until SettleUntil.
+type RolloutResume struct {
+	Progress RolloutProgress `json:"progress"`
+	// After is the last replayed dead letter's sequence.
+	After int `json:"after"`
+	// Deployed is the deploy's answer; Since is when failing is counted
+	// from.
+	Deployed DeployCandidateResult `json:"deployed"`
+	Since    time.Time             `json:"since"`
+	// SettleUntil is set once every dead letter was replayed: the end of
+	// the wait for the affected events to settle.
+	SettleUntil *time.Time `json:"settleUntil,omitempty"`
 }
 
 // RolloutState is where a rollout is.

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
@@ -49,10 +50,15 @@ type stack struct {
 
 func newStack(t testing.TB, more map[string]string) *stack {
 	t.Helper()
+	return newStackOn(t, testenv.Temporal(t), more)
+}
+
+// newStackOn is newStack on the Temporal server srv.
+func newStackOn(t testing.TB, srv testenv.TemporalServer, more map[string]string) *stack {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancel)
 	brokers := testenv.Kafka(t)
-	srv := testenv.Temporal(t)
 	topic, dlqTopic := testenv.Topic(t, "causet.events.v1"), testenv.Topic(t, "causet.dlq")
 	testenv.CreateTopic(t, brokers, topic, 1)
 	testenv.CreateTopic(t, brokers, dlqTopic, 1)
@@ -515,4 +521,44 @@ func TestRolloutReplaysAnEntitysDeadLettersInOrder(t *testing.T) {
 			projection.DedupeKey("artist_followers", "production", id)), "%s applied (not refused as out of order)", id)
 	}
 	require.Zero(t, s.count(t, `SELECT count(*) FROM artist_followers WHERE user_id = 'user-00'`), "followed, then unfollowed")
+}
+
+// On a server that suggests continuing as new after 30 history events and
+// fails a run at 100 (Temporal's are 4,096 and 51,200), a rollout of 80
+// dead letters in batches of 10 continues as new with its progress: no
+// run's history reaches the limit, though the rollout's events together
+// pass it, and it ends with every dead letter applied once.
+func TestRolloutContinuesAsNewUnderTheHistoryLimit(t *testing.T) {
+	const limit = 100
+	srv := testenv.TemporalWithLimits(t, map[string]string{
+		"limit.historyCount.suggestContinueAsNew": "30",
+		"limit.historyCount.error":                fmt.Sprint(limit),
+	})
+	s := newStackOn(t, srv, nil)
+	runner, err := s.svc.RolloutRunner()
+	require.NoError(t, err)
+	const n = 80
+	produceDeadLetters(t, s.ctx, runner.Sources.DLQ, s.prefix, n)
+
+	id, _, p := s.rolloutAt(t, candidate(t, true), 2, 0.1, 2)
+	require.Equal(t, contract.RolloutDone, p.State, p.Reason)
+	require.Equal(t, n, p.Replayed)
+	require.Equal(t, n, p.Applied)
+	require.Equal(t, n, s.count(t, `SELECT count(*) FROM causet_projection_applied`), "each once")
+
+	resp, err := srv.Client.ListWorkflow(s.ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: srv.Namespace,
+		Query: fmt.Sprintf("WorkflowId = '%s'", id)})
+	require.NoError(t, err)
+	runs, total := 0, 0
+	for _, e := range resp.GetExecutions() {
+		d, err := srv.Client.DescribeWorkflowExecution(s.ctx, id, e.GetExecution().GetRunId())
+		require.NoError(t, err)
+		length := int(d.GetWorkflowExecutionInfo().GetHistoryLength())
+		require.Less(t, length, limit, "run %s", e.GetExecution().GetRunId())
+		runs++
+		total += length
+	}
+	require.GreaterOrEqual(t, runs, 2, "it continued as new")
+	require.Greater(t, total, limit, "one run would have passed the limit")
+	t.Logf("%d dead letters: %d runs, %d history events in all", n, runs, total)
 }

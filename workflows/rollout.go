@@ -26,7 +26,16 @@ const (
 	// rolloutSettleFor bounds that wait: a replayed run's schedule is
 	// seconds to minutes, and a parked event waits for its head.
 	rolloutSettleFor = 30 * time.Minute
+	// rolloutCheckFor bounds the check (up to MaxRolloutLimit events and
+	// 200,000 runs listed); it heartbeats every few seconds, so a lost
+	// worker is noticed after rolloutCheckHeartbeat, not at the bound.
+	rolloutCheckFor       = 30 * time.Minute
+	rolloutCheckHeartbeat = 30 * time.Second
 )
+
+// changeRolloutContinueAsNew lets a rollout continue as new, carrying its
+// progress, when the server suggests it.
+const changeRolloutContinueAsNew = "rollout-continue-as-new"
 
 // ProjectionRolloutWorkflow rolls a fixed projection out as one operation:
 // it checks the candidate against the events failing now (nothing
@@ -63,35 +72,37 @@ type rolloutRun struct {
 }
 
 func (r *rolloutRun) run(ctx workflow.Context) error {
-	check := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: 5 * time.Minute,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3, NonRetryableErrorTypes: []string{contract.InvalidCandidateType}},
-	})
-	var chk contract.CheckCandidateResult
-	if err := workflow.ExecuteActivity(check, contract.CheckCandidateActivity, r.id, r.in).Get(ctx, &chk); err != nil {
-		return r.stop(ctx, fmt.Sprintf("the check failed: %v", err), err)
-	}
-	r.p.Affected, r.p.WouldApply, r.p.WouldFail, r.p.OutOfOrder = chk.Affected, chk.WouldApply, chk.WouldFail, chk.OutOfOrder
-	if share(chk.WouldFail, chk.Affected) > r.in.MaxFailing {
-		return r.stop(ctx, fmt.Sprintf("%d of %d affected events (%.0f%%) still fail with the candidate, more than the %.0f%% allowed: nothing was deployed.\n\n%s",
-			chk.WouldFail, chk.Affected, 100*share(chk.WouldFail, chk.Affected), 100*r.in.MaxFailing, chk.Summary), nil)
-	}
-
-	r.p.State = contract.RolloutDeploying
-	r.show(ctx)
-	deploy := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: time.Minute,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 10, NonRetryableErrorTypes: []string{contract.InvalidCandidateType}},
-	})
 	var dep contract.DeployCandidateResult
-	if err := workflow.ExecuteActivity(deploy, contract.DeployCandidateActivity, r.in).Get(ctx, &dep); err != nil {
-		return r.stop(ctx, fmt.Sprintf("the deploy failed: %v", err), err)
+	var since time.Time
+	after := 0
+	var settleUntil *time.Time
+	if res := r.in.Resume; res != nil {
+		// A run continued as new: checked and deployed already.
+		r.p, dep, since, after, settleUntil = res.Progress, res.Deployed, res.Since, res.After, res.SettleUntil
+		r.show(ctx)
+	} else {
+		var err error
+		if dep, err = r.checkAndDeploy(ctx); err != nil || !r.p.Deployed {
+			return err
+		}
+		// Failing again is counted from the deploy, or from this run's
+		// start when the candidate was deployed before it (a rerun, a
+		// deploy by hand): the dead letters since that deploy are the
+		// ones to replay.
+		since = dep.DeployedAt
+		if start := workflow.GetInfo(ctx).WorkflowStartTime; start.After(since) {
+			since = start
+		}
 	}
-	r.p.Deployed, r.p.Version = true, dep.Version
-	r.p.Pending = r.p.WouldApply // until the first count
+	// A rollout continues as new when the server suggests it (a long or
+	// slow rollout: each batch is a few events), carrying its progress.
+	canContinue := workflow.GetVersion(ctx, changeRolloutContinueAsNew, workflow.DefaultVersion, 1) >= 1
+	continueAsNew := func() error {
+		in := r.in
+		in.Resume = &contract.RolloutResume{Progress: r.p, After: after, Deployed: dep, Since: since, SettleUntil: settleUntil}
+		return workflow.NewContinueAsNewError(ctx, ProjectionRolloutWorkflow, in)
+	}
 
-	r.p.State = contract.RolloutReplaying
-	r.show(ctx)
 	batch := min(max(int(r.in.Rate*rolloutBatchFor.Seconds()), 10), 100)
 	perBatch := time.Duration(float64(batch)/max(r.in.Rate, 0.1)*float64(time.Second)) + time.Minute
 	replay := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
@@ -103,13 +114,6 @@ func (r *rolloutRun) run(ctx workflow.Context) error {
 		StartToCloseTimeout: time.Minute,
 		RetryPolicy:         &temporal.RetryPolicy{MaximumInterval: time.Minute},
 	})
-	// Failing again is counted from the deploy, or from this run's start
-	// when the candidate was deployed before it (a rerun, a deploy by
-	// hand): the dead letters since that deploy are the ones to replay.
-	since := dep.DeployedAt
-	if start := workflow.GetInfo(ctx).WorkflowStartTime; start.After(since) {
-		since = start
-	}
 	var superseded int
 	counted := func() (bool, error) {
 		var c contract.SettledCount
@@ -129,30 +133,41 @@ func (r *rolloutRun) run(ctx workflow.Context) error {
 		}
 		return r.overThreshold(ctx, when)
 	}
-	for after := 0; ; {
-		var rr contract.ReplayFailingResult
-		in := contract.ReplayFailingInput{RolloutID: r.id, After: after, Batch: batch, Rate: r.in.Rate, Identity: r.in.Identity, Reason: r.in.Reason}
-		if err := workflow.ExecuteActivity(replay, contract.ReplayFailingActivity, in).Get(ctx, &rr); err != nil {
-			return err
+	if settleUntil == nil {
+		r.p.State = contract.RolloutReplaying
+		r.show(ctx)
+		for {
+			var rr contract.ReplayFailingResult
+			in := contract.ReplayFailingInput{RolloutID: r.id, After: after, Batch: batch, Rate: r.in.Rate, Identity: r.in.Identity, Reason: r.in.Reason}
+			if err := workflow.ExecuteActivity(replay, contract.ReplayFailingActivity, in).Get(ctx, &rr); err != nil {
+				return err
+			}
+			r.p.Replayed += rr.Replayed
+			after = rr.Next
+			over, err := counted()
+			if err != nil {
+				return err
+			}
+			if over {
+				return stopOver("while replaying: the dead letters not replayed yet were left as they are")
+			}
+			if rr.Done {
+				break
+			}
+			if canContinue && workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+				return continueAsNew()
+			}
 		}
-		r.p.Replayed += rr.Replayed
-		after = rr.Next
-		over, err := counted()
-		if err != nil {
-			return err
-		}
-		if over {
-			return stopOver("while replaying: the dead letters not replayed yet were left as they are")
-		}
-		if rr.Done {
-			break
-		}
+		until := workflow.Now(ctx).Add(rolloutSettleFor)
+		settleUntil = &until
 	}
 
 	r.p.State = contract.RolloutSettling
 	r.show(ctx)
-	until := workflow.Now(ctx).Add(rolloutSettleFor)
-	for r.p.Pending > 0 && workflow.Now(ctx).Before(until) {
+	for r.p.Pending > 0 && workflow.Now(ctx).Before(*settleUntil) {
+		if canContinue && workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+			return continueAsNew()
+		}
 		if err := workflow.Sleep(ctx, rolloutSettleEvery); err != nil {
 			return err
 		}
@@ -170,6 +185,40 @@ func (r *rolloutRun) run(ctx workflow.Context) error {
 	}
 	r.show(ctx)
 	return nil
+}
+
+// checkAndDeploy checks the candidate and, unless too many of the affected
+// events would still fail (the rollout stops; r.p.Deployed stays false),
+// deploys it.
+func (r *rolloutRun) checkAndDeploy(ctx workflow.Context) (contract.DeployCandidateResult, error) {
+	var dep contract.DeployCandidateResult
+	check := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: rolloutCheckFor,
+		HeartbeatTimeout:    rolloutCheckHeartbeat,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3, NonRetryableErrorTypes: []string{contract.InvalidCandidateType}},
+	})
+	var chk contract.CheckCandidateResult
+	if err := workflow.ExecuteActivity(check, contract.CheckCandidateActivity, r.id, r.in).Get(ctx, &chk); err != nil {
+		return dep, r.stop(ctx, fmt.Sprintf("the check failed: %v", err), err)
+	}
+	r.p.Affected, r.p.WouldApply, r.p.WouldFail, r.p.OutOfOrder = chk.Affected, chk.WouldApply, chk.WouldFail, chk.OutOfOrder
+	if share(chk.WouldFail, chk.Affected) > r.in.MaxFailing {
+		return dep, r.stop(ctx, fmt.Sprintf("%d of %d affected events (%.0f%%) still fail with the candidate, more than the %.0f%% allowed: nothing was deployed.\n\n%s",
+			chk.WouldFail, chk.Affected, 100*share(chk.WouldFail, chk.Affected), 100*r.in.MaxFailing, chk.Summary), nil)
+	}
+
+	r.p.State = contract.RolloutDeploying
+	r.show(ctx)
+	deploy := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: time.Minute,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 10, NonRetryableErrorTypes: []string{contract.InvalidCandidateType}},
+	})
+	if err := workflow.ExecuteActivity(deploy, contract.DeployCandidateActivity, r.in).Get(ctx, &dep); err != nil {
+		return dep, r.stop(ctx, fmt.Sprintf("the deploy failed: %v", err), err)
+	}
+	r.p.Deployed, r.p.Version = true, dep.Version
+	r.p.Pending = r.p.WouldApply // until the first count
+	return dep, nil
 }
 
 func (r *rolloutRun) overThreshold(ctx workflow.Context, when string) error {

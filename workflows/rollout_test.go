@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
@@ -56,7 +57,12 @@ func newRolloutEnv(t *testing.T, chk contract.CheckCandidateResult, replay func(
 
 func (r *rolloutEnv) run(t *testing.T) (contract.RolloutProgress, error) {
 	t.Helper()
-	r.env.ExecuteWorkflow(contract.RolloutWorkflowName, contract.RolloutInput{Projection: "artist_stats", Version: 2, MaxFailing: 0.1, Rate: 100, Limit: 1000})
+	return r.runInput(t, contract.RolloutInput{Projection: "artist_stats", Version: 2, MaxFailing: 0.1, Rate: 100, Limit: 1000})
+}
+
+func (r *rolloutEnv) runInput(t *testing.T, in contract.RolloutInput) (contract.RolloutProgress, error) {
+	t.Helper()
+	r.env.ExecuteWorkflow(contract.RolloutWorkflowName, in)
 	require.True(t, r.env.IsWorkflowCompleted())
 	var p contract.RolloutProgress
 	err := r.env.GetWorkflowError()
@@ -130,4 +136,37 @@ func TestRolloutCancelled(t *testing.T) {
 	require.NoError(t, v.Get(&p))
 	require.Equal(t, contract.RolloutCancelled, p.State)
 	require.Equal(t, 10, p.Replayed)
+}
+
+// A rollout whose history grows long (the server suggests it) continues as
+// new after a batch, carrying its progress; the next run neither checks nor
+// deploys again, replays after the last dead letter replayed, and ends.
+func TestRolloutContinuesAsNewWithItsProgress(t *testing.T) {
+	chk := contract.CheckCandidateResult{Affected: 260, WouldApply: 255, WouldFail: 5, ToReplay: 250}
+	r := newRolloutEnv(t, chk, inBatches(250), contract.SettledCount{Applied: 90, Pending: 165})
+	r.env.SetContinueAsNewSuggested(true)
+	_, err := r.run(t)
+	var can *workflow.ContinueAsNewError
+	require.ErrorAs(t, err, &can)
+	var in contract.RolloutInput
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &in))
+	require.NotNil(t, in.Resume)
+	require.Equal(t, 100, in.Resume.After, "after the first batch")
+	require.Equal(t, 100, in.Resume.Progress.Replayed)
+	require.Equal(t, 90, in.Resume.Progress.Applied)
+	require.Equal(t, 2, in.Resume.Deployed.Version)
+	require.Nil(t, in.Resume.SettleUntil)
+	require.Len(t, r.batches, 1)
+	require.Equal(t, 1, r.deployed)
+
+	next := newRolloutEnv(t, contract.CheckCandidateResult{}, inBatches(250),
+		contract.SettledCount{Applied: 200, Pending: 55}, contract.SettledCount{Applied: 254, Failing: 1})
+	p, err := next.runInput(t, in)
+	require.NoError(t, err)
+	require.Equal(t, contract.RolloutDone, p.State)
+	require.Zero(t, next.deployed, "not deployed again")
+	require.Equal(t, []int{100, 200}, []int{next.batches[0].After, next.batches[1].After}, "on after the last replayed")
+	require.Equal(t, 250, p.Replayed)
+	require.Equal(t, 260, p.Affected, "the check's counts carried")
+	require.Equal(t, 254, p.Applied)
 }
