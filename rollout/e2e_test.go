@@ -559,6 +559,15 @@ func TestRolloutContinuesAsNewUnderTheHistoryLimit(t *testing.T) {
 		total += length
 	}
 	require.GreaterOrEqual(t, runs, 2, "it continued as new")
+	if *recordHistories {
+		// The list is newest first: the last run (resumed, done) and the
+		// first (checked, deployed, continued as new).
+		execs := resp.GetExecutions()
+		testenv.WriteHistory(t, s.ctx, srv.Client, id, execs[len(execs)-1].GetExecution().GetRunId(),
+			filepath.Join("..", "workflows", "testdata", "rollout_continued_as_new.json"))
+		testenv.WriteHistory(t, s.ctx, srv.Client, id, execs[0].GetExecution().GetRunId(),
+			filepath.Join("..", "workflows", "testdata", "rollout_resumed_done.json"))
+	}
 	require.Greater(t, total, limit, "one run would have passed the limit")
 	t.Logf("%d dead letters: %d runs, %d history events in all", n, runs, total)
 }

@@ -2,8 +2,10 @@ package starter
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"hash/fnv"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +24,8 @@ import (
 	"github.com/causet/projection-retry/internal/testenv"
 	"github.com/causet/projection-retry/projection"
 )
+
+var recordHistories = flag.Bool("record-histories", false, "write the incident histories of the end-to-end tests to ../workflows/testdata")
 
 // followersAuditDDL records every write of artist_followers in commit
 // order, so a test can check each user's events applied in order.
@@ -337,6 +341,10 @@ func TestBridgeKafkaIncidentReopensAfterDeadLetterAll(t *testing.T) {
 	require.Equal(t, contract.IncidentDeadLettered, st.State)
 	require.NotNil(t, st.CaughtUpAt)
 	firstHeld := st.EventsHeld
+	if *recordHistories {
+		testenv.WriteHistory(t, h.ctx, h.temporal.Client, incidentID, firstRun,
+			filepath.Join("..", "workflows", "testdata", "incident_dead_letter_all.json"))
+	}
 
 	// The failure goes on: a new hold, with a run of its own that probes.
 	require.Eventually(t, func() bool {
