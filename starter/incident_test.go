@@ -352,9 +352,14 @@ func TestBridgeKafkaIncidentReopensAfterDeadLetterAll(t *testing.T) {
 		if err != nil || d.WorkflowExecution.RunID == firstRun || d.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 			return false
 		}
-		s := h.incidentStatus(incidentID)
-		return s.State == contract.IncidentHolding && s.ResolvedAt == nil
-	}, 90*time.Second, 200*time.Millisecond, "no new hold with a run of its own")
+		// A query waits for the worker, busy with the retry runs of the
+		// failures between the holds: bounded, and asked again.
+		qctx, cancel := context.WithTimeout(h.ctx, 5*time.Second)
+		defer cancel()
+		v, err := h.temporal.Client.QueryWorkflow(qctx, incidentID, "", contract.QueryStatus)
+		var s contract.IncidentStatus
+		return err == nil && v.Get(&s) == nil && s.State == contract.IncidentHolding && s.ResolvedAt == nil
+	}, 2*time.Minute, 200*time.Millisecond, "no new hold with a run of its own")
 	second, err := h.temporal.Client.DescribeWorkflow(h.ctx, incidentID, "")
 	require.NoError(t, err)
 	reopened, found, err := o.IncidentStore.Get(h.ctx, incidentID)
