@@ -17,6 +17,7 @@ import (
 
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/contract"
+	"github.com/causet/projection-retry/incident"
 	"github.com/causet/projection-retry/parking"
 )
 
@@ -90,6 +91,15 @@ func runModelSeed(t *testing.T, seed uint64) {
 	o.Retry = config.Retry{MaxAttempts: 3, Initial: time.Second, Multiplier: 1, Max: time.Second}
 	o.headStaleAfter = 2 * time.Second
 	m := &modelRun{start: time.Now()}
+	// Even seeds hold a fingerprint's failures in incidents (threshold 2):
+	// every failure here fails the same way, so a hold opens, is resolved
+	// or dead-lettered, and reopens while the failures go on.
+	holds := seed%2 == 0
+	if holds {
+		o.Incidents = config.Incidents{Threshold: 2, Window: time.Minute, Policy: config.IncidentHold}
+		o.IncidentStore = incident.NewStore(h.pool)
+		m.note("incidents hold (threshold 2)")
+	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("seed %d (replay it: CAUSET_MODEL_SEED=%d go test -run 'TestBridgeKafkaModelSeeds' ./starter/)\n%s",
@@ -175,6 +185,16 @@ func runModelSeed(t *testing.T, seed uint64) {
 				m.note("terminate %s", head)
 				_ = h.temporal.Client.TerminateWorkflow(h.ctx, head, "", "model: operator terminates")
 			}
+		case x < 0.24 && holds:
+			if ids := h.incidents(); len(ids) > 0 {
+				id := ids[rng.IntN(len(ids))]
+				action := contract.SignalResolve
+				if rng.IntN(2) == 0 {
+					action = contract.SignalDeadLetterAll
+				}
+				m.note("%s %s", action, id)
+				_ = h.temporal.Client.SignalWorkflow(h.ctx, id, "", action, contract.OperatorSignal{Identity: "model", Reason: "seed " + strconv.FormatUint(seed, 10)})
+			}
 		case x < 0.20:
 			if head := modelDeadLetteredRun(h, rng); head != "" {
 				action := contract.SignalReplay
@@ -202,6 +222,16 @@ func runModelSeed(t *testing.T, seed uint64) {
 	}, 2*time.Minute, 200*time.Millisecond, "seed %d: keys still blocked: %v", seed, modelBlocked(h))
 	h.waitCommittedToEnd(time.Minute)
 	m.note("drained")
+	if holds {
+		// Every hold ends: no row holds, releases or dead-letters, and no
+		// incident run is left open.
+		require.Eventually(t, func() bool {
+			return h.count(`SELECT count(*) FROM causet_incidents WHERE state IN ('holding', 'releasing', 'dead_lettering')`) == 0 &&
+				len(h.temporal.ListWorkflows(t, fmt.Sprintf("TaskQueue = %q AND WorkflowType = %q AND ExecutionStatus = 'Running'",
+					h.taskQueue, contract.IncidentWorkflowName))) == 0
+		}, time.Minute, 200*time.Millisecond, "seed %d: an incident never ended", seed)
+		m.note("every incident ended")
+	}
 
 	// The checker.
 	dead := map[string]int{}
@@ -225,6 +255,7 @@ func runModelSeed(t *testing.T, seed uint64) {
 		}
 		t.Fatalf("seed %d: event %s-%d (fails %q) vanished: not applied, no DLQ record", seed, ev.artist, ev.n, ev.fails)
 	}
+	t.Logf("seed %d: %d events, %d dead-lettered, %d incident runs", seed, len(events), len(dead), len(h.incidents()))
 }
 
 // modelRetryingHead is the head of a blocked key still retrying, if any.
