@@ -4,12 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
 
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/event"
 	"github.com/causet/projection-retry/projection"
@@ -99,4 +104,80 @@ func produceDeadLetters(tb testing.TB, ctx context.Context, o *dlq.ReaderOptions
 			recs = recs[:0]
 		}
 	}
+}
+
+// BenchmarkRolloutDeadLetters runs `causet projections rollout` of the fix
+// over CAUSET_BENCH_ROLLOUT_N dead letters (default 100,000, the most
+// --limit takes) at CAUSET_BENCH_ROLLOUT_RATE replays a second (default
+// 1,000, the most --rate takes), on the Temporal dev server's default
+// limits: the check, the deploy, every replay (each a new retry run, their
+// runs being gone: the expensive path) and the wait until every event has
+// applied. It reports the time, the rollout's runs (it continues as new)
+// and the history length of its longest run, which must stay under the
+// server's 51,200-event limit.
+//
+//	go test ./rollout -run '^$' -bench RolloutDeadLetters -benchtime 1x -timeout 2h
+func BenchmarkRolloutDeadLetters(b *testing.B) {
+	n := envInt(b, "CAUSET_BENCH_ROLLOUT_N", contract.MaxRolloutLimit)
+	rate := envInt(b, "CAUSET_BENCH_ROLLOUT_RATE", 1000)
+	stackTimeout = 2 * time.Hour
+	for b.Loop() {
+		s := newStack(b, nil)
+		runner, err := s.svc.RolloutRunner()
+		require.NoError(b, err)
+		produceDeadLetters(b, s.ctx, runner.Sources.DLQ, s.prefix, n)
+		doc := candidate(b, true)
+		body, err := json.Marshal(doc)
+		require.NoError(b, err)
+		in := contract.RolloutInput{Projection: doc.Name, Document: body, Version: 2, MaxFailing: 0.1, Rate: float64(rate), Limit: n, Identity: "bench"}
+		id := contract.RolloutWorkflowID(doc.Name, 2, body)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Hour)
+		start := time.Now()
+		run, err := s.svc.Temporal.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: s.svc.Config.TaskQueue},
+			contract.RolloutWorkflowName, in)
+		require.NoError(b, err)
+		var p contract.RolloutProgress
+		require.NoError(b, run.Get(ctx, &p))
+		took := time.Since(start)
+		require.Equal(b, contract.RolloutDone, p.State, p.Reason)
+		require.Equal(b, n, p.Replayed)
+		require.Equal(b, n, p.Applied)
+		var applied int
+		require.NoError(b, s.svc.Pool.QueryRow(ctx, `SELECT count(*) FROM causet_projection_applied`).Scan(&applied))
+		require.Equal(b, n, applied, "each once")
+
+		runs, longest, total := 0, 0, 0
+		var token []byte
+		for {
+			resp, err := s.svc.Temporal.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+				Namespace: s.temporal.Namespace, Query: fmt.Sprintf("WorkflowId = '%s'", id), NextPageToken: token})
+			require.NoError(b, err)
+			for _, e := range resp.GetExecutions() {
+				runs++
+				l := int(e.GetHistoryLength())
+				longest, total = max(longest, l), total+l
+			}
+			if token = resp.GetNextPageToken(); len(token) == 0 {
+				break
+			}
+		}
+		cancel()
+		require.Less(b, longest, 51_200)
+		b.ReportMetric(took.Seconds(), "s/rollout")
+		b.ReportMetric(float64(n)/took.Seconds(), "replays/s")
+		b.ReportMetric(float64(runs), "runs")
+		b.ReportMetric(float64(longest), "events/longest-run")
+		b.ReportMetric(float64(total), "events/total")
+	}
+}
+
+func envInt(tb testing.TB, name string, def int) int {
+	tb.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	require.NoError(tb, err, name)
+	return n
 }

@@ -53,10 +53,13 @@ func newStack(t testing.TB, more map[string]string) *stack {
 	return newStackOn(t, testenv.Temporal(t), more)
 }
 
+// stackTimeout bounds a stack's test (its bridge runs as long).
+var stackTimeout = 4 * time.Minute
+
 // newStackOn is newStack on the Temporal server srv.
 func newStackOn(t testing.TB, srv testenv.TemporalServer, more map[string]string) *stack {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), stackTimeout)
 	t.Cleanup(cancel)
 	brokers := testenv.Kafka(t)
 	topic, dlqTopic := testenv.Topic(t, "causet.events.v1"), testenv.Topic(t, "causet.dlq")
