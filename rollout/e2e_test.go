@@ -554,9 +554,9 @@ func TestRolloutContinuesAsNewUnderTheHistoryLimit(t *testing.T) {
 	require.NoError(t, err)
 	runs, total := 0, 0
 	for _, e := range resp.GetExecutions() {
-		d, err := srv.Client.DescribeWorkflowExecution(s.ctx, id, e.GetExecution().GetRunId())
+		d, err := srv.Client.DescribeWorkflow(s.ctx, id, e.GetExecution().GetRunId())
 		require.NoError(t, err)
-		length := int(d.GetWorkflowExecutionInfo().GetHistoryLength())
+		length := int(d.RawResponse.GetWorkflowExecutionInfo().GetHistoryLength())
 		require.Less(t, length, limit, "run %s", e.GetExecution().GetRunId())
 		runs++
 		total += length
