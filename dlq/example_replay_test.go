@@ -75,7 +75,7 @@ func ExampleReplayer() {
 	// Output:
 	// artist_followers ARTIST_FOLLOWED after 2 attempts: column "followed_at" of relation "artist_followers" does not exist
 	// signalled projection-retry:artist_followers:main:intent-1%3A1 (was dead_lettered)
-	// {Signalled:1 Restarted:0 AlreadySucceeded:0 Duplicates:0 Skipped:0 Refused:0 Failed:0}
+	// {Signalled:1 Restarted:0 AlreadySucceeded:0 Duplicates:0 Skipped:0 Refused:0 Failed:0 Unsettled:0}
 	// signals: [replay projection-retry:artist_followers:main:intent-1%3A1 by ops@example: column followed_at added]
 }
 
