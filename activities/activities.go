@@ -201,6 +201,17 @@ func (a *Activities) PublishDeadLetter(ctx context.Context, in contract.DeadLett
 	if len(key) == 0 {
 		key = []byte(in.Event.EntityID)
 	}
+	if a.Heads != nil && info.Attempt > 1 {
+		// A retry: an earlier attempt may have written the record and lost
+		// only its completion (Temporal unreachable). Its record stands.
+		at, done, err := a.Heads.PublishedDeadLetter(ctx, info.WorkflowExecution.ID, info.WorkflowExecution.RunID, in.ReplayCount)
+		if err != nil {
+			return at, err
+		}
+		if done {
+			return at, a.settleDeadLettered(ctx, info.WorkflowExecution.ID)
+		}
+	}
 	at, err := a.Publisher.Publish(ctx, key, rec)
 	if err != nil {
 		a.logger().LogAttrs(ctx, slog.LevelWarn, "dead letter publish failed; will retry",
@@ -209,15 +220,25 @@ func (a *Activities) PublishDeadLetter(ctx context.Context, in contract.DeadLett
 	}
 	a.Metrics.publishedDeadLetter(in.Projection, rec.ErrorKind)
 	if a.Heads != nil {
-		// After the record: the key's later events go on (unless dead
-		// letters hold their entity) only once the event has its dead
-		// letter. A failure here retries the activity, and the record may
-		// repeat; it is never missing.
-		if _, err := parking.SetHeadState(ctx, a.Heads.Pool(), info.WorkflowExecution.ID, parking.HeadDeadLettered); err != nil {
+		if err := a.Heads.RecordDeadLetter(ctx, info.WorkflowExecution.ID, info.WorkflowExecution.RunID, in.ReplayCount, at); err != nil {
+			// Retried: the record may then repeat; it is never missing.
 			return contract.DLQCoordinates{}, err
 		}
 	}
-	return at, nil
+	return at, a.settleDeadLettered(ctx, info.WorkflowExecution.ID)
+}
+
+// settleDeadLettered records, once its dead letter is written, that the run
+// no longer holds its key unless dead letters hold their entity.
+func (a *Activities) settleDeadLettered(ctx context.Context, workflowID string) error {
+	if a.Heads == nil {
+		return nil
+	}
+	// After the record: the key's later events go on (unless dead letters
+	// hold their entity) only once the event has its dead letter. A
+	// failure here retries the activity, which finds its record.
+	_, err := parking.SetHeadState(ctx, a.Heads.Pool(), workflowID, parking.HeadDeadLettered)
+	return err
 }
 
 // guarded reports whether an attempt takes the sequence guard: every

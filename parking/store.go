@@ -535,3 +535,35 @@ WHERE $1 = '' OR projection = $1 ORDER BY parked DESC, blocked_at LIMIT $2`, pro
 	}
 	return out, nil
 }
+
+// deadLetterMemory is how long causet_dead_letters remembers a published
+// dead letter: longer than a PublishDeadLetter is retried through an
+// outage.
+const deadLetterMemory = "7 days"
+
+// PublishedDeadLetter returns where the dead letter of the run (workflowID,
+// runID) for its replay replayCount was published, if RecordDeadLetter
+// recorded it.
+func (s *Store) PublishedDeadLetter(ctx context.Context, workflowID, runID string, replayCount int) (contract.DLQCoordinates, bool, error) {
+	var at contract.DLQCoordinates
+	err := s.pool.QueryRow(ctx, `SELECT topic, partition, "offset" FROM causet_dead_letters
+WHERE workflow_id = $1 AND run_id = $2 AND replay_count = $3`, workflowID, runID, replayCount).Scan(&at.Topic, &at.Partition, &at.Offset)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return at, false, nil
+	case err != nil:
+		return at, false, fmt.Errorf("parking: read the dead letter of %s: %w", workflowID, err)
+	}
+	return at, true, nil
+}
+
+// RecordDeadLetter records where the dead letter of the run was published,
+// and forgets those older than deadLetterMemory.
+func (s *Store) RecordDeadLetter(ctx context.Context, workflowID, runID string, replayCount int, at contract.DLQCoordinates) error {
+	if _, err := s.pool.Exec(ctx, `WITH old AS (DELETE FROM causet_dead_letters WHERE published_at < now() - interval '`+deadLetterMemory+`')
+INSERT INTO causet_dead_letters (workflow_id, run_id, replay_count, topic, partition, "offset") VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT DO NOTHING`, workflowID, runID, replayCount, at.Topic, at.Partition, at.Offset); err != nil {
+		return fmt.Errorf("parking: record the dead letter of %s: %w", workflowID, err)
+	}
+	return nil
+}
