@@ -23,7 +23,9 @@ import (
 // loseFirstCompletion lets the first attempt of every activity run to its
 // end and then fails it, as a completion lost while Temporal is unreachable
 // does: the server retries an activity whose work is done.
-type loseFirstCompletion struct{ interceptor.WorkerInterceptorBase }
+type loseFirstCompletion struct {
+	interceptor.WorkerInterceptorBase
+}
 
 func (*loseFirstCompletion) InterceptActivity(_ context.Context, next interceptor.ActivityInboundInterceptor) interceptor.ActivityInboundInterceptor {
 	i := &lostCompletion{}
@@ -31,7 +33,9 @@ func (*loseFirstCompletion) InterceptActivity(_ context.Context, next intercepto
 	return i
 }
 
-type lostCompletion struct{ interceptor.ActivityInboundInterceptorBase }
+type lostCompletion struct {
+	interceptor.ActivityInboundInterceptorBase
+}
 
 func (i *lostCompletion) ExecuteActivity(ctx context.Context, in *interceptor.ExecuteActivityInput) (any, error) {
 	out, err := i.Next.ExecuteActivity(ctx, in)
