@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 	enumspb "go.temporal.io/api/enums/v1"
@@ -31,40 +32,8 @@ var fastRetry = config.Retry{MaxAttempts: 2, Initial: time.Second, Multiplier: 1
 func TestKafkaReplayEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	pool := testenv.Postgres(t)
-	srv := testenv.Temporal(t)
-	brokers := testenv.Kafka(t)
-	dlqTopic := testenv.Topic(t, "dlq")
-	testenv.CreateTopic(t, brokers, dlqTopic, 2)
-	_, err := pool.Exec(ctx, testenv.FollowersNoFollowedAtDDL)
-	require.NoError(t, err)
-	logger := slog.New(slog.DiscardHandler)
-	engine, err := projection.NewEngine(ctx, pool, logger)
-	require.NoError(t, err)
-	t.Cleanup(engine.Close)
-	deploy := func(doc string) {
-		d, err := projection.Parse([]byte(doc))
-		require.NoError(t, err)
-		_, err = projection.Deploy(ctx, pool, d)
-		require.NoError(t, err)
-	}
-	deploy(testenv.FollowersIR)
-
-	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	require.NoError(t, err)
-	t.Cleanup(producer.Close)
-	tq := testenv.TaskQueue(t)
-	startWorker := func() sdkworker.Worker {
-		w, err := worker.New(worker.Options{
-			Client: srv.Client, TaskQueue: tq,
-			Activities: &activities.Activities{
-				Applier: engine, Publisher: &dlq.Publisher{Client: producer, Topic: dlqTopic}, Logger: logger,
-			},
-		})
-		require.NoError(t, err)
-		require.NoError(t, w.Start())
-		return w
-	}
+	pool, srv, brokers, dlqTopic, tq, deploy, startWorker := replayStack(t, ctx, 2)
+	var err error
 	w := startWorker()
 
 	type tcase struct {
@@ -212,37 +181,8 @@ func listRequest(namespace, id string) *workflowservice.ListWorkflowExecutionsRe
 func TestKafkaReplayAtTheWindowsEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	pool := testenv.Postgres(t)
-	srv := testenv.Temporal(t)
-	brokers := testenv.Kafka(t)
-	dlqTopic := testenv.Topic(t, "dlq")
-	testenv.CreateTopic(t, brokers, dlqTopic, 1)
-	_, err := pool.Exec(ctx, testenv.FollowersNoFollowedAtDDL)
-	require.NoError(t, err)
-	logger := slog.New(slog.DiscardHandler)
-	engine, err := projection.NewEngine(ctx, pool, logger)
-	require.NoError(t, err)
-	t.Cleanup(engine.Close)
-	deploy := func(doc string) {
-		d, err := projection.Parse([]byte(doc))
-		require.NoError(t, err)
-		_, err = projection.Deploy(ctx, pool, d)
-		require.NoError(t, err)
-	}
-	deploy(testenv.FollowersIR)
-	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	require.NoError(t, err)
-	t.Cleanup(producer.Close)
-	tq := testenv.TaskQueue(t)
-	startWorker := func() sdkworker.Worker {
-		w, err := worker.New(worker.Options{
-			Client: srv.Client, TaskQueue: tq,
-			Activities: &activities.Activities{Applier: engine, Publisher: &dlq.Publisher{Client: producer, Topic: dlqTopic}, Logger: logger},
-		})
-		require.NoError(t, err)
-		require.NoError(t, w.Start())
-		return w
-	}
+	pool, srv, _, dlqTopic, tq, deploy, startWorker := replayStack(t, ctx, 1)
+	var err error
 	w := startWorker()
 
 	ev := event.Envelope{
@@ -291,4 +231,45 @@ func TestKafkaReplayAtTheWindowsEnd(t *testing.T) {
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM artist_followers`).Scan(&n))
 	require.Equal(t, 1, n)
+}
+
+// replayStack is what the replay tests share: PostgreSQL with
+// artist_followers lacking its followed_at column and the IR that writes it
+// deployed (every follow fails), the Temporal dev server, Kafka with a DLQ
+// topic of partitions, a task queue, deploy and a worker starter.
+func replayStack(t *testing.T, ctx context.Context, partitions int32) (pool *pgxpool.Pool, srv testenv.TemporalServer, brokers []string,
+	dlqTopic, tq string, deploy func(doc string), startWorker func() sdkworker.Worker) {
+	t.Helper()
+	pool = testenv.Postgres(t)
+	srv = testenv.Temporal(t)
+	brokers = testenv.Kafka(t)
+	dlqTopic = testenv.Topic(t, "dlq")
+	testenv.CreateTopic(t, brokers, dlqTopic, partitions)
+	_, err := pool.Exec(ctx, testenv.FollowersNoFollowedAtDDL)
+	require.NoError(t, err)
+	logger := slog.New(slog.DiscardHandler)
+	engine, err := projection.NewEngine(ctx, pool, logger)
+	require.NoError(t, err)
+	t.Cleanup(engine.Close)
+	deploy = func(doc string) {
+		d, err := projection.Parse([]byte(doc))
+		require.NoError(t, err)
+		_, err = projection.Deploy(ctx, pool, d)
+		require.NoError(t, err)
+	}
+	deploy(testenv.FollowersIR)
+	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	require.NoError(t, err)
+	t.Cleanup(producer.Close)
+	tq = testenv.TaskQueue(t)
+	startWorker = func() sdkworker.Worker {
+		w, err := worker.New(worker.Options{
+			Client: srv.Client, TaskQueue: tq,
+			Activities: &activities.Activities{Applier: engine, Publisher: &dlq.Publisher{Client: producer, Topic: dlqTopic}, Logger: logger},
+		})
+		require.NoError(t, err)
+		require.NoError(t, w.Start())
+		return w
+	}
+	return pool, srv, brokers, dlqTopic, tq, deploy, startWorker
 }
