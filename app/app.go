@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,6 +21,7 @@ import (
 	"github.com/causet/projection-retry/internal/schema"
 	"github.com/causet/projection-retry/internal/tracing"
 	"github.com/causet/projection-retry/projection"
+	"github.com/causet/projection-retry/starter"
 	"github.com/causet/projection-retry/worker"
 )
 
@@ -184,6 +187,43 @@ func (s *Service) pingPool(ctx context.Context) error {
 // (?statement_timeout=…): a statement stuck behind a lock or a slow disk
 // fails instead of holding its caller. Migrations run without it.
 const DefaultStatementTimeout = "60s"
+
+// DatabaseTryTimeout is how long one database try of the bridge may wait
+// for its answer on pool's sessions: their statement_timeout and 5 s, so
+// that the server ends a statement that is merely slow first, and a try
+// that outlives it waits on a connection that will never answer (a hung
+// pooler or proxy, which TCP keepalive and TCP_USER_TIMEOUT do not see). A
+// statement_timeout of 0 (none) or one this cannot read gives the default's.
+func DatabaseTryTimeout(pool *pgxpool.Pool) time.Duration {
+	st, err := statementTimeout(pool.Config().ConnConfig.RuntimeParams["statement_timeout"])
+	if err != nil || st <= 0 {
+		return starter.DefaultDatabaseTryTimeout
+	}
+	return st + 5*time.Second
+}
+
+// statementTimeout reads a statement_timeout setting: milliseconds when it
+// has no unit, else a number and one of PostgreSQL's time units.
+func statementTimeout(v string) (time.Duration, error) {
+	v = strings.TrimSpace(v)
+	if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return time.Duration(ms) * time.Millisecond, nil
+	}
+	i := strings.IndexFunc(v, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+	if i <= 0 {
+		return 0, fmt.Errorf("statement_timeout %q: not a duration", v)
+	}
+	n, err := strconv.ParseFloat(v[:i], 64)
+	if err != nil {
+		return 0, fmt.Errorf("statement_timeout %q: %w", v, err)
+	}
+	unit := map[string]time.Duration{"us": time.Microsecond, "ms": time.Millisecond, "s": time.Second, "min": time.Minute,
+		"h": time.Hour, "d": 24 * time.Hour}[strings.TrimSpace(v[i:])]
+	if unit == 0 {
+		return 0, fmt.Errorf("statement_timeout %q: unknown unit", v)
+	}
+	return time.Duration(n * float64(unit)), nil
+}
 
 // PoolPingTimeout bounds the liveness ping of a pooled connection idle for
 // a second or more, as it is acquired.

@@ -116,6 +116,7 @@ func (s *Service) BridgeOptions() (starter.Options, error) {
 	opts.Parking = parking.NewStore(s.Pool)
 	opts.IncidentStore = incident.NewStore(s.Pool)
 	opts.Probe = ProbePostgres(s.Pool)
+	opts.DatabaseTryTimeout = DatabaseTryTimeout(s.Pool)
 	opts.TemporalProbe = s.Temporal.Probe
 	opts.Logger = s.Logger
 	opts.Registerer = s.Registry

@@ -219,19 +219,23 @@ func runModelSeed(t *testing.T, seed uint64) {
 	require.NoError(t, err)
 	m.note("all produced; failures lifted")
 
-	require.Eventually(t, func() bool {
+	if !modelWait(2*time.Minute, func() bool {
 		return h.blockedRows() == 0 && h.count(`SELECT count(*) FROM causet_parked_events`) == 0
-	}, 2*time.Minute, 200*time.Millisecond, "seed %d: keys still blocked: %v", seed, modelBlocked(h))
+	}) {
+		t.Fatalf("seed %d: keys still blocked: %v\nincidents: %v", seed, modelBlocked(h), modelIncidents(h))
+	}
 	h.waitCommittedToEnd(time.Minute)
 	m.note("drained")
 	if holds {
 		// Every hold ends: no row holds, releases or dead-letters, and no
 		// incident run is left open.
-		require.Eventually(t, func() bool {
+		if !modelWait(time.Minute, func() bool {
 			return h.count(`SELECT count(*) FROM causet_incidents WHERE state IN ('holding', 'releasing', 'dead_lettering')`) == 0 &&
 				len(h.temporal.ListWorkflows(t, fmt.Sprintf("TaskQueue = %q AND WorkflowType = %q AND ExecutionStatus = 'Running'",
 					h.taskQueue, contract.IncidentWorkflowName))) == 0
-		}, time.Minute, 200*time.Millisecond, "seed %d: an incident never ended", seed)
+		}) {
+			t.Fatalf("seed %d: an incident never ended: %v", seed, modelIncidents(h))
+		}
 		m.note("every incident ended")
 	}
 
@@ -294,6 +298,61 @@ func modelBlocked(h *harness) []string {
 		if rows.Scan(&b.EntityID, &b.Head, &b.State, &b.Parked) == nil {
 			out = append(out, fmt.Sprintf("%s behind %s (%s, %d parked)", b.EntityID, b.Head, b.State, b.Parked))
 		}
+	}
+	return out
+}
+
+// modelWait polls cond until it holds (true) or d has passed (false).
+func modelWait(d time.Duration, cond func() bool) bool {
+	end := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(end) {
+			return false
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return true
+}
+
+// modelIncidents describes each incident row and its workflow, for a
+// failure message.
+func modelIncidents(h *harness) []string {
+	rows, err := h.pool.Query(h.ctx, `SELECT id, state, opened_at, events_affected, events_held FROM causet_incidents ORDER BY id`)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	type row struct {
+		id, state      string
+		opened         time.Time
+		affected, held int
+	}
+	var rs []row
+	for rows.Next() {
+		var r row
+		if rows.Scan(&r.id, &r.state, &r.opened, &r.affected, &r.held) == nil {
+			rs = append(rs, r)
+		}
+	}
+	rows.Close()
+	var out []string
+	for _, r := range rs {
+		line := fmt.Sprintf("%s row=%s opened=%s affected=%d held=%d", r.id, r.state, r.opened.Format(time.TimeOnly), r.affected, r.held)
+		if d, err := h.temporal.Client.DescribeWorkflowExecution(h.ctx, r.id, ""); err != nil {
+			line += " workflow: " + err.Error()
+		} else {
+			info := d.GetWorkflowExecutionInfo()
+			line += fmt.Sprintf(" workflow=%s run=%s history=%d", info.GetStatus(), info.GetExecution().GetRunId(), info.GetHistoryLength())
+			for _, a := range d.GetPendingActivities() {
+				line += fmt.Sprintf(" pending=%s(attempt %d, %s)", a.GetActivityType().GetName(), a.GetAttempt(), a.GetLastFailure().GetMessage())
+			}
+		}
+		if v, err := h.temporal.Client.QueryWorkflow(h.ctx, r.id, "", contract.QueryStatus); err == nil {
+			var st contract.IncidentStatus
+			if v.Get(&st) == nil {
+				line += fmt.Sprintf(" status=%s resolvedBy=%q probes=%d lastProbeError=%q", st.State, st.ResolvedBy, st.Probes, st.LastProbeError)
+			}
+		}
+		out = append(out, line)
 	}
 	return out
 }

@@ -103,6 +103,13 @@ type Options struct {
 	// that does not answer a trivial request within it is out. Optional,
 	// defaults to 5s.
 	ProbeTimeout time.Duration
+	// DatabaseTryTimeout bounds one database try of a partition (a batch's
+	// transaction, a release, a key's head): past it the try is taken to
+	// wait on a connection that will never answer, and it is retried on a
+	// new one. It must exceed the server's statement_timeout, which ends a
+	// statement that is merely slow first. Optional, defaults to
+	// DefaultDatabaseTryTimeout.
+	DatabaseTryTimeout time.Duration
 	// MaxBufferedBytes pauses a partition's fetching once the record values
 	// and keys queued for it reach this many bytes, as well as at 4 ×
 	// MaxPollRecords records. Optional, defaults to
@@ -228,6 +235,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.ProbeTimeout == 0 {
 		o.ProbeTimeout = defaultProbeTimeout
+	}
+	if o.DatabaseTryTimeout == 0 {
+		o.DatabaseTryTimeout = DefaultDatabaseTryTimeout
 	}
 	if o.MaxBufferedBytes == 0 {
 		o.MaxBufferedBytes = config.DefaultBridgeMaxBufferedBytes

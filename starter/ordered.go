@@ -355,15 +355,15 @@ func (r *orderedRouter) applyOrdered(seg *segment, items []item, last *kgo.Recor
 		}
 		return plan.decide(ctx, tx, r, items, outs, heads, startedAt)
 	}
-	outcomes, res := p.applyThroughOutage(items, last, func() ([]projection.Result, error) {
+	outcomes, res := p.applyThroughOutage(items, last, func(ctx context.Context) ([]projection.Result, error) {
 		// Attempt 1 starts with this try's first run: a try after an outage
 		// starts it afresh, so the schedule counts from the attempt that ran.
 		startedAt = time.Now().UTC()
 		// Guarded too: an event read again after its entity moved on (its
 		// offset rewound, say, after it was dead-lettered and its key
 		// released) is refused, not applied out of order.
-		return hr.run(p.ctx, func() ([]projection.Result, error) {
-			return p.opts.Engine.ApplyBatch(p.ctx, evs, projection.ApplyOptions{Hold: hold, BeforeCommit: beforeCommit, HoldAfterFailure: true, Guard: true})
+		return hr.run(ctx, func() ([]projection.Result, error) {
+			return p.opts.Engine.ApplyBatch(ctx, evs, projection.ApplyOptions{Hold: hold, BeforeCommit: beforeCommit, HoldAfterFailure: true, Guard: true})
 		}, func(run int) {
 			p.log.Debug("failed key had later events applied in the same batch: batch rerun with them held",
 				"firstOffset", items[0].rec.Offset, "lastOffset", last.Offset, "run", run)

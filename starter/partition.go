@@ -438,18 +438,28 @@ const maxHealthyRetries = 3
 // the partition with capped backoff meanwhile, so an outage hands nothing
 // to Temporal and dead-letters nothing. An outage is proven by the probe:
 // while the database answers it, the batch is tried maxHealthyRetries
-// times, then isolated.
-func (p *partition) applyThroughOutage(items []item, last *kgo.Record, apply func() ([]projection.Result, error)) ([]projection.Result, applyResult) {
+// times, then isolated. Each try runs with apply's context, which ends
+// past Options.DatabaseTryTimeout or once the try is found waiting on a
+// silent connection (watch); the latter is retried as an outage, never
+// counted against the batch.
+func (p *partition) applyThroughOutage(items []item, last *kgo.Record, apply func(ctx context.Context) ([]projection.Result, error)) ([]projection.Result, applyResult) {
 	span := p.tracer.startBatchSpan(items, last)
 	defer span.End()
 	r := p.retrier(p.log, p.database())
 	const outageMsg = "database unreachable: partition paused, retrying the batch with backoff"
 	for {
-		w := r.watch(outageMsg, append(offsetAttrs(items, last), "events", len(items))...)
-		outcomes, err := apply()
-		w.stop(r)
+		w := r.watch(p.opts.DatabaseTryTimeout, outageMsg, append(offsetAttrs(items, last), "events", len(items))...)
+		outcomes, err := apply(w.ctx)
+		hung := w.stop(r)
 		if p.ctx.Err() != nil {
 			return nil, applyResult{verdict: verdictStopped}
+		}
+		if hung == errSilentConnection {
+			r.outageTry(outageMsg, hung, append(offsetAttrs(items, last), "events", len(items))...)
+			continue
+		}
+		if hung != nil {
+			outcomes, err = nil, hung
 		}
 		if !isOutage(outcomes, err) {
 			if !r.outage.IsZero() {

@@ -232,10 +232,10 @@ func (r *orderedRouter) releaseRows(keys []parking.Blocked, rows []parking.Parke
 		drained, err = parking.Unblock(ctx, tx, p.topic, p.id, keys)
 		return err
 	}
-	apply := func() ([]projection.Result, error) {
+	apply := func(ctx context.Context) ([]projection.Result, error) {
 		startedAt = time.Now().UTC()
-		return hr.run(p.ctx, func() ([]projection.Result, error) {
-			return p.opts.Engine.ApplyBatch(p.ctx, evs, projection.ApplyOptions{Hold: hold, BeforeCommit: beforeCommit, HoldAfterFailure: true, Guard: true})
+		return hr.run(ctx, func() ([]projection.Result, error) {
+			return p.opts.Engine.ApplyBatch(ctx, evs, projection.ApplyOptions{Hold: hold, BeforeCommit: beforeCommit, HoldAfterFailure: true, Guard: true})
 		}, nil)
 	}
 	_, res := p.applyThroughOutage(items, nil, apply)

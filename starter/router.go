@@ -1,6 +1,7 @@
 package starter
 
 import (
+	"context"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -89,9 +90,9 @@ func (r directRouter) applyInline(seg *segment, items []item, last *kgo.Record) 
 	p := r.p
 	evs := envelopes(items)
 	var startedAt time.Time
-	outcomes, res := p.applyThroughOutage(items, last, func() ([]projection.Result, error) {
+	outcomes, res := p.applyThroughOutage(items, last, func(ctx context.Context) ([]projection.Result, error) {
 		startedAt = time.Now().UTC()
-		return p.opts.Engine.ApplyBatch(p.ctx, evs)
+		return p.opts.Engine.ApplyBatch(ctx, evs)
 	})
 	switch res.verdict {
 	case verdictStopped:

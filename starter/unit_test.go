@@ -224,43 +224,94 @@ func TestRetrierRefuses(t *testing.T) {
 // silent link is said as soon as the probe fails, once, and a slow try on a
 // database that answers is no outage.
 func TestRetrierWatchesSlowTries(t *testing.T) {
-	defer func(d time.Duration) { slowTry = d }(slowTry)
-	slowTry = 50 * time.Millisecond
-	newRetrier := func(probe func(context.Context) error, logs *testenv.LogBuffer) (*retrier, *metrics) {
+	defer func(d, e time.Duration) { slowTry, probeEvery = d, e }(slowTry, probeEvery)
+	slowTry, probeEvery = 50*time.Millisecond, 20*time.Millisecond
+	var probes atomic.Int32
+	var up atomic.Bool
+	probe := func(context.Context) error {
+		probes.Add(1)
+		if up.Load() {
+			return nil
+		}
+		return errors.New("dial tcp: i/o timeout")
+	}
+	newRetrier := func(logs *testenv.LogBuffer) (*retrier, *metrics) {
 		m := newMetrics(prometheus.NewRegistry())
 		w := &waits{ctx: context.Background(), opts: &Options{Probe: probe, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond}, m: m}
 		return w.retrier(slog.New(slog.NewJSONHandler(logs, nil)), w.database()), m
 	}
-	var probes atomic.Int32
-	down := func(context.Context) error { probes.Add(1); return errors.New("dial tcp: i/o timeout") }
-	answers := func(context.Context) error { probes.Add(1); return nil }
 
 	logs := &testenv.LogBuffer{}
-	r, m := newRetrier(down, logs)
-	w := r.watch("database unreachable", "events", 3)
+	r, m := newRetrier(logs)
+	w := r.watch(time.Minute, "database unreachable", "events", 3)
 	time.Sleep(300 * time.Millisecond) // the try still waits
 	require.Contains(t, logs.String(), `"event":"bridge_outage"`, "said while the try waits")
-	w.stop(r)
+	require.NoError(t, w.ctx.Err(), "the try goes on waiting while the database does not answer")
+	require.NoError(t, w.stop(r))
 	require.False(t, r.outage.IsZero())
 	require.False(t, r.failed("database unreachable", errors.New("timeout: read tcp: connection timed out")))
+	w = r.watch(time.Minute, "database unreachable")
+	time.Sleep(200 * time.Millisecond)
+	require.NoError(t, w.stop(r))
 	require.Equal(t, 1, strings.Count(logs.String(), `"event":"bridge_outage"`), "said once")
 	require.Equal(t, 1.0, testutil.ToFloat64(m.outages.WithLabelValues("database")), "counted once")
-	require.Nil(t, r.watch("database unreachable"), "nothing to watch during an outage")
 
 	probes.Store(0)
+	up.Store(true)
 	logs = &testenv.LogBuffer{}
-	r, _ = newRetrier(answers, logs)
-	w = r.watch("database unreachable")
+	r, _ = newRetrier(logs)
+	w = r.watch(time.Minute, "database unreachable")
 	time.Sleep(300 * time.Millisecond)
-	w.stop(r)
+	require.NoError(t, w.ctx.Err(), "a slow try on a database that answers goes on")
+	require.NoError(t, w.stop(r))
 	require.EqualValues(t, 1, probes.Load())
 	require.True(t, r.outage.IsZero(), "a slow try on a database that answers is no outage")
 	require.NotContains(t, logs.String(), "bridge_outage")
 
 	probes.Store(0)
-	r, _ = newRetrier(down, logs)
-	r.watch("database unreachable").stop(r)
+	r, _ = newRetrier(logs)
+	require.NoError(t, r.watch(time.Minute, "database unreachable").stop(r))
 	time.Sleep(100 * time.Millisecond)
 	require.Zero(t, probes.Load(), "a try that returns in time asks nothing")
 	require.True(t, r.outage.IsZero())
+}
+
+// A try still waiting when its database, silent before, answers new
+// connections again waits on a connection that will never answer (a hung
+// proxy): the watch ends it. One that outlives its timeout ends too.
+func TestRetrierEndsTriesOnSilentConnections(t *testing.T) {
+	defer func(d, e time.Duration) { slowTry, probeEvery = d, e }(slowTry, probeEvery)
+	slowTry, probeEvery = 20*time.Millisecond, 20*time.Millisecond
+	var up atomic.Bool
+	probe := func(context.Context) error {
+		if up.Load() {
+			return nil
+		}
+		return errors.New("connect: timeout")
+	}
+	logs := &testenv.LogBuffer{}
+	w := &waits{ctx: context.Background(), opts: &Options{Probe: probe}, m: newMetrics(prometheus.NewRegistry())}
+	r := w.retrier(slog.New(slog.NewJSONHandler(logs, nil)), w.database())
+
+	wt := r.watch(time.Minute, "database unreachable")
+	time.Sleep(150 * time.Millisecond)
+	require.NoError(t, wt.ctx.Err(), "nothing answers: the try waits")
+	up.Store(true)
+	select {
+	case <-wt.ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the try still waits once the database answers new connections")
+	}
+	require.ErrorIs(t, wt.stop(r), errSilentConnection)
+	require.Contains(t, logs.String(), "silent connection")
+
+	// After that the database answers: a slow try is left alone.
+	wt = r.watch(time.Minute, "database unreachable")
+	time.Sleep(150 * time.Millisecond)
+	require.NoError(t, wt.ctx.Err())
+	require.NoError(t, wt.stop(r))
+
+	wt = r.watch(30*time.Millisecond, "database unreachable")
+	<-wt.ctx.Done()
+	require.ErrorIs(t, wt.stop(r), errTryTimedOut)
 }

@@ -44,6 +44,9 @@ type retrier struct {
 	bo      backoff.Backoff
 	outage  time.Time // when the outage began; zero while there is none
 	healthy int       // failed tries while the dependency answered its probe
+	// probeFails: the dependency's last probe failed, so a try found
+	// waiting once it answers again waits on a silent connection.
+	probeFails bool
 }
 
 func (w *waits) retrier(log *slog.Logger, dep dependency) *retrier {
@@ -56,9 +59,11 @@ func (w *waits) retrier(log *slog.Logger, dep dependency) *retrier {
 // when the outage begins (counted once), at DEBUG after.
 func (r *retrier) failed(msg string, err error, attrs ...any) bool {
 	if r.w.answers(r.dep.probe) {
+		r.probeFails = false
 		r.healthy++
 		return true
 	}
+	r.probeFails = true
 	r.outageTry(msg, err, attrs...)
 	return false
 }
@@ -83,44 +88,106 @@ func (r *retrier) outageTry(msg string, err error, attrs ...any) {
 // outage is said (logged and counted) as soon as the probe fails.
 var slowTry = 5 * time.Second
 
-// watch is the probe of one slow try.
+// probeEvery is how often a watch probes again while its try waits on a
+// dependency that did not answer.
+var probeEvery = time.Second
+
+// DefaultDatabaseTryTimeout is Options.DatabaseTryTimeout's default: the
+// sessions' default statement_timeout (60s) and a margin.
+const DefaultDatabaseTryTimeout = 65 * time.Second
+
+// errSilentConnection ends a try that still waits once its dependency,
+// silent before, answers new connections again: the try's own connection
+// crosses a peer that accepts and never answers (a hung pooler or proxy, a
+// load balancer that lost the flow), which no TCP timeout ever ends.
+var errSilentConnection = errors.New("the database answers new connections again while this try still waits on its own: " +
+	"its connection is silent for good, and the try runs again on a new one")
+
+// errTryTimedOut ends a try that outlived Options.DatabaseTryTimeout.
+var errTryTimedOut = errors.New("no answer within the database try timeout")
+
+// watch is the probe of one slow try, and the try's context.
 type watch struct {
 	timer    *time.Timer
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	release  context.CancelFunc
+	stopped  chan struct{}
 	done     chan struct{}
 	declared time.Time // when the probe failed; zero if it answered
 }
 
-// watch starts watching a try: once it has waited slowTry, the probe runs,
-// and if it fails the outage begins (msg logged as bridge_outage, counted).
-// Call stop when the try returns. Nothing is watched during an outage.
-func (r *retrier) watch(msg string, attrs ...any) *watch {
-	if !r.outage.IsZero() || r.dep.probe == nil {
-		return nil
+// watch starts watching a try and returns the context it runs with, which
+// ends past timeout. Once the try has waited slowTry, the probe runs: if it
+// fails the outage begins (msg logged as bridge_outage, counted; during an
+// outage it is not said again), and the probe is asked again every
+// probeEvery until it answers, which ends the try (errSilentConnection).
+// A probe that answers at once leaves a slow try alone. Call stop when the
+// try returns.
+func (r *retrier) watch(timeout time.Duration, msg string, attrs ...any) *watch {
+	ctx, cancel := context.WithCancelCause(r.w.ctx)
+	ctx, release := context.WithTimeoutCause(ctx, timeout, errTryTimedOut)
+	w := &watch{ctx: ctx, cancel: cancel, release: release}
+	if r.dep.probe == nil {
+		return w
 	}
-	w := &watch{done: make(chan struct{})}
+	inOutage := r.probeFails
+	w.stopped, w.done = make(chan struct{}), make(chan struct{})
 	w.timer = time.AfterFunc(slowTry, func() {
 		defer close(w.done)
-		if r.w.answers(r.dep.probe) {
-			return
+		silent := inOutage
+		for {
+			answers := r.w.answers(r.dep.probe)
+			switch {
+			case answers && silent:
+				w.cancel(errSilentConnection)
+				r.log.Info("a try waits on a silent connection while the "+r.dep.name+" answers new ones: retrying it on a new one",
+					append(attrs, "dependency", r.dep.name)...)
+				return
+			case answers:
+				return // slow, but the dependency answers: its timeout bounds it
+			case !silent:
+				silent = true
+				w.declared = time.Now()
+				r.w.m.outages.WithLabelValues(r.dep.name).Inc()
+				r.log.Warn(msg, append(attrs, "dependency", r.dep.name,
+					"error", "no answer within "+slowTry.String()+" and the probe fails", "event", "bridge_outage")...)
+			}
+			select {
+			case <-w.stopped:
+				return
+			case <-time.After(probeEvery):
+			}
 		}
-		w.declared = time.Now()
-		r.w.m.outages.WithLabelValues(r.dep.name).Inc()
-		r.log.Warn(msg, append(attrs, "dependency", r.dep.name,
-			"error", "no answer within "+slowTry.String()+" and the probe fails", "event", "bridge_outage")...)
 	})
 	return w
 }
 
 // stop ends the watch once its try returned, waiting for a probe under way;
-// an outage the probe proved is the retrier's from then on.
-func (w *watch) stop(r *retrier) {
-	if w == nil || w.timer.Stop() {
-		return
+// an outage the probe proved is the retrier's from then on. It returns why
+// the watch ended the try (errSilentConnection, errTryTimedOut), nil when
+// it did not.
+func (w *watch) stop(r *retrier) error {
+	if w.timer != nil && !w.timer.Stop() {
+		close(w.stopped)
+		<-w.done
+		if !w.declared.IsZero() {
+			r.probeFails = true
+			if r.outage.IsZero() {
+				r.outage = w.declared
+			}
+		}
 	}
-	<-w.done
-	if !w.declared.IsZero() {
-		r.outage = w.declared
+	cause := context.Cause(w.ctx)
+	if cause == errSilentConnection {
+		r.probeFails = false
 	}
+	w.release()
+	w.cancel(nil)
+	if r.w.ctx.Err() != nil || (cause != errSilentConnection && cause != errTryTimedOut) {
+		return nil
+	}
+	return cause
 }
 
 // wait sleeps the next backoff; false when the partition stopped first.
@@ -131,11 +198,26 @@ func (r *retrier) pausedFor() string { return time.Since(r.outage).Round(time.Mi
 
 // until runs try until it succeeds, logging each failure (WARN first, DEBUG
 // after) and waiting with backoff between tries. False when the partition
-// stopped first.
+// stopped first. A database try is watched as a batch is: bounded by
+// Options.DatabaseTryTimeout, and ended when it waits on a silent
+// connection.
 func (w *waits) until(log *slog.Logger, dep string, what string, try func(ctx context.Context) error) bool {
 	bo := backoff.Backoff{Min: w.opts.MinBackoff, Max: w.opts.MaxBackoff}
+	var r *retrier
+	if dep == "database" {
+		r = w.retrier(log, w.database())
+	}
 	for n := 0; ; n++ {
-		err := try(w.ctx)
+		var err error
+		if r != nil {
+			wt := r.watch(w.opts.DatabaseTryTimeout, what)
+			err = try(wt.ctx)
+			if hung := wt.stop(r); hung != nil {
+				err = hung
+			}
+		} else {
+			err = try(w.ctx)
+		}
 		if err == nil {
 			return true
 		}

@@ -1,0 +1,135 @@
+package testenv
+
+import (
+	"io"
+	"net"
+	"sync"
+	"testing"
+)
+
+// HungPeer is a TCP proxy that can stop answering the way a hung pooler,
+// database proxy or load balancer does: the connections it holds stay open
+// and everything sent on them is acknowledged (it reads and drops it), but
+// nothing comes back, so neither TCP keepalive nor TCP_USER_TIMEOUT ever
+// fires on the client's side.
+type HungPeer struct {
+	// Addr is the proxy's address (host:port on loopback).
+	Addr string
+
+	target string
+	mu     sync.Mutex
+	hung   bool
+	links  []*hungLink
+	all    []net.Conn
+}
+
+// hungLink is one client connection and its upstream; once silenced it
+// answers nothing again.
+type hungLink struct {
+	mu     sync.Mutex
+	silent bool
+	client net.Conn
+}
+
+// NewHungPeer serves target (host:port) through a proxy of its own until
+// the test ends.
+func NewHungPeer(t testing.TB, target string) *HungPeer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("testenv: hung peer for %s: %v", target, err)
+	}
+	p := &HungPeer{Addr: ln.Addr().String(), target: target}
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, c := range p.all {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.serve(c)
+		}
+	}()
+	return p
+}
+
+// Hang silences every connection the proxy holds, for good, and every one
+// it accepts until Answer.
+func (p *HungPeer) Hang() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.hung = true
+	for _, l := range p.links {
+		l.mu.Lock()
+		l.silent = true
+		l.mu.Unlock()
+	}
+}
+
+// Answer serves new connections again; those silenced stay silent, as a
+// peer's lost flows do.
+func (p *HungPeer) Answer() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.hung = false
+}
+
+func (p *HungPeer) serve(c net.Conn) {
+	l := &hungLink{client: c}
+	p.mu.Lock()
+	p.all = append(p.all, c)
+	l.silent = p.hung
+	p.links = append(p.links, l)
+	p.mu.Unlock()
+	if l.silent {
+		_, _ = io.Copy(io.Discard, c)
+		return
+	}
+	up, err := net.Dial("tcp", p.target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	p.mu.Lock()
+	p.all = append(p.all, up)
+	p.mu.Unlock()
+	go l.copy(up, c)
+	l.copy(c, up)
+}
+
+// copy copies src to dst until either ends or the link is silenced; a
+// silenced link goes on reading src (so its sender is acknowledged) and
+// writes nothing.
+func (l *hungLink) copy(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			l.mu.Lock()
+			silent := l.silent
+			l.mu.Unlock()
+			if !silent {
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+		}
+		if err != nil {
+			l.mu.Lock()
+			silent := l.silent
+			l.mu.Unlock()
+			if !silent {
+				dst.Close()
+				src.Close()
+			}
+			return
+		}
+	}
+}

@@ -1,0 +1,101 @@
+package starter
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/causet/projection-retry/internal/testenv"
+	"github.com/causet/projection-retry/parking"
+	"github.com/causet/projection-retry/projection"
+)
+
+// A peer in front of PostgreSQL (a pooler, a database proxy, a load
+// balancer that lost its flows) stops answering while events flow: the
+// connections it holds stay open and acknowledged but silent for good, and
+// new ones are served again after hangFor. The bridge pauses through it as
+// through any outage, dead-letters nothing, and catches up within 30 s of
+// new connections being answered; its in-flight transactions, which no TCP
+// timeout ends, are ended once the database answers new connections.
+func TestBridgeKafkaCatchesUpAfterAHungDatabaseProxy(t *testing.T) {
+	const hangFor = 20 * time.Second
+	h, o := orderedHarness(t, 2)
+	cfg := h.pool.Config().Copy()
+	peer := testenv.NewHungPeer(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
+	host, port, err := net.SplitHostPort(peer.Addr)
+	require.NoError(t, err)
+	p, err := strconv.Atoi(port)
+	require.NoError(t, err)
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(p)
+	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	cfg.PingTimeout = 2 * time.Second
+	pool, err := pgxpool.NewWithConfig(h.ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	engine, err := projection.NewEngine(h.ctx, pool, h.logger)
+	require.NoError(t, err)
+	t.Cleanup(engine.Close)
+	probeCfg := cfg.ConnConfig.Copy()
+	o.Engine, o.Parking = engine, parking.NewStore(pool)
+	o.Probe = func(ctx context.Context) error {
+		conn, err := pgx.ConnectConfig(ctx, probeCfg.Copy())
+		if err != nil {
+			return err
+		}
+		defer conn.Close(context.Background())
+		return conn.Ping(ctx)
+	}
+	o.ProbeTimeout = 2 * time.Second
+	h.start(o)
+
+	// Events flow on 20 keys, 2 partitions, all through the hang.
+	const keys, perKey = 20, 40
+	var produced atomic.Int32
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for n := 1; n <= perKey; n++ {
+			for k := range keys {
+				a := fmt.Sprintf("%shung%d", h.prefix, k)
+				if err := h.producer.ProduceSync(h.ctx, envRecord(int32(k%2), sequenced(nth(h, a, n), int64(n)))).FirstErr(); err != nil {
+					t.Error(err)
+					return
+				}
+				produced.Add(1)
+			}
+			time.Sleep(time.Second)
+		}
+	}()
+	applied := func() int { return h.count(`SELECT count(*) FROM stats_audit WHERE artist_id LIKE $1`, h.prefix+"hung%") }
+	require.Eventually(t, func() bool { return applied() >= 5*keys }, time.Minute, 100*time.Millisecond, "applies before the hang")
+
+	peer.Hang()
+	hungAt := applied()
+	time.Sleep(hangFor)
+	peer.Answer()
+	t.Logf("applied %d when the proxy hung, %d when it answered again", hungAt, applied())
+	answered := time.Now()
+	<-done
+	require.Eventually(t, func() bool { return applied() == keys*perKey }, 30*time.Second+time.Until(answered.Add(time.Duration(perKey)*time.Second)),
+		200*time.Millisecond, "caught up within 30 s of the proxy answering (and of the last event): %d of %d", applied(), keys*perKey)
+	t.Logf("caught up %.1f s after the proxy answered new connections", time.Since(answered).Seconds())
+	for k := range keys {
+		a := fmt.Sprintf("%shung%d", h.prefix, k)
+		got := h.audit(a)
+		require.Len(t, got, perKey, a)
+		for i, v := range got {
+			require.EqualValues(t, i+1, v, "%s applied once each, in order: %v", a, got)
+		}
+	}
+	require.Empty(t, h.dlqRecordsNow(), "nothing dead-lettered")
+	require.Empty(t, h.workflowsOnQueue(), "no event handed to Temporal")
+	require.Contains(t, h.logs.String(), "silent connection", "an in-flight transaction was ended by the watch")
+}
