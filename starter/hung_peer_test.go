@@ -74,7 +74,9 @@ func TestBridgeKafkaCatchesUpAfterAHungDatabaseProxy(t *testing.T) {
 			time.Sleep(time.Second)
 		}
 	}()
-	applied := func() int { return h.count(`SELECT count(*) FROM stats_audit WHERE artist_id LIKE $1`, h.prefix+"hung%") }
+	applied := func() int {
+		return h.count(`SELECT count(*) FROM stats_audit WHERE artist_id LIKE $1`, h.prefix+"hung%")
+	}
 	require.Eventually(t, func() bool { return applied() >= 5*keys }, time.Minute, 100*time.Millisecond, "applies before the hang")
 
 	peer.Hang()
