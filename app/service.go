@@ -134,13 +134,26 @@ func (s *Service) BridgeOptions() (starter.Options, error) {
 	return opts, nil
 }
 
-// NewBridge builds the Kafka bridge with BridgeOptions. Run it with Run.
+// NewBridge builds the Kafka bridge with BridgeOptions, and makes /healthz
+// fail while it is stuck (WatchBridge). Run it with Run.
 func (s *Service) NewBridge() (*starter.Bridge, error) {
 	opts, err := s.BridgeOptions()
 	if err != nil {
 		return nil, err
 	}
-	return starter.New(opts)
+	b, err := starter.New(opts)
+	if err != nil {
+		return nil, err
+	}
+	s.WatchBridge(b)
+	return b, nil
+}
+
+// WatchBridge makes /healthz fail while a partition of b with work has made
+// no progress for starter.StallAfter, so that an orchestrator restarts a
+// process stuck in a call nothing ends.
+func (s *Service) WatchBridge(b *starter.Bridge) {
+	s.health.AddLive(health.Live{Name: "bridge", Check: func() error { return b.Stalled(starter.StallAfter) }})
 }
 
 // ServeMetrics serves Registry as /metrics, with /healthz and /readyz

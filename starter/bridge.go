@@ -74,6 +74,7 @@ func New(opts Options) (*Bridge, error) {
 		Incidents: opts.Incidents, Retry: opts.Retry, Store: opts.IncidentStore, Client: opts.IncidentClient,
 		TaskQueue: opts.TaskQueue, Timeout: opts.StartTimeout, IRVersion: b.irVersion, Logger: b.log, Registerer: opts.Registerer,
 	})
+	b.registerStallGauge(opts.Registerer)
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	// The group may assign partitions before New returns, and each keeps the
 	// publisher: it exists first, its client is set below (records are

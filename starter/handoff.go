@@ -104,13 +104,19 @@ func (h *handoffs) handOffThen(seg *segment, rec *kgo.Record, in contract.RetryI
 
 // acquireSlot waits for one of the bridge's MaxInflight slots; false when
 // the partition stopped first.
+// Waiting for a slot is a known wait (the hand-offs holding them wait on
+// Temporal with backoff), beaten every second, not a stall.
 func (h *handoffs) acquireSlot() bool {
-	select {
-	case h.sem <- struct{}{}:
-		h.m.inflight.Inc()
-		return true
-	case <-h.ctx.Done():
-		return false
+	for {
+		select {
+		case h.sem <- struct{}{}:
+			h.m.inflight.Inc()
+			return true
+		case <-h.ctx.Done():
+			return false
+		case <-time.After(time.Second):
+			h.beat()
+		}
 	}
 }
 

@@ -256,6 +256,7 @@ func (r *orderedRouter) waitBounds(items []item) bool {
 		case <-p.ctx.Done():
 			return false
 		}
+		p.beat() // a wait for releases is a known wait, not a stall
 	}
 }
 

@@ -203,14 +203,20 @@ func (p *partition) run() {
 		select {
 		case bt = <-batches:
 		case <-p.router.wake():
-			if !p.router.between() {
+			p.busy()
+			ok := p.router.between()
+			p.idle()
+			if !ok {
 				return
 			}
 			continue
 		case <-p.ctx.Done():
 			return
 		}
-		if !p.process(bt) {
+		p.busy()
+		ok := p.process(bt)
+		p.idle()
+		if !ok {
 			return
 		}
 	}
@@ -451,6 +457,7 @@ func (p *partition) applyThroughOutage(items []item, last *kgo.Record, apply fun
 		w := r.watch(p.opts.DatabaseTryTimeout, outageMsg, append(offsetAttrs(items, last), "events", len(items))...)
 		outcomes, err := apply(w.ctx)
 		hung := w.stop(r)
+		p.beat()
 		if p.ctx.Err() != nil {
 			return nil, applyResult{verdict: verdictStopped}
 		}

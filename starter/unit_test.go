@@ -315,3 +315,29 @@ func TestRetrierEndsTriesOnSilentConnections(t *testing.T) {
 	<-wt.ctx.Done()
 	require.ErrorIs(t, wt.stop(r), errTryTimedOut)
 }
+
+// A partition with work that has made no progress for the stall time is
+// reported (the bridge's /healthz fails); one idle, or one that waits with
+// progress (tries returning, backoffs ending), is not.
+func TestBridgeReportsAStalledPartition(t *testing.T) {
+	stuck := &partition{topic: "events", id: 3, handoffs: &handoffs{waits: &waits{}}}
+	moving := &partition{topic: "events", id: 4, handoffs: &handoffs{waits: &waits{}}}
+	idle := &partition{topic: "events", id: 5, handoffs: &handoffs{waits: &waits{}}}
+	b := &Bridge{parts: map[topicPartition]*partition{{"events", 3}: stuck, {"events", 4}: moving, {"events", 5}: idle}}
+	require.NoError(t, b.Stalled(time.Minute))
+	require.Zero(t, b.longestStall())
+
+	stuck.busy()
+	moving.busy()
+	long := time.Now().Add(-2 * time.Minute).UnixNano()
+	stuck.lastBeat.Store(long)
+	moving.busySince.Store(long)
+	moving.beat()
+	idle.lastBeat.Store(long) // idle: no work waits, however long ago it last moved
+	err := b.Stalled(time.Minute)
+	require.ErrorContains(t, err, "partition 3 of events has made no progress for 2m0s while it has work")
+	require.InDelta(t, 120, b.longestStall(), 2)
+
+	stuck.idle()
+	require.NoError(t, b.Stalled(time.Minute))
+}

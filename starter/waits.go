@@ -31,6 +31,9 @@ type waits struct {
 	ctx  context.Context
 	opts *Options
 	m    *metrics
+	// progress is the partition's (stalled.go): every try that returns and
+	// every backoff that ends is progress.
+	progress
 }
 
 func (w *waits) database() dependency { return dependency{"database", w.opts.Probe} }
@@ -191,7 +194,10 @@ func (w *watch) stop(r *retrier) error {
 }
 
 // wait sleeps the next backoff; false when the partition stopped first.
-func (r *retrier) wait() bool { return r.bo.Wait(r.w.ctx) == nil }
+func (r *retrier) wait() bool {
+	defer r.w.beat()
+	return r.bo.Wait(r.w.ctx) == nil
+}
 
 // pausedFor is how long the outage has lasted, for its closing log line.
 func (r *retrier) pausedFor() string { return time.Since(r.outage).Round(time.Millisecond).String() }
@@ -218,6 +224,7 @@ func (w *waits) until(log *slog.Logger, dep string, what string, try func(ctx co
 		} else {
 			err = try(w.ctx)
 		}
+		w.beat()
 		if err == nil {
 			return true
 		}
@@ -232,6 +239,7 @@ func (w *waits) until(log *slog.Logger, dep string, what string, try func(ctx co
 		if bo.Wait(w.ctx) != nil {
 			return false
 		}
+		w.beat()
 	}
 }
 

@@ -13,11 +13,12 @@ type bridgeCmd struct{}
 
 func (bridgeCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	// The bridge itself is built once /metrics answers.
-	return serve(ctx, logger, (*app.Service).BridgeOptions, func(ctx context.Context, _ *app.Service, opts starter.Options) error {
+	return serve(ctx, logger, (*app.Service).BridgeOptions, func(ctx context.Context, svc *app.Service, opts starter.Options) error {
 		b, err := starter.New(opts)
 		if err != nil {
 			return err
 		}
+		svc.WatchBridge(b)
 		return b.Run(ctx)
 	})
 }

@@ -22,13 +22,23 @@ type Check struct {
 	Probe func(context.Context) error
 }
 
-// Health answers GET /healthz (200 while the process runs) and GET /readyz
+// Live is one liveness check of /healthz: in-process, asking no other
+// service (a dependency that is down must not get the process restarted),
+// and quick.
+type Live struct {
+	Name  string
+	Check func() error
+}
+
+// Health answers GET /healthz (200 while the process runs and every
+// liveness check passes, else 503 naming the failing ones) and GET /readyz
 // (200 when every check answers within the timeout, else 503 naming the
 // failing ones). Checks may be added while it serves.
 type Health struct {
 	timeout time.Duration
 	mu      sync.Mutex
 	checks  []Check
+	live    []Live
 }
 
 // New returns a Health with checks; timeout <= 0 is DefaultTimeout.
@@ -46,10 +56,43 @@ func (h *Health) Add(c Check) {
 	h.mu.Unlock()
 }
 
+// AddLive adds a liveness check to /healthz.
+func (h *Health) AddLive(l Live) {
+	h.mu.Lock()
+	h.live = append(h.live, l)
+	h.mu.Unlock()
+}
+
+// Alive runs the liveness checks: the reason of a failure names the failing
+// ones ("" while all pass).
+func (h *Health) Alive() (checks map[string]string, reason string) {
+	h.mu.Lock()
+	ls := append([]Live(nil), h.live...)
+	h.mu.Unlock()
+	var failed []string
+	for _, l := range ls {
+		if checks == nil {
+			checks = map[string]string{}
+		}
+		if err := l.Check(); err != nil {
+			checks[l.Name] = oneLineError(err)
+			failed = append(failed, l.Name+": "+checks[l.Name])
+			continue
+		}
+		checks[l.Name] = "ok"
+	}
+	return checks, strings.Join(failed, "; ")
+}
+
 // Register serves /healthz and /readyz on mux.
 func (h *Health) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeHealth(w, http.StatusOK, healthBody{Status: "ok"})
+		checks, reason := h.Alive()
+		if reason != "" {
+			writeHealth(w, http.StatusServiceUnavailable, healthBody{Status: "stuck", Reason: reason, Checks: checks})
+			return
+		}
+		writeHealth(w, http.StatusOK, healthBody{Status: "ok", Checks: checks})
 	})
 	mux.HandleFunc("GET /readyz", h.ready)
 }

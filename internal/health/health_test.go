@@ -95,3 +95,23 @@ func TestHealthTimeout(t *testing.T) {
 	// handler gives up on it, or not: either way it names the timeout.
 	require.Regexp(t, `^temporal: no answer within 200ms( \(context deadline exceeded\))?; kafka: no answer within 200ms$`, a.Reason)
 }
+
+// A liveness check that fails fails /healthz, naming it; /readyz does not
+// ask it.
+func TestHealthLivenessNamesTheStuckPart(t *testing.T) {
+	h := health.New(time.Second, health.Check{Name: "postgres", Probe: probe(nil)})
+	var stuck error
+	h.AddLive(health.Live{Name: "bridge", Check: func() error { return stuck }})
+	code, a := serveHealth(t, h, "/healthz")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, healthAnswer{Status: "ok", Checks: map[string]string{"bridge": "ok"}}, a)
+
+	stuck = errors.New("partition 3 of events has made no progress for 5m0s while it has work")
+	code, a = serveHealth(t, h, "/healthz")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Equal(t, "stuck", a.Status)
+	require.Equal(t, "bridge: partition 3 of events has made no progress for 5m0s while it has work", a.Reason)
+
+	code, _ = serveHealth(t, h, "/readyz")
+	require.Equal(t, http.StatusOK, code)
+}
