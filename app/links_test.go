@@ -268,3 +268,37 @@ func TestPoolReplacesASilentIdleConnection(t *testing.T) {
 	require.NotEqual(t, port, localPort(t, c.Conn()), "a new connection")
 	require.Less(t, time.Since(start), app.PoolPingTimeout+5*time.Second, "replaced at the ping timeout, not the link timeout")
 }
+
+// A Temporal client whose connection crosses a peer that stops answering
+// (a hung proxy or load balancer: everything acknowledged, nothing answered,
+// so no TCP timeout fires) answers again soon after the peer serves new
+// connections: gRPC's keepalive ping ends the silent connection, and the
+// client dials a new one. The bridge's starts and the worker's polls ride
+// on this client.
+func TestTemporalClientLeavesAHungPeer(t *testing.T) {
+	srv := testenv.Temporal(t)
+	peer := testenv.NewHungPeer(t, srv.HostPort)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	tc, err := app.DialTemporal(ctx, quietLogger(), app.TemporalOptions{HostPort: peer.Addr, LinkTimeout: dialer.DefaultLinkTimeout})
+	require.NoError(t, err)
+	defer tc.Close()
+	probe := func() error {
+		cctx, ccancel := context.WithTimeout(ctx, time.Second)
+		defer ccancel()
+		return tc.Probe(cctx)
+	}
+	require.NoError(t, probe())
+
+	peer.Hang()
+	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+		require.Error(t, probe(), "a call answered while the peer was hung")
+	}
+	peer.Answer()
+	answered := time.Now()
+	for probe() != nil {
+		require.Less(t, time.Since(answered), 30*time.Second, "the client still waits on the hung peer 30 s after it answers new connections")
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("answers %s after the peer serves new connections again", time.Since(answered).Round(100*time.Millisecond))
+}
