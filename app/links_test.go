@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sys/unix"
 
@@ -301,4 +302,58 @@ func TestTemporalClientLeavesAHungPeer(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Logf("answers %s after the peer serves new connections again", time.Since(answered).Round(100*time.Millisecond))
+}
+
+// advertised is a listener that reports another address, so that a kfake
+// broker advertises the hung peer in front of it.
+type advertised struct {
+	net.Listener
+	addr net.Addr
+}
+
+func (l advertised) Addr() net.Addr { return l.addr }
+
+// A Kafka client whose connection crosses a peer that stops answering gets
+// its produce through soon after the peer serves new connections: the
+// request's own deadline ends the silent connection, and the client retries
+// on a new one. The bridge's dead letters and the relay's batches are such
+// produces, waited for without a deadline of their own.
+func TestKafkaProduceLeavesAHungPeer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	peer := testenv.NewHungPeer(t, ln.Addr().String())
+	peerAddr, err := net.ResolveTCPAddr("tcp", peer.Addr)
+	require.NoError(t, err)
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(1),
+		kfake.ListenFn(func(string, string) (net.Listener, error) { return advertised{ln, peerAddr}, nil }))
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	brokers := c.ListenAddrs()
+	require.Equal(t, []string{peer.Addr}, brokers, "the broker advertises the peer")
+	opts, err := app.KafkaConnOpts(config.KafkaSecurity{}, dialer.DefaultLinkTimeout)
+	require.NoError(t, err)
+	cl, err := kgo.NewClient(append(opts, kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("hung"), kgo.AllowAutoTopicCreation())...)
+	require.NoError(t, err)
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	require.NoError(t, cl.ProduceSync(ctx, &kgo.Record{Value: []byte("before")}).FirstErr())
+
+	peer.Hang()
+	done := make(chan error, 1)
+	go func() { done <- cl.ProduceSync(context.Background(), &kgo.Record{Value: []byte("during")}).FirstErr() }()
+	select {
+	case err := <-done:
+		t.Fatalf("a produce answered while the peer was hung: %v", err)
+	case <-time.After(20 * time.Second):
+	}
+	peer.Answer()
+	answered := time.Now()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+		t.Logf("produced %s after the peer serves new connections again", time.Since(answered).Round(100*time.Millisecond))
+	case <-time.After(30 * time.Second):
+		t.Fatal("the produce still waits on the hung peer 30 s after it answers new connections")
+	}
 }
