@@ -92,6 +92,22 @@ func (a *Incidents) SetIncidentState(ctx context.Context, in contract.SetInciden
 	return err
 }
 
+// IncidentRestart returns the input of a new run of incident id when its
+// row holds (releases, dead-letters) events — a bridge reopened it as a new
+// hold — and nil when the row has ended or there is none.
+func (a *Incidents) IncidentRestart(ctx context.Context, id string) (*contract.IncidentInput, error) {
+	row, found, err := a.Store.Get(ctx, id)
+	if err != nil || !found {
+		return nil, err
+	}
+	switch row.State {
+	case contract.IncidentHolding, contract.IncidentReleasing, contract.IncidentDeadLettering:
+		in := row.RestartInput(time.Now())
+		return &in, nil
+	}
+	return nil, nil
+}
+
 // AwaitIncidentReleased waits until the bridges have released (or
 // dead-lettered) every event parked for the incident, heartbeating the
 // count left.

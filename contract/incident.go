@@ -30,6 +30,9 @@ const (
 	ProbeIncidentActivity         = "ProbeIncident"
 	SetIncidentStateActivity      = "SetIncidentState"
 	AwaitIncidentReleasedActivity = "AwaitIncidentReleased"
+	// IncidentRestartActivity returns a new run's input for an incident
+	// whose row holds (releases, dead-letters) events, nil when it ended.
+	IncidentRestartActivity = "IncidentRestart"
 	DeadLetterHeldActivity        = "DeadLetterHeld"
 )
 

@@ -121,6 +121,7 @@ func RegisterIncidents(r sdkworker.Registry, a *activities.Incidents) {
 	r.RegisterActivityWithOptions(a.ProbeIncident, activity.RegisterOptions{Name: contract.ProbeIncidentActivity})
 	r.RegisterActivityWithOptions(a.SetIncidentState, activity.RegisterOptions{Name: contract.SetIncidentStateActivity})
 	r.RegisterActivityWithOptions(a.AwaitIncidentReleased, activity.RegisterOptions{Name: contract.AwaitIncidentReleasedActivity})
+	r.RegisterActivityWithOptions(a.IncidentRestart, activity.RegisterOptions{Name: contract.IncidentRestartActivity})
 }
 
 // RolloutVersioningBehavior: a rollout replays for minutes and its

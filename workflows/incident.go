@@ -54,7 +54,23 @@ func ProjectionIncidentWorkflow(ctx workflow.Context, in contract.IncidentInput)
 	}
 	err := w.finish(ctx)
 	// Failures reported while the incident closed still count.
-	w.takeFailures(ctx)
+	reopened := w.takeFailures(ctx) > 0
+	if err == nil && reopened && w.held() && workflow.GetVersion(ctx, changeIncidentTakesOverReopen, workflow.DefaultVersion, 1) >= 1 {
+		// A bridge reported failures after the row's final move: it may have
+		// reopened the row (a new hold) and found this run still open, so
+		// signalled it instead of starting one. This run takes the new hold
+		// over, explicitly: it continues as new from the row.
+		var next *contract.IncidentInput
+		o := incidentStateActivity
+		o.Summary = "did a bridge reopen the incident's row? (a new hold)"
+		if err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, o), contract.IncidentRestartActivity, w.id()).Get(ctx, &next); err != nil {
+			return w.st, err
+		}
+		if next != nil {
+			workflow.GetLogger(ctx).Info("the incident's row reopened as a new hold: this run takes it over", "state", string(next.Status.State))
+			return w.st, workflow.NewContinueAsNewError(ctx, ProjectionIncidentWorkflow, *next)
+		}
+	}
 	return w.st, err
 }
 
@@ -222,13 +238,14 @@ func (w *incidentRun) nextDelay() time.Duration {
 	return min(time.Duration(d), r.Max)
 }
 
-// takeFailures counts the failures signals delivered but not received yet.
-func (w *incidentRun) takeFailures(ctx workflow.Context) {
+// takeFailures counts the failures signals delivered but not received yet,
+// and returns how many it received.
+func (w *incidentRun) takeFailures(ctx workflow.Context) int {
 	c := workflow.GetSignalChannel(ctx, contract.SignalIncidentFailures)
-	for {
+	for n := 0; ; n++ {
 		var f contract.IncidentFailures
 		if !c.ReceiveAsync(&f) {
-			return
+			return n
 		}
 		w.addFailures(f)
 	}
@@ -341,6 +358,9 @@ func (w *incidentRun) finish(ctx workflow.Context) error {
 		now := workflow.Now(ctx).UTC()
 		w.st.CaughtUpAt = &now
 	}
+	// Reports of this hold that came while it drained count before the
+	// final move; one after it may be of a reopened row (the caller's).
+	w.takeFailures(ctx)
 	w.st.State = final
 	w.upsertState(ctx)
 	return workflow.ExecuteActivity(moveTo(final), contract.SetIncidentStateActivity,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -49,6 +50,10 @@ type incHarness struct {
 	onProbe func(n int)
 	// onAwait, when set, runs inside AwaitIncidentReleased.
 	onAwait func()
+	// onSetState, when set, runs inside SetIncidentState.
+	onSetState func(contract.SetIncidentStateInput)
+	// restart answers IncidentRestart (nil: the row has ended).
+	restart *contract.IncidentInput
 
 	mu     sync.Mutex
 	calls  []incCall
@@ -76,8 +81,15 @@ func newIncHarness(t *testing.T, probe func(n int) (contract.ProbeResult, error)
 	}, activity.RegisterOptions{Name: contract.ProbeIncidentActivity})
 	h.env.RegisterActivityWithOptions(func(_ context.Context, in contract.SetIncidentStateInput) error {
 		h.record(contract.SetIncidentStateActivity, in)
+		if h.onSetState != nil {
+			h.onSetState(in)
+		}
 		return nil
 	}, activity.RegisterOptions{Name: contract.SetIncidentStateActivity})
+	h.env.RegisterActivityWithOptions(func(_ context.Context, id string) (*contract.IncidentInput, error) {
+		h.record(contract.IncidentRestartActivity, id)
+		return h.restart, nil
+	}, activity.RegisterOptions{Name: contract.IncidentRestartActivity})
 	h.env.RegisterActivityWithOptions(func(_ context.Context, id string) error {
 		h.record(contract.AwaitIncidentReleasedActivity, id)
 		if h.onAwait != nil {
@@ -632,4 +644,43 @@ func TestIncidentCountsAReportOnce(t *testing.T) {
 	require.Equal(t, 4, st.EventsAffected)
 	require.Equal(t, 6, st.EventsHeld)
 	require.Equal(t, []string{"ev-1"}, st.SampleEventIDs)
+}
+
+// A bridge that reopens the row (a new hold) just after the run's final
+// move finds the run still open and signals it: the run takes the new hold
+// over, continuing as new from the row, rather than close and leave it
+// without a run. A late report of its own hold (the row has ended) counts
+// and the run completes.
+func TestIncidentTakesOverItsReopenedRow(t *testing.T) {
+	report := contract.IncidentFailures{Key: "bridge-a/9", Events: 2, Held: 2, EventIDs: []string{"ev-new"}, At: start.Add(time.Minute)}
+	afterFinalMove := func(h *incHarness) {
+		h.onSetState = func(in contract.SetIncidentStateInput) {
+			if in.State == contract.IncidentResolved {
+				h.env.SignalWorkflow(contract.SignalIncidentFailures, report)
+			}
+		}
+	}
+
+	h := newIncHarness(t, failing(0))
+	afterFinalMove(h)
+	in := incInput(config.IncidentHold, config.DefaultRetry())
+	reopened := incident.Row{ID: incID, State: contract.IncidentHolding, Input: in, OpenedAt: start.Add(time.Minute), EventsAffected: 2, EventsHeld: 2}
+	next := reopened.RestartInput(start.Add(time.Minute))
+	h.restart = &next
+	h.env.ExecuteWorkflow(contract.IncidentWorkflowName, in)
+	require.True(t, h.env.IsWorkflowCompleted())
+	var can *workflow.ContinueAsNewError
+	require.ErrorAs(t, h.env.GetWorkflowError(), &can, "the run continues as new with the reopened hold")
+	var got contract.IncidentInput
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &got))
+	require.Equal(t, contract.IncidentHolding, got.Status.State)
+	require.Nil(t, got.Status.ResolvedAt, "the new hold is undecided: it probes")
+	require.Equal(t, start.Add(time.Minute), got.Status.FirstSeen, "its deadline runs from the reopen")
+	require.Equal(t, append(slices.Clone(releaseCalls), incCall{Name: contract.IncidentRestartActivity, Arg: incID}), h.finishCalls())
+
+	h = newIncHarness(t, failing(0))
+	afterFinalMove(h)
+	st := h.run(t, in)
+	require.Equal(t, contract.IncidentResolved, st.State, "the row had ended: a late report of its own hold")
+	require.Equal(t, 2, st.EventsAffected)
 }

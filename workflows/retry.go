@@ -38,6 +38,10 @@ const (
 	// changeIncidentMovesFrom makes an incident's row moves compare-and-set
 	// and drains a dead-letter-all in state dead_lettering.
 	changeIncidentMovesFrom = "incident-moves-from"
+	// changeIncidentTakesOverReopen lets an incident run that a bridge
+	// signalled after its final move (a reopen of its row: a new hold)
+	// continue as new with that hold instead of leaving it without a run.
+	changeIncidentTakesOverReopen = "incident-takes-over-reopen"
 )
 
 // deadLetterRetry never gives up: the record must not be lost, so the
