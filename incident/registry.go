@@ -369,6 +369,12 @@ func (r *Registry) refresh(parent context.Context) {
 		if k == nil {
 			k = &known{id: row.ID, in: row.Input, irVersion: r.irVersion(row.Input.Projection)}
 			r.byFP[row.Input.Fingerprint] = k
+			if row.State == contract.IncidentHolding {
+				// Should its first report find no run, the run it starts goes
+				// on from the row: its opening time and counts.
+				in := row.RestartInput(now)
+				k.restart = &in
+			}
 		}
 		k.state = row.State
 		if ended[row.ID] {
