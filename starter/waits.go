@@ -117,7 +117,9 @@ type watch struct {
 	release  context.CancelFunc
 	stopped  chan struct{}
 	done     chan struct{}
-	declared time.Time // when the probe failed; zero if it answered
+	declared time.Time // when the probe failed and the outage was said; zero if not
+	// probeFailed: the probe failed while the try waited.
+	probeFailed bool
 }
 
 // watch starts watching a try and returns the context it runs with, which
@@ -134,7 +136,7 @@ func (r *retrier) watch(timeout time.Duration, msg string, attrs ...any) *watch 
 	if r.dep.probe == nil {
 		return w
 	}
-	inOutage := r.probeFails
+	inOutage, said := r.probeFails, !r.outage.IsZero()
 	w.stopped, w.done = make(chan struct{}), make(chan struct{})
 	w.timer = time.AfterFunc(slowTry, func() {
 		defer close(w.done)
@@ -150,7 +152,10 @@ func (r *retrier) watch(timeout time.Duration, msg string, attrs ...any) *watch 
 			case answers:
 				return // slow, but the dependency answers: its timeout bounds it
 			case !silent:
-				silent = true
+				silent, w.probeFailed = true, true
+				if said {
+					break // the outage this try is part of was said already
+				}
 				w.declared = time.Now()
 				r.w.m.outages.WithLabelValues(r.dep.name).Inc()
 				r.log.Warn(msg, append(attrs, "dependency", r.dep.name,
@@ -174,11 +179,11 @@ func (w *watch) stop(r *retrier) error {
 	if w.timer != nil && !w.timer.Stop() {
 		close(w.stopped)
 		<-w.done
-		if !w.declared.IsZero() {
+		if w.probeFailed {
 			r.probeFails = true
-			if r.outage.IsZero() {
-				r.outage = w.declared
-			}
+		}
+		if !w.declared.IsZero() && r.outage.IsZero() {
+			r.outage = w.declared
 		}
 	}
 	cause := context.Cause(w.ctx)
