@@ -25,7 +25,7 @@ KAFKA_TEST_PATTERN   ?= Kafka
 KAFKA_PORT           ?= 9092
 KAFKA_BROKERS        ?= 127.0.0.1:$(KAFKA_PORT)
 
-.PHONY: all dev tools test test-kafka lint build kafka-start kafka-stop kafka-status clean reliability model
+.PHONY: all dev tools test test-kafka lint build kafka-start kafka-stop kafka-status clean reliability model soak
 
 all: lint test build
 
@@ -78,6 +78,13 @@ clean:
 # `scripts/reliability.sh --short` is the CI profile.
 reliability: tools
 	scripts/reliability.sh
+
+# Soak (RELIABILITY.md "Soak"): two bridges and two workers under faults
+# drawn from a seed for DURATION, then the checker; SEED replays a schedule.
+DURATION ?= 8m
+soak: tools
+	CAUSET_SOAK=1 CAUSET_SOAK_DURATION=$(DURATION) $(if $(SEED),CAUSET_SOAK_SEED=$(SEED)) \
+		$(GO) test -count=1 -v -timeout 3h -run '^TestSoak' ./reliability/
 
 SEEDS         ?= 1000
 MODEL_PARALLEL ?= 8

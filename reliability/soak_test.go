@@ -1,0 +1,477 @@
+package reliability
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/causet/projection-retry/internal/testenv"
+)
+
+// The soak (`make soak`, RELIABILITY.md "Soak"): the read path as a user
+// runs it — two bridges and two workers on one group and task queue, a
+// paced stream with 2 % of events failing on keys that also carry events
+// that succeed — while a nemesis, drawn from a seed, injects faults that
+// overlap: kill -9 and SIGSTOP/SIGCONT of any bridge or worker (a stop can
+// outlast the group's 15 s session: a zombie bridge that wakes up fenced),
+// and PostgreSQL and Temporal stopped and started. When the faults stop
+// and the system drains, the checker of the scenarios (verify) proves:
+// every succeeding event applied once, every failing one dead-lettered
+// once with one retry workflow, no entity applied out of order, nothing
+// left parked or blocked; the processes' memory is sampled and reported.
+//
+// CAUSET_SOAK=1 runs it; CAUSET_SOAK_DURATION (default 8m) is how long the
+// faults go on, CAUSET_SOAK_SEED replays a schedule (it is printed), and
+// the report (markdown and an SVG timeline) is written to
+// CAUSET_SOAK_REPORT (default: the test's log directory).
+func TestSoak(t *testing.T) {
+	if os.Getenv("CAUSET_SOAK") == "" {
+		t.Skip("the soak runs with CAUSET_SOAK=1 (make soak)")
+	}
+	testenv.NeedStoppablePostgres(t)
+	duration := 8 * time.Minute
+	if v := os.Getenv("CAUSET_SOAK_DURATION"); v != "" {
+		d, err := time.ParseDuration(v)
+		require.NoError(t, err, "CAUSET_SOAK_DURATION")
+		duration = d
+	}
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("CAUSET_SOAK_SEED"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		require.NoError(t, err, "CAUSET_SOAK_SEED")
+		seed = n
+	}
+	t.Logf("soak seed %d, faults for %s (replay the schedule: make soak SEED=%d DURATION=%s)", seed, duration, seed, duration)
+	r := newResult(t, "soak")
+	r.fig("seed", seed)
+	r.fig("duration_s", duration.Seconds())
+
+	dev := startTemporalDev(t)
+	s := newStack(t, stackOptions{partitions: 6, temporal: dev.hostPort})
+	s.env = shortSchedule
+	so := &soak{s: s, dev: dev, rng: rand.New(rand.NewPCG(seed, 0x736f616b)), start: time.Now()}
+	so.slots = []*soakSlot{
+		{name: "bridge-1", run: func() *proc { return s.bridge(nil) }},
+		{name: "bridge-2", run: func() *proc { return s.bridge(nil) }},
+		{name: "worker-1", run: func() *proc { return s.worker(nil) }},
+		{name: "worker-2", run: func() *proc { return s.worker(nil) }},
+	}
+	for _, sl := range so.slots {
+		sl.p = sl.run()
+		sl.born = time.Now()
+	}
+
+	const rate = 40 // events per second
+	n := int(duration.Seconds()) * rate
+	var events eventLog
+	produced := s.producePaced(n, duration, twoPercent, &events)
+	stopSampling := so.sample()
+	so.nemesis(duration)
+	<-produced
+	so.wg.Wait()
+	so.note("faults over: every process running, PostgreSQL and Temporal up")
+	for _, sl := range so.slots {
+		sl.mu.Lock()
+		if sl.p.exited() {
+			sl.p = sl.run()
+			sl.born = time.Now()
+		}
+		sl.mu.Unlock()
+	}
+
+	drain := time.Now()
+	ok := s.waitCommittedToEnd(10 * time.Minute)
+	if !ok {
+		so.writeReport(t, nil)
+		require.Fail(t, "offsets not committed to the end", "%s\ntimeline:\n%s", s.progress(), strings.Join(so.timeline(), "\n"))
+	}
+	evs := events.all()
+	s.waitDrained(r, evs)
+	require.Eventually(t, func() bool {
+		return s.tryCount(`SELECT count(*) FROM causet_parked_events`) == 0 && s.tryCount(`SELECT count(*) FROM causet_blocked_keys`) == 0
+	}, 5*time.Minute, time.Second, "nothing parked or blocked once drained")
+	r.fig("drain_s", time.Since(drain).Round(time.Second).Seconds())
+	stopSampling()
+	for _, sl := range so.slots {
+		require.False(t, sl.p.exited(), "%s exited by itself:\n%s", sl.name, sl.p.logTail(30))
+	}
+	v := s.verify(evs, true, true)
+	r.fig("faults", len(so.faults))
+	for kind, c := range so.counts() {
+		r.fig("faults_"+kind, c)
+	}
+	r.fig("ledger_rows", v.ledger)
+	so.writeReport(t, &v)
+	t.Logf("timeline:\n%s", strings.Join(so.timeline(), "\n"))
+	r.verdict(v, true, true)
+	require.Equal(t, v.succeeded, v.ledger, "the dedupe ledger holds one row per applied event, no more")
+	so.checkMemory(t, r)
+}
+
+// soak is one soak run: its processes, nemesis and what it saw.
+type soak struct {
+	s     *stack
+	dev   *temporalDev
+	rng   *rand.Rand
+	start time.Time
+	slots []*soakSlot
+	wg    sync.WaitGroup
+
+	mu      sync.Mutex
+	faults  []soakFault
+	notes   []string
+	applied []soakSample
+	pgBusy  bool
+	tBusy   bool
+}
+
+// soakSlot is a process the nemesis may kill or stop; mu is held while a
+// fault has it.
+type soakSlot struct {
+	name string
+	run  func() *proc
+	mu   sync.Mutex
+	p    *proc
+	born time.Time
+	// mem is the slot's RSS samples (kB) of the current process, with the
+	// time each was taken.
+	mem []soakSample
+}
+
+// soakFault is one injected fault: its kind, target and span.
+type soakFault struct {
+	kind, target string
+	from, to     time.Duration
+}
+
+type soakSample struct {
+	at time.Duration
+	v  int64
+}
+
+func (so *soak) since() time.Duration { return time.Since(so.start).Round(100 * time.Millisecond) }
+
+func (so *soak) note(format string, args ...any) {
+	so.mu.Lock()
+	defer so.mu.Unlock()
+	so.notes = append(so.notes, fmt.Sprintf("%8s  ", so.since())+fmt.Sprintf(format, args...))
+}
+
+func (so *soak) timeline() []string {
+	so.mu.Lock()
+	defer so.mu.Unlock()
+	return append([]string(nil), so.notes...)
+}
+
+func (so *soak) record(f soakFault) {
+	so.mu.Lock()
+	so.faults = append(so.faults, f)
+	so.mu.Unlock()
+}
+
+func (so *soak) counts() map[string]int {
+	so.mu.Lock()
+	defer so.mu.Unlock()
+	out := map[string]int{}
+	for _, f := range so.faults {
+		out[f.kind]++
+	}
+	return out
+}
+
+// nemesis injects faults for d: a new one every 5-25 s (drawn from the
+// seed), each on its own, so that they overlap. It returns once the last
+// one has begun; so.wg waits for them to end.
+func (so *soak) nemesis(d time.Duration) {
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		gap := time.Duration(5+so.rng.IntN(21)) * time.Second
+		hold := time.Duration(3+so.rng.IntN(28)) * time.Second // a stop or outage: 3-30 s
+		kind := so.rng.IntN(6)
+		slot := so.slots[so.rng.IntN(len(so.slots))]
+		switch kind {
+		case 0, 1:
+			so.kill(slot, time.Duration(so.rng.IntN(3000))*time.Millisecond)
+		case 2, 3:
+			so.pause(slot, hold)
+		case 4:
+			so.postgresDown(min(hold, 20*time.Second))
+		case 5:
+			so.temporalDown(min(hold, 20*time.Second))
+		}
+		time.Sleep(min(gap, time.Until(end)))
+	}
+}
+
+// kill kill -9s the slot's process and starts a new one after restartIn.
+func (so *soak) kill(sl *soakSlot, restartIn time.Duration) {
+	if !sl.mu.TryLock() {
+		return // another fault has it
+	}
+	so.wg.Add(1)
+	go func() {
+		defer so.wg.Done()
+		defer sl.mu.Unlock()
+		from := so.since()
+		sl.p.kill()
+		so.note("kill -9 %s (restarted in %s)", sl.name, restartIn)
+		time.Sleep(restartIn)
+		sl.p, sl.born, sl.mem = sl.run(), time.Now(), nil
+		so.record(soakFault{"kill", sl.name, from, so.since()})
+	}()
+}
+
+// pause stops the slot's process (SIGSTOP) for hold, then lets it go on.
+func (so *soak) pause(sl *soakSlot, hold time.Duration) {
+	if !sl.mu.TryLock() {
+		return
+	}
+	so.wg.Add(1)
+	go func() {
+		defer so.wg.Done()
+		defer sl.mu.Unlock()
+		from := so.since()
+		if sl.p.exited() {
+			return
+		}
+		_ = syscall.Kill(sl.p.pid(), syscall.SIGSTOP)
+		so.note("SIGSTOP %s for %s", sl.name, hold)
+		time.Sleep(hold)
+		_ = syscall.Kill(sl.p.pid(), syscall.SIGCONT)
+		so.note("SIGCONT %s", sl.name)
+		so.record(soakFault{"pause", sl.name, from, so.since()})
+	}()
+}
+
+// postgresDown stops PostgreSQL for hold (one outage at a time).
+func (so *soak) postgresDown(hold time.Duration) {
+	so.mu.Lock()
+	busy := so.pgBusy
+	so.pgBusy = true
+	so.mu.Unlock()
+	if busy {
+		return
+	}
+	so.wg.Add(1)
+	go func() {
+		defer so.wg.Done()
+		from := so.since()
+		testenv.StopPostgres(so.s.t)
+		so.note("PostgreSQL stopped for %s", hold)
+		time.Sleep(hold)
+		testenv.StartPostgres(so.s.t)
+		so.note("PostgreSQL started")
+		so.record(soakFault{"postgres", "postgres", from, so.since()})
+		so.mu.Lock()
+		so.pgBusy = false
+		so.mu.Unlock()
+	}()
+}
+
+// temporalDown stops the Temporal server for hold (one outage at a time).
+func (so *soak) temporalDown(hold time.Duration) {
+	so.mu.Lock()
+	busy := so.tBusy
+	so.tBusy = true
+	so.mu.Unlock()
+	if busy {
+		return
+	}
+	so.wg.Add(1)
+	go func() {
+		defer so.wg.Done()
+		from := so.since()
+		so.dev.stop()
+		so.note("Temporal stopped for %s", hold)
+		time.Sleep(hold)
+		so.dev.start()
+		so.note("Temporal started")
+		so.record(soakFault{"temporal", "temporal", from, so.since()})
+		so.mu.Lock()
+		so.tBusy = false
+		so.mu.Unlock()
+	}()
+}
+
+// sample records, every 5 s until stopped, how many events are applied and
+// each process's RSS.
+func (so *soak) sample() (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(5 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			at := so.since()
+			if n := so.s.tryCount(`SELECT count(*) FROM rel_effects`); n >= 0 {
+				so.mu.Lock()
+				so.applied = append(so.applied, soakSample{at, int64(n)})
+				so.mu.Unlock()
+			}
+			for _, sl := range so.slots {
+				if !sl.mu.TryLock() {
+					continue // a fault has it
+				}
+				if rss, _ := sl.p.memKB(); rss > 0 {
+					sl.mem = append(sl.mem, soakSample{at, rss})
+				}
+				sl.mu.Unlock()
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+// checkMemory reports each process's RSS after warm-up (its first minute)
+// and at the end, and fails on a process whose RSS tripled since: a leak.
+func (so *soak) checkMemory(t *testing.T, r *result) {
+	for _, sl := range so.slots {
+		var warm, last int64
+		for _, m := range sl.mem {
+			if m.at-sl.mem[0].at >= time.Minute && warm == 0 {
+				warm = m.v
+			}
+			last = m.v
+		}
+		r.fig(sl.name+"_rss_kb", last)
+		if warm > 0 {
+			r.fig(sl.name+"_rss_after_warmup_kb", warm)
+			require.Less(t, last, 3*warm, "%s: RSS grew from %d kB after warm-up to %d kB", sl.name, warm, last)
+		}
+	}
+}
+
+// writeReport writes the run's report (markdown) and its timeline (SVG:
+// events applied over time, faults as bars) to CAUSET_SOAK_REPORT or the
+// test's log directory.
+func (so *soak) writeReport(t *testing.T, v *verdict) {
+	dir := os.Getenv("CAUSET_SOAK_REPORT")
+	if dir == "" {
+		dir = so.s.dir
+	}
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	so.mu.Lock()
+	faults := append([]soakFault(nil), so.faults...)
+	applied := append([]soakSample(nil), so.applied...)
+	so.mu.Unlock()
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Soak report\n\n%s, %d faults over %s.\n\n", time.Now().UTC().Format(time.RFC3339), len(faults), so.since())
+	if v != nil {
+		fmt.Fprintf(&b, "| produced | succeeding | failing | lost | applied twice | DLQ records | DLQ duplicates | retry workflows | duplicate workflows | order inversions |\n")
+		fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|\n")
+		fmt.Fprintf(&b, "| %d | %d | %d | %d | %d | %d | %d | %d | %d | %d |\n\n", v.produced, v.succeeded, v.failing, v.lost, v.doubleApplied,
+			v.dlq, v.dlqDup, v.workflows, v.dupWorkflows, v.inversions)
+	} else {
+		b.WriteString("The run did not drain: see the timeline.\n\n")
+	}
+	b.WriteString("![timeline](soak-timeline.svg)\n\n## Timeline\n\n```\n")
+	b.WriteString(strings.Join(so.timeline(), "\n"))
+	b.WriteString("\n```\n")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "soak-report.md"), []byte(b.String()), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "soak-timeline.svg"), []byte(soakSVG(applied, faults, so.since())), 0o644))
+	t.Logf("soak report: %s", filepath.Join(dir, "soak-report.md"))
+}
+
+// soakSVG draws events applied per second over time, with a bar per fault.
+func soakSVG(applied []soakSample, faults []soakFault, span time.Duration) string {
+	const w, h, top = 900.0, 300.0, 20.0
+	x := func(d time.Duration) float64 { return 40 + (w-60)*d.Seconds()/max(span.Seconds(), 1) }
+	var rates []soakSample
+	var peak int64 = 1
+	for i := 1; i < len(applied); i++ {
+		dt := (applied[i].at - applied[i-1].at).Seconds()
+		if dt <= 0 {
+			continue
+		}
+		r := int64(float64(applied[i].v-applied[i-1].v) / dt)
+		rates = append(rates, soakSample{applied[i].at, r})
+		peak = max(peak, r)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="11">`+"\n", w, h)
+	fmt.Fprintf(&b, `<text x="40" y="14">events applied per second (peak %d); faults below</text>`+"\n", peak)
+	colors := map[string]string{"kill": "#d62728", "pause": "#ff7f0e", "postgres": "#1f77b4", "temporal": "#9467bd"}
+	rows := map[string]float64{}
+	for _, f := range faults {
+		if _, ok := rows[f.target]; !ok {
+			rows[f.target] = float64(len(rows))
+		}
+	}
+	chartBottom := h - 20 - 14*float64(len(rows))
+	var pts []string
+	for _, r := range rates {
+		pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(r.at), chartBottom-(chartBottom-top)*float64(r.v)/float64(peak)))
+	}
+	fmt.Fprintf(&b, `<polyline fill="none" stroke="#2ca02c" stroke-width="1.5" points="%s"/>`+"\n", strings.Join(pts, " "))
+	for target, row := range rows {
+		fmt.Fprintf(&b, `<text x="0" y="%.1f">%s</text>`+"\n", chartBottom+24+14*row, target)
+	}
+	for _, f := range faults {
+		y := chartBottom + 14 + 14*rows[f.target]
+		fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="10" fill="%s"><title>%s %s %s–%s</title></rect>`+"\n",
+			x(f.from), y, max(x(f.to)-x(f.from), 2), colors[f.kind], f.kind, f.target, f.from, f.to)
+	}
+	b.WriteString("</svg>\n")
+	return b.String()
+}
+
+// The soak's checker catches what it is there to catch: after a clean run
+// it finds nothing, then each defect planted in the read model — an event
+// lost, an event applied twice, an entity's event applied after a later one
+// — is found and named.
+func TestSoakCheckerCatchesPlantedDefects(t *testing.T) {
+	if os.Getenv("CAUSET_SOAK") == "" {
+		t.Skip("the soak runs with CAUSET_SOAK=1 (make soak)")
+	}
+	s := newStack(t, stackOptions{partitions: 2})
+	s.env = shortSchedule
+	s.worker(nil)
+	s.bridge(nil)
+	var events eventLog
+	const n = 400
+	s.produceRange(0, n, twoPercent, &events)
+	require.True(t, s.waitCommittedToEnd(3*time.Minute), s.progress())
+	evs := events.all()
+	r := &result{t: t, name: "soak_checker"}
+	s.waitDrained(r, evs)
+	v := s.verify(evs, true, true)
+	require.Zero(t, v.lost+v.doubleApplied+v.inversions+v.dlqDup+v.dlqMissing+v.dupWorkflows+v.missingWF, "a clean run: %+v", v)
+
+	var ok []evt
+	for _, e := range evs {
+		if !e.fails {
+			ok = append(ok, e)
+		}
+	}
+	lost, twice, late := ok[10], ok[20], ok[len(ok)-1]
+	_, err := s.pool.Exec(s.ctx, `DELETE FROM rel_effects WHERE event_id = $1`, lost.id)
+	require.NoError(t, err)
+	_, err = s.pool.Exec(s.ctx, `UPDATE rel_effects SET n = n + 1 WHERE event_id = $1`, twice.id)
+	require.NoError(t, err)
+	_, err = s.pool.Exec(s.ctx, `INSERT INTO rel_effects (event_id, entity_id, seq, n) VALUES ($1, $2, $3, 1)`,
+		s.prefix+"-planted", late.entity, late.seq-1000)
+	require.NoError(t, err)
+	v = s.verify(evs, true, true)
+	require.Equal(t, 1, v.lost, "the deleted effect is an event lost")
+	require.Equal(t, []string{lost.id}, v.examplesLost)
+	require.Equal(t, 1, v.doubleApplied, "the effect counted twice is an event applied twice")
+	require.Equal(t, []string{twice.id}, v.examplesDouble)
+	require.Equal(t, 1, v.inversions, "an older event applied after a later one of its entity")
+}
