@@ -32,6 +32,12 @@ type DeadLetterPublisher interface {
 	Publish(ctx context.Context, key []byte, r dlq.Record) (contract.DLQCoordinates, error)
 }
 
+// deadLetterFinder finds a run's dead letter already on the topic;
+// *dlq.Publisher is one.
+type deadLetterFinder interface {
+	Find(ctx context.Context, since time.Time, workflowID, runID string, replayCount int) (contract.DLQCoordinates, bool, error)
+}
+
 // Activities holds what the activities share. Register it with the worker.
 type Activities struct {
 	// Applier applies projections. Required.
@@ -208,6 +214,21 @@ func (a *Activities) PublishDeadLetter(ctx context.Context, in contract.DeadLett
 		if err != nil {
 			return at, err
 		}
+		if !done {
+			// Not remembered: the earlier attempt may have written the record
+			// and died (or lost the database) before remembering it. The
+			// topic says, from when the activity was first scheduled.
+			if f, ok := a.Publisher.(deadLetterFinder); ok {
+				if at, done, err = f.Find(ctx, info.ScheduledTime, info.WorkflowExecution.ID, info.WorkflowExecution.RunID, in.ReplayCount); err != nil {
+					return at, err
+				}
+				if done {
+					if err := a.Heads.RecordDeadLetter(ctx, info.WorkflowExecution.ID, info.WorkflowExecution.RunID, in.ReplayCount, at); err != nil {
+						return contract.DLQCoordinates{}, err
+					}
+				}
+			}
+		}
 		if done {
 			return at, a.settleDeadLettered(ctx, info.WorkflowExecution.ID)
 		}
@@ -221,7 +242,7 @@ func (a *Activities) PublishDeadLetter(ctx context.Context, in contract.DeadLett
 	a.Metrics.publishedDeadLetter(in.Projection, rec.ErrorKind)
 	if a.Heads != nil {
 		if err := a.Heads.RecordDeadLetter(ctx, info.WorkflowExecution.ID, info.WorkflowExecution.RunID, in.ReplayCount, at); err != nil {
-			// Retried: the record may then repeat; it is never missing.
+			// Retried: the retry finds the record on the topic (Find).
 			return contract.DLQCoordinates{}, err
 		}
 	}

@@ -3,10 +3,12 @@ package activities_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/causet/projection-retry/activities"
 	"github.com/causet/projection-retry/contract"
+	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/internal/testenv"
 	"github.com/causet/projection-retry/parking"
 )
@@ -70,4 +73,63 @@ func TestPublishDeadLetterRetriedAfterItsRecordWritesNoSecond(t *testing.T) {
 	require.NoError(t, env.GetWorkflowResult(&at))
 	require.Equal(t, pub.at, at, "the first attempt's record")
 	require.Len(t, pub.records, 1, "one record, though the activity ran twice")
+}
+
+// diesAfterWriting writes the first record and then fails, as a worker that
+// died (or lost its database) between writing a dead letter and
+// remembering it does; later attempts publish as usual.
+type diesAfterWriting struct {
+	*dlq.Publisher
+	calls atomic.Int32
+}
+
+func (p *diesAfterWriting) Publish(ctx context.Context, key []byte, r dlq.Record) (contract.DLQCoordinates, error) {
+	at, err := p.Publisher.Publish(ctx, key, r)
+	if err == nil && p.calls.Add(1) == 1 {
+		return contract.DLQCoordinates{}, errors.New("the worker died before remembering its dead letter")
+	}
+	return at, err
+}
+
+// A PublishDeadLetter whose record reached the topic but was not
+// remembered is retried: the retry finds its record on the topic, remembers
+// it and returns where it is, and writes no second one.
+func TestPublishDeadLetterRetriedAfterItsRecordWasNotRememberedWritesNoSecond(t *testing.T) {
+	pool := testenv.Postgres(t)
+	brokers := testenv.Kafka(t)
+	topic := testenv.Topic(t, "causet.projection-dlq.v1")
+	testenv.CreateTopic(t, brokers, topic, 3)
+	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
+	require.NoError(t, err)
+	t.Cleanup(producer.Close)
+	pub := &diesAfterWriting{Publisher: &dlq.Publisher{Client: producer, Topic: topic, Reader: &dlq.ReaderOptions{Brokers: brokers}}}
+	acts := &activities.Activities{Publisher: pub, Heads: parking.NewStore(pool)}
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterActivityWithOptions(acts.PublishDeadLetter, activity.RegisterOptions{Name: contract.PublishDeadLetterActivity})
+	env.RegisterWorkflowWithOptions(func(ctx workflow.Context, in contract.DeadLetterInput) (contract.DLQCoordinates, error) {
+		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute,
+			RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3}})
+		var at contract.DLQCoordinates
+		err := workflow.ExecuteActivity(ctx, contract.PublishDeadLetterActivity, in).Get(ctx, &at)
+		return at, err
+	}, workflow.RegisterOptions{Name: "deadLetterOnce"})
+	env.ExecuteWorkflow("deadLetterOnce", deadLetterInput())
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+	var at contract.DLQCoordinates
+	require.NoError(t, env.GetWorkflowResult(&at))
+	require.EqualValues(t, 1, pub.calls.Load(), "the retry found the record: it published nothing")
+
+	rd, err := dlq.NewReader(context.Background(), dlq.ReaderOptions{Brokers: brokers, Topic: topic})
+	require.NoError(t, err)
+	defer rd.Close()
+	var items []dlq.Item
+	require.NoError(t, rd.Read(context.Background(), func(it dlq.Item) error { items = append(items, it); return nil }))
+	require.Len(t, items, 1, "one record on the topic")
+	require.Equal(t, contract.DLQCoordinates{Topic: topic, Partition: items[0].Partition, Offset: items[0].Offset}, at, "the first attempt's record")
+	again, done, err := acts.Heads.PublishedDeadLetter(context.Background(), items[0].Record.Workflow.ID, items[0].Record.Workflow.RunID, 1)
+	require.NoError(t, err)
+	require.True(t, done, "remembered once found")
+	require.Equal(t, at, again)
 }

@@ -54,10 +54,14 @@ func (s *Service) NewWorker() (sdkworker.Worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	readOpts, err := KafkaConnOpts(s.Config.KafkaSecurity, s.Config.LinkTimeout)
+	if err != nil {
+		return nil, err
+	}
 	acts := &activities.Activities{
 		Applier: s.Engine,
 		Publisher: &dlq.Publisher{Client: producer, Topic: s.Config.DLQTopic,
-			ConsumerGroup: s.Config.ConsumerGroup},
+			ConsumerGroup: s.Config.ConsumerGroup, Reader: &dlq.ReaderOptions{Brokers: s.Config.KafkaBrokers, ClientOpts: readOpts}},
 		Logger:  s.Logger,
 		Metrics: activities.NewMetrics(s.Registry),
 		Heads:   parking.NewStore(s.Pool),

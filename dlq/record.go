@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -235,6 +236,44 @@ type Publisher struct {
 	// (CAUSET_CONSUMER_GROUP), for kafka_dlt-original-consumer-group.
 	// Optional: without it, the group Client consumes in, if any.
 	ConsumerGroup string
+	// Reader reads the topic back, for Find. Optional: without it Find
+	// finds nothing.
+	Reader *ReaderOptions
+}
+
+// errFound ends a Read once the record sought is found.
+var errFound = errors.New("dlq: found")
+
+// Find looks on the topic for the dead letter of run (workflowID, runID)
+// at replayCount written since (less a minute for clocks that disagree),
+// and returns where it landed. A publish retried after an earlier attempt
+// wrote its record and lost only its answer finds that record rather than
+// write a second one. It reads only the records written since.
+func (p *Publisher) Find(ctx context.Context, since time.Time, workflowID, runID string, replayCount int) (contract.DLQCoordinates, bool, error) {
+	var at contract.DLQCoordinates
+	if p.Reader == nil {
+		return at, false, nil
+	}
+	o := *p.Reader
+	o.Topic, o.Start, o.Filter, o.Follow = p.Topic, FromTime(since.Add(-sinceSkew)), Filter{}, false
+	rd, err := NewReader(ctx, o)
+	if err != nil {
+		return at, false, err
+	}
+	defer rd.Close()
+	found := false
+	err = rd.Read(ctx, func(it Item) error {
+		w := it.Record.Workflow
+		if it.Err != nil || w == nil || w.ID != workflowID || w.RunID != runID || it.Record.ReplayCount != replayCount {
+			return nil
+		}
+		at, found = contract.DLQCoordinates{Topic: it.Topic, Partition: it.Partition, Offset: it.Offset}, true
+		return errFound
+	})
+	if err != nil && !errors.Is(err, errFound) {
+		return at, false, fmt.Errorf("dlq: look for the dead letter of %s: %w", workflowID, err)
+	}
+	return at, found, nil
 }
 
 func (p *Publisher) group() string {
