@@ -337,7 +337,7 @@ func modelIncidents(h *harness) []string {
 	var out []string
 	for _, r := range rs {
 		line := fmt.Sprintf("%s row=%s opened=%s affected=%d held=%d", r.id, r.state, r.opened.Format(time.TimeOnly), r.affected, r.held)
-		if d, err := h.temporal.Client.DescribeWorkflowExecution(h.ctx, r.id, ""); err != nil {
+		if d, err := h.describe(r.id); err != nil {
 			line += " workflow: " + err.Error()
 		} else {
 			info := d.GetWorkflowExecutionInfo()
