@@ -98,6 +98,19 @@ func runModelSeed(t *testing.T, seed uint64) {
 	// hold that never resolves (RELIABILITY.md).
 	holds := seed%2 == 0 && os.Getenv("CAUSET_MODEL_INCIDENTS") != ""
 	if holds {
+		// An incident's ID is its projection and fingerprint, one per
+		// deployment (its Temporal namespace and database). Seeds share the
+		// dev server's namespace, so each fails with an error of its own:
+		// otherwise one seed's bridges would signal another's hold.
+		own := strings.Map(func(r rune) rune { return 'a' + r - '0' }, strconv.FormatUint(seed, 10))
+		_, err := h.pool.Exec(h.ctx, `CREATE OR REPLACE FUNCTION stats_guard() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF EXISTS (SELECT 1 FROM fail_ctl f WHERE f.artist_id = NEW.artist_id AND (f.plays IS NULL OR f.plays = NEW.plays)) THEN
+    RAISE EXCEPTION 'flagged to fail (model seed `+own+`)';
+  END IF;
+  RETURN NEW;
+END $$`)
+		require.NoError(t, err)
 		o.Incidents = config.Incidents{Threshold: 2, Window: time.Minute, Policy: config.IncidentHold}
 		o.IncidentStore = incident.NewStore(h.pool)
 		m.note("incidents hold (threshold 2)")
