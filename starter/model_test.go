@@ -91,12 +91,10 @@ func runModelSeed(t *testing.T, seed uint64) {
 	o.Retry = config.Retry{MaxAttempts: 3, Initial: time.Second, Multiplier: 1, Max: time.Second}
 	o.headStaleAfter = 2 * time.Second
 	m := &modelRun{start: time.Now()}
-	// With CAUSET_MODEL_INCIDENTS set, even seeds hold a fingerprint's
-	// failures in incidents (threshold 2): every failure here fails the
-	// same way, so a hold opens, is resolved or dead-lettered, and reopens
-	// while the failures go on. Off by default: seeds 36 and 100 leave a
-	// hold that never resolves (RELIABILITY.md).
-	holds := seed%2 == 0 && os.Getenv("CAUSET_MODEL_INCIDENTS") != ""
+	// Even seeds hold a fingerprint's failures in incidents (threshold 2):
+	// every failure here fails the same way, so a hold opens, is resolved
+	// or dead-lettered, and reopens while the failures go on.
+	holds := seed%2 == 0
 	if holds {
 		// An incident's ID is its projection and fingerprint, one per
 		// deployment (its Temporal namespace and database). Seeds share the
