@@ -33,7 +33,7 @@ const (
 	// IncidentRestartActivity returns a new run's input for an incident
 	// whose row holds (releases, dead-letters) events, nil when it ended.
 	IncidentRestartActivity = "IncidentRestart"
-	DeadLetterHeldActivity        = "DeadLetterHeld"
+	DeadLetterHeldActivity  = "DeadLetterHeld"
 )
 
 // IncidentState is an incident's state, also its CausetIncidentState search
