@@ -55,22 +55,7 @@ func TestPublishDeadLetterRetriedAfterItsRecordWritesNoSecond(t *testing.T) {
 	pool := testenv.Postgres(t)
 	pub := &fakePublisher{at: contract.DLQCoordinates{Topic: "dlq", Partition: 1, Offset: 7}}
 	acts := &activities.Activities{Publisher: pub, Heads: parking.NewStore(pool)}
-	var s testsuite.WorkflowTestSuite
-	env := s.NewTestWorkflowEnvironment()
-	env.SetWorkerOptions(sdkworker.Options{Interceptors: []interceptor.WorkerInterceptor{&loseFirstCompletion{}}})
-	env.RegisterActivityWithOptions(acts.PublishDeadLetter, activity.RegisterOptions{Name: contract.PublishDeadLetterActivity})
-	env.RegisterWorkflowWithOptions(func(ctx workflow.Context, in contract.DeadLetterInput) (contract.DLQCoordinates, error) {
-		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute,
-			RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3}})
-		var at contract.DLQCoordinates
-		err := workflow.ExecuteActivity(ctx, contract.PublishDeadLetterActivity, in).Get(ctx, &at)
-		return at, err
-	}, workflow.RegisterOptions{Name: "deadLetterOnce"})
-	env.ExecuteWorkflow("deadLetterOnce", deadLetterInput())
-	require.True(t, env.IsWorkflowCompleted())
-	require.NoError(t, env.GetWorkflowError())
-	var at contract.DLQCoordinates
-	require.NoError(t, env.GetWorkflowResult(&at))
+	at := deadLetterOnce(t, acts, &loseFirstCompletion{})
 	require.Equal(t, pub.at, at, "the first attempt's record")
 	require.Len(t, pub.records, 1, "one record, though the activity ran twice")
 }
@@ -104,21 +89,7 @@ func TestPublishDeadLetterRetriedAfterItsRecordWasNotRememberedWritesNoSecond(t 
 	t.Cleanup(producer.Close)
 	pub := &diesAfterWriting{Publisher: &dlq.Publisher{Client: producer, Topic: topic, Reader: &dlq.ReaderOptions{Brokers: brokers}}}
 	acts := &activities.Activities{Publisher: pub, Heads: parking.NewStore(pool)}
-	var s testsuite.WorkflowTestSuite
-	env := s.NewTestWorkflowEnvironment()
-	env.RegisterActivityWithOptions(acts.PublishDeadLetter, activity.RegisterOptions{Name: contract.PublishDeadLetterActivity})
-	env.RegisterWorkflowWithOptions(func(ctx workflow.Context, in contract.DeadLetterInput) (contract.DLQCoordinates, error) {
-		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute,
-			RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3}})
-		var at contract.DLQCoordinates
-		err := workflow.ExecuteActivity(ctx, contract.PublishDeadLetterActivity, in).Get(ctx, &at)
-		return at, err
-	}, workflow.RegisterOptions{Name: "deadLetterOnce"})
-	env.ExecuteWorkflow("deadLetterOnce", deadLetterInput())
-	require.True(t, env.IsWorkflowCompleted())
-	require.NoError(t, env.GetWorkflowError())
-	var at contract.DLQCoordinates
-	require.NoError(t, env.GetWorkflowResult(&at))
+	at := deadLetterOnce(t, acts)
 	require.EqualValues(t, 1, pub.calls.Load(), "the retry found the record: it published nothing")
 
 	rd, err := dlq.NewReader(context.Background(), dlq.ReaderOptions{Brokers: brokers, Topic: topic})
@@ -132,4 +103,28 @@ func TestPublishDeadLetterRetriedAfterItsRecordWasNotRememberedWritesNoSecond(t 
 	require.NoError(t, err)
 	require.True(t, done, "remembered once found")
 	require.Equal(t, at, again)
+}
+
+// deadLetterOnce runs acts.PublishDeadLetter from a workflow, with up to 3
+// attempts a second apart and the interceptors given, and returns where the
+// record is.
+func deadLetterOnce(t *testing.T, acts *activities.Activities, interceptors ...interceptor.WorkerInterceptor) contract.DLQCoordinates {
+	t.Helper()
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.SetWorkerOptions(sdkworker.Options{Interceptors: interceptors})
+	env.RegisterActivityWithOptions(acts.PublishDeadLetter, activity.RegisterOptions{Name: contract.PublishDeadLetterActivity})
+	env.RegisterWorkflowWithOptions(func(ctx workflow.Context, in contract.DeadLetterInput) (contract.DLQCoordinates, error) {
+		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute,
+			RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3}})
+		var at contract.DLQCoordinates
+		err := workflow.ExecuteActivity(ctx, contract.PublishDeadLetterActivity, in).Get(ctx, &at)
+		return at, err
+	}, workflow.RegisterOptions{Name: "deadLetterOnce"})
+	env.ExecuteWorkflow("deadLetterOnce", deadLetterInput())
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+	var at contract.DLQCoordinates
+	require.NoError(t, env.GetWorkflowResult(&at))
+	return at
 }
