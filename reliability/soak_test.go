@@ -58,7 +58,7 @@ func TestSoak(t *testing.T) {
 	dev := startTemporalDev(t)
 	s := newStack(t, stackOptions{partitions: 6, temporal: dev.hostPort})
 	s.env = shortSchedule
-	so := &soak{s: s, dev: dev, rng: rand.New(rand.NewPCG(seed, 0x736f616b)), start: time.Now()}
+	so := &soak{s: s, dev: dev, rng: rand.New(rand.NewPCG(seed, 0x736f616b)), start: time.Now(), down: map[string]bool{}}
 	so.slots = []*soakSlot{
 		{name: "bridge-1", run: func() *proc { return s.bridge(nil) }},
 		{name: "bridge-2", run: func() *proc { return s.bridge(nil) }},
@@ -125,8 +125,7 @@ type soak struct {
 	faults  []soakFault
 	notes   []string
 	applied []soakSample
-	pgBusy  bool
-	tBusy   bool
+	down    map[string]bool // the kinds of outage under way
 }
 
 // soakSlot is a process the nemesis may kill or stop; mu is held while a
@@ -199,9 +198,10 @@ func (so *soak) nemesis(d time.Duration) {
 		case 2, 3:
 			so.pause(slot, hold)
 		case 4:
-			so.postgresDown(min(hold, 20*time.Second))
+			so.outage("postgres", "PostgreSQL", min(hold, 20*time.Second),
+				func() { testenv.StopPostgres(so.s.t) }, func() { testenv.StartPostgres(so.s.t) })
 		case 5:
-			so.temporalDown(min(hold, 20*time.Second))
+			so.outage("temporal", "Temporal", min(hold, 20*time.Second), so.dev.stop, so.dev.start)
 		}
 		time.Sleep(min(gap, time.Until(end)))
 	}
@@ -220,9 +220,24 @@ func (so *soak) kill(sl *soakSlot, restartIn time.Duration) {
 		sl.p.kill()
 		so.note("kill -9 %s (restarted in %s)", sl.name, restartIn)
 		time.Sleep(restartIn)
-		sl.p, sl.born, sl.mem = sl.run(), time.Now(), nil
+		so.supervise(sl)
 		so.record(soakFault{"kill", sl.name, from, so.since()})
 	}()
+}
+
+// supervise starts the slot's process as a supervisor (Kubernetes) would: a
+// process refuses to start while PostgreSQL or Temporal is down, and is
+// started again, with a pause, until it stays up (at most 2 minutes).
+func (so *soak) supervise(sl *soakSlot) {
+	for end := time.Now().Add(2 * time.Minute); ; {
+		sl.p, sl.born, sl.mem = sl.run(), time.Now(), nil
+		time.Sleep(3 * time.Second)
+		if !sl.p.exited() || time.Now().After(end) {
+			return
+		}
+		so.note("%s exited at start-up, started again: %s", sl.name, strings.TrimSpace(sl.p.logTail(1)))
+		time.Sleep(2 * time.Second)
+	}
 }
 
 // pause stops the slot's process (SIGSTOP) for hold, then lets it go on.
@@ -247,11 +262,12 @@ func (so *soak) pause(sl *soakSlot, hold time.Duration) {
 	}()
 }
 
-// postgresDown stops PostgreSQL for hold (one outage at a time).
-func (so *soak) postgresDown(hold time.Duration) {
+// outage stops a server (kind: "postgres" or "temporal") for hold, one
+// outage of each kind at a time.
+func (so *soak) outage(kind, name string, hold time.Duration, stop, start func()) {
 	so.mu.Lock()
-	busy := so.pgBusy
-	so.pgBusy = true
+	busy := so.down[kind]
+	so.down[kind] = true
 	so.mu.Unlock()
 	if busy {
 		return
@@ -260,39 +276,14 @@ func (so *soak) postgresDown(hold time.Duration) {
 	go func() {
 		defer so.wg.Done()
 		from := so.since()
-		testenv.StopPostgres(so.s.t)
-		so.note("PostgreSQL stopped for %s", hold)
+		stop()
+		so.note("%s stopped for %s", name, hold)
 		time.Sleep(hold)
-		testenv.StartPostgres(so.s.t)
-		so.note("PostgreSQL started")
-		so.record(soakFault{"postgres", "postgres", from, so.since()})
+		start()
+		so.note("%s started", name)
+		so.record(soakFault{kind, kind, from, so.since()})
 		so.mu.Lock()
-		so.pgBusy = false
-		so.mu.Unlock()
-	}()
-}
-
-// temporalDown stops the Temporal server for hold (one outage at a time).
-func (so *soak) temporalDown(hold time.Duration) {
-	so.mu.Lock()
-	busy := so.tBusy
-	so.tBusy = true
-	so.mu.Unlock()
-	if busy {
-		return
-	}
-	so.wg.Add(1)
-	go func() {
-		defer so.wg.Done()
-		from := so.since()
-		so.dev.stop()
-		so.note("Temporal stopped for %s", hold)
-		time.Sleep(hold)
-		so.dev.start()
-		so.note("Temporal started")
-		so.record(soakFault{"temporal", "temporal", from, so.since()})
-		so.mu.Lock()
-		so.tBusy = false
+		so.down[kind] = false
 		so.mu.Unlock()
 	}()
 }
