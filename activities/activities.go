@@ -315,6 +315,27 @@ func (a *Activities) JoinIncidentHold(ctx context.Context, in contract.JoinHoldI
 	return a.Holds.HoldingFor(ctx, in.Projection, in.ErrorKind, in.Error)
 }
 
+// IncidentHoldEnded returns where incident id went once it no longer
+// holds: releasing or resolved (its events apply now), dead_lettering or
+// dead_lettered. While it holds, it fails with IncidentStillHoldsType, and
+// the server retries it on the run's backoff: a held run takes no worker
+// slot between asks, however long the hold. An incident without a row
+// counts as resolved.
+func (a *Activities) IncidentHoldEnded(ctx context.Context, id string) (contract.IncidentState, error) {
+	states, err := a.Holds.States(ctx, []string{id})
+	if err != nil {
+		return "", err
+	}
+	st, ok := states[id]
+	switch {
+	case !ok:
+		return contract.IncidentResolved, nil
+	case st != contract.IncidentHolding:
+		return st, nil
+	}
+	return "", temporal.NewApplicationError("incident "+id+" still holds this run's failure", contract.IncidentStillHoldsType)
+}
+
 // AwaitIncidentEnded waits until incident id no longer holds, and returns
 // where it went: releasing or resolved (its events apply now), or
 // dead_lettered. An incident without a row counts as resolved.

@@ -8,7 +8,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/causet/projection-retry/contract"
@@ -30,6 +33,17 @@ type Incidents struct {
 	Prober Prober
 	Store  *incident.Store
 	Logger *slog.Logger
+	// Client wakes the retry runs a hold has (SignalHoldEnded) when it
+	// stops holding. Optional: without it, held runs find out on their
+	// own backoff (at most two minutes later).
+	Client client.Client
+}
+
+func (a *Incidents) logger() *slog.Logger {
+	if a.Logger == nil {
+		return slog.Default()
+	}
+	return a.Logger
 }
 
 // errProbeRollback rolls a probe's transaction back: a probe never applies.
@@ -88,8 +102,51 @@ func (a *Incidents) SetIncidentState(ctx context.Context, in contract.SetInciden
 	if len(from) == 0 {
 		from = []contract.IncidentState{contract.IncidentHolding, contract.IncidentReleasing}
 	}
-	_, err := a.Store.SetState(ctx, in.ID, in.State, from...)
-	return err
+	moved, err := a.Store.SetState(ctx, in.ID, in.State, from...)
+	if err != nil || !moved || in.State == contract.IncidentHolding {
+		return err
+	}
+	// The hold ended: its held runs ask where it went now, not at their
+	// next backoff. A run not woken (listing is eventually consistent, a
+	// signal may fail) still asks on its own, so a failure here is only
+	// logged.
+	if n, err := a.wakeHeldRuns(ctx, activity.GetInfo(ctx).TaskQueue, in.ID); err != nil {
+		a.logger().Warn("held runs not woken: they ask on their own backoff", "incidentId", in.ID, "woken", n, "error", err.Error())
+	}
+	return nil
+}
+
+// wakeHeldRuns signals SignalHoldEnded to every held retry run on the task
+// queue (listed by CausetRetryState; a run held by another incident asks
+// once and goes on waiting). It returns how many it signalled.
+func (a *Incidents) wakeHeldRuns(ctx context.Context, taskQueue, incidentID string) (int, error) {
+	if a.Client == nil {
+		return 0, nil
+	}
+	query := fmt.Sprintf(`WorkflowType = %q AND ExecutionStatus = "Running" AND %s = %q AND TaskQueue = %q`,
+		contract.RetryWorkflowName, contract.AttrRetryState.GetName(), contract.StateHeld, taskQueue)
+	woken := 0
+	var token []byte
+	for {
+		resp, err := a.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{PageSize: 1000, NextPageToken: token, Query: query})
+		if err != nil {
+			return woken, fmt.Errorf("list held runs: %w", err)
+		}
+		for _, e := range resp.GetExecutions() {
+			err := a.Client.SignalWorkflow(ctx, e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId(), contract.SignalHoldEnded, incidentID)
+			var nf *serviceerror.NotFound
+			switch {
+			case err == nil:
+				woken++
+			case errors.As(err, &nf): // it closed since it was listed
+			default:
+				return woken, fmt.Errorf("wake %s: %w", e.GetExecution().GetWorkflowId(), err)
+			}
+		}
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			return woken, nil
+		}
+	}
 }
 
 // IncidentRestart returns the input of a new run of incident id when its

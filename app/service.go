@@ -82,7 +82,7 @@ func (s *Service) NewWorker() (sdkworker.Worker, error) {
 		Client:     s.Temporal.Client,
 		TaskQueue:  s.Config.TaskQueue,
 		Activities: acts,
-		Incidents:  &activities.Incidents{Prober: s.Engine, Store: incident.NewStore(s.Pool)},
+		Incidents:  &activities.Incidents{Prober: s.Engine, Store: incident.NewStore(s.Pool), Client: s.Temporal.Client, Logger: s.Logger},
 		Version: sdkworker.WorkerDeploymentVersion{
 			DeploymentName: s.Config.WorkerVersioning.DeploymentName,
 			BuildID:        s.Config.WorkerVersioning.BuildID,

@@ -31,10 +31,21 @@ const (
 	// its key (discarded, or its replay window ended).
 	SettleHeadActivity = "SettleHead"
 	// JoinIncidentHoldActivity finds the holding incident a run's last
-	// failure belongs to (policy hold); AwaitIncidentEndedActivity waits
-	// until that incident no longer holds.
+	// failure belongs to (policy hold); IncidentHoldEndedActivity returns
+	// where that incident went once it no longer holds, and fails (to be
+	// retried by the server, on the retry policy's backoff) while it does.
+	// AwaitIncidentEndedActivity is the wait of runs started by earlier
+	// releases: it held a worker slot for the whole hold.
 	JoinIncidentHoldActivity   = "JoinIncidentHold"
+	IncidentHoldEndedActivity  = "IncidentHoldEnded"
 	AwaitIncidentEndedActivity = "AwaitIncidentEnded"
+	// IncidentStillHoldsType is IncidentHoldEnded's failure while the
+	// incident holds.
+	IncidentStillHoldsType = "IncidentStillHolds"
+	// SignalHoldEnded wakes a held run (payload: the incident ID): an
+	// incident of its projection left holding, so it asks at once instead
+	// of at its next backoff.
+	SignalHoldEnded = "hold-ended"
 )
 
 // State is a retry workflow's state, also its CausetRetryState search attribute.

@@ -359,7 +359,15 @@ func (r *Registry) refresh(parent context.Context) {
 		r.o.Logger.Debug("cannot read incidents, next refresh retries", "error", err.Error())
 		return
 	}
-	ended := r.endedWorkflows(ctx, active)
+	r.mu.Lock()
+	unstarted := map[string]bool{}
+	for _, k := range r.byFP {
+		if !k.started {
+			unstarted[k.id] = true
+		}
+	}
+	r.mu.Unlock()
+	ended := r.endedWorkflows(ctx, active, unstarted)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	seen := map[string]bool{}
@@ -391,14 +399,18 @@ func (r *Registry) refresh(parent context.Context) {
 }
 
 // endedWorkflows reports, every LivenessInterval, which of the active rows'
-// incidents have no running workflow.
-func (r *Registry) endedWorkflows(ctx context.Context, active []Row) map[string]bool {
+// incidents have no running workflow. Rows this bridge has opened but not
+// yet started a run for (unstarted) are left to the next flush.
+func (r *Registry) endedWorkflows(ctx context.Context, active []Row, unstarted map[string]bool) map[string]bool {
 	if time.Since(r.lastAlive) < LivenessInterval || len(active) == 0 {
 		return nil
 	}
 	r.lastAlive = time.Now()
 	ended := map[string]bool{}
 	for _, row := range active {
+		if unstarted[row.ID] {
+			continue
+		}
 		d, err := r.o.Client.DescribeWorkflow(ctx, row.ID, "")
 		switch {
 		case isNotFound(err):

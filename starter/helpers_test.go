@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -394,7 +395,14 @@ func (h *harness) logTailOnFailure(n int) {
 	if !h.t.Failed() {
 		return
 	}
-	lines := strings.Split(strings.TrimRight(string([]byte(h.logs.String())), "\n"), "\n")
+	all := h.logs.String()
+	if dir := os.Getenv("CAUSET_TEST_LOGS"); dir != "" {
+		path := filepath.Join(dir, strings.ReplaceAll(h.t.Name(), "/", "_")+".log")
+		if err := os.WriteFile(path, []byte(all), 0o644); err == nil {
+			h.t.Logf("bridge log: %s", path)
+		}
+	}
+	lines := strings.Split(strings.TrimRight(all, "\n"), "\n")
 	if len(lines) > n {
 		h.t.Logf("bridge log: %d earlier lines left out", len(lines)-n)
 		lines = lines[len(lines)-n:]

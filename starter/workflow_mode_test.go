@@ -56,7 +56,7 @@ func (h *harness) startWorkerOn(queue string, joinHolds bool) {
 		Client:     h.temporal.Client,
 		TaskQueue:  queue,
 		Activities: a,
-		Incidents:  &activities.Incidents{Prober: h.engine, Store: incident.NewStore(h.pool)},
+		Incidents:  &activities.Incidents{Prober: h.engine, Store: incident.NewStore(h.pool), Client: h.temporal.Client},
 	})
 	require.NoError(h.t, err)
 	require.NoError(h.t, w.Start())

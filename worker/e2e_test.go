@@ -97,7 +97,7 @@ func newWorkerEnv(t *testing.T, doc string) *workerEnv {
 			Publisher: &dlq.Publisher{Client: producer, Topic: e.dlqTopic, ConsumerGroup: testConsumerGroup},
 			Logger:    logger,
 		},
-		Incidents: &activities.Incidents{Prober: e.engine, Store: incident.NewStore(e.pool)},
+		Incidents: &activities.Incidents{Prober: e.engine, Store: incident.NewStore(e.pool), Client: c},
 	})
 	require.NoError(t, err)
 	require.NoError(t, w.Start())

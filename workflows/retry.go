@@ -42,7 +42,23 @@ const (
 	// signalled after its final move (a reopen of its row: a new hold)
 	// continue as new with that hold instead of leaving it without a run.
 	changeIncidentTakesOverReopen = "incident-takes-over-reopen"
+	// changeHoldWithoutSlot makes a held run ask whether its incident
+	// still holds on the server's retry backoff (and at once when woken by
+	// SignalHoldEnded) instead of in one activity that took a worker slot
+	// for the whole hold: held runs as many as the worker's slots starved
+	// the incident of the slot its own moves need.
+	changeHoldWithoutSlot = "hold-without-slot"
 )
+
+// holdAskRetry is how often a held run asks whether its incident still
+// holds, when no SignalHoldEnded wakes it first. The server runs the
+// retries: nothing is written to history and no worker slot is taken in
+// between, however long the hold (at most CAUSET_INCIDENT_HOLD_MAX).
+var holdAskRetry = &temporal.RetryPolicy{
+	InitialInterval:    5 * time.Second,
+	BackoffCoefficient: 2,
+	MaximumInterval:    2 * time.Minute,
+}
 
 // deadLetterRetry never gives up: the record must not be lost, so the
 // workflow waits for the topic to come back rather than closing without it.
@@ -349,6 +365,14 @@ func (r *retryRun) joinHold(ctx workflow.Context) (contract.IncidentState, error
 	if err := r.setState(ctx, contract.StateHeld); err != nil {
 		return "", err
 	}
+	if workflow.GetVersion(ctx, changeHoldWithoutSlot, workflow.DefaultVersion, 1) >= 1 {
+		end, err := r.awaitHoldEnd(ctx, id)
+		if err != nil {
+			return "", err
+		}
+		r.status.HeldBy = ""
+		return end, nil
+	}
 	wctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 24 * time.Hour,
 		HeartbeatTimeout:    30 * time.Second,
@@ -361,6 +385,50 @@ func (r *retryRun) joinHold(ctx workflow.Context) (contract.IncidentState, error
 	}
 	r.status.HeldBy = ""
 	return end, nil
+}
+
+// awaitHoldEnd waits until incident id no longer holds and returns where it
+// went. The ask is one activity the server retries on holdAskRetry while
+// the incident holds, for up to a day; SignalHoldEnded (sent as an
+// incident leaves holding) cancels the pending ask and asks again at once.
+// An ask that ends without an answer (its day is over, the database was
+// down all that time, a wake cancelled it) is asked again: a held run ends
+// with its incident, whose hold is bounded (CAUSET_INCIDENT_HOLD_MAX).
+func (r *retryRun) awaitHoldEnd(ctx workflow.Context, id string) (contract.IncidentState, error) {
+	woken := workflow.GetSignalChannel(ctx, contract.SignalHoldEnded)
+	for {
+		askCtx, cancel := workflow.WithCancel(ctx)
+		askCtx = workflow.WithActivityOptions(askCtx, workflow.ActivityOptions{
+			StartToCloseTimeout:    publishTimeout,
+			ScheduleToCloseTimeout: 24 * time.Hour,
+			RetryPolicy:            holdAskRetry,
+			Summary:             "held by incident " + id,
+		})
+		ask := workflow.ExecuteActivity(askCtx, contract.IncidentHoldEndedActivity, id)
+		var end contract.IncidentState
+		var err error
+		wake := false
+		sel := workflow.NewSelector(ctx)
+		sel.AddFuture(ask, func(f workflow.Future) { err = f.Get(ctx, &end) })
+		sel.AddReceive(woken, func(c workflow.ReceiveChannel, _ bool) {
+			c.Receive(ctx, nil)
+			wake = true
+		})
+		sel.Select(ctx)
+		if wake {
+			for woken.ReceiveAsync(nil) {
+			}
+			cancel()
+			err = ask.Get(ctx, &end)
+		}
+		cancel()
+		if err == nil {
+			return end, nil
+		}
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+	}
 }
 
 // settleHead lets the key a dead letter held (CAUSET_DLQ_HOLD_ENTITY) go:

@@ -114,6 +114,7 @@ func newHarnessApply(t *testing.T, a *activities.Activities, publisher *fakePubl
 	h.env.RegisterActivityWithOptions(a.PublishDeadLetter, activity.RegisterOptions{Name: contract.PublishDeadLetterActivity})
 	h.env.RegisterActivityWithOptions(a.SettleHead, activity.RegisterOptions{Name: contract.SettleHeadActivity})
 	h.env.RegisterActivityWithOptions(a.JoinIncidentHold, activity.RegisterOptions{Name: contract.JoinIncidentHoldActivity})
+	h.env.RegisterActivityWithOptions(a.IncidentHoldEnded, activity.RegisterOptions{Name: contract.IncidentHoldEndedActivity})
 	h.env.RegisterActivityWithOptions(a.AwaitIncidentEnded, activity.RegisterOptions{Name: contract.AwaitIncidentEndedActivity})
 	h.env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
 		if info.ActivityType.Name == contract.ApplyProjectionActivity {
@@ -561,7 +562,7 @@ func TestRunJoinsAHoldingIncident(t *testing.T) {
 					joined = in
 					return incidentID, nil
 				})
-			h.env.OnActivity(contract.AwaitIncidentEndedActivity, mock.Anything, incidentID).After(time.Hour).Return(end, nil)
+			held := holdUntil(h, incidentID, start.Add(time.Hour), end)
 			h.env.RegisterDelayedCallback(func() {
 				s := h.status(t)
 				require.Equal(t, contract.StateHeld, s.State, "held, not dead-lettered")
@@ -573,6 +574,16 @@ func TestRunJoinsAHoldingIncident(t *testing.T) {
 			require.NoError(t, h.env.GetWorkflowError())
 			require.Equal(t, contract.JoinHoldInput{Projection: "artist_followers", ErrorKind: "sql",
 				Error: `column "followed_at" of relation "artist_followers" does not exist`}, joined)
+			// Asked on the backoff, 5 s doubling to 2 min, none holding a
+			// worker slot between: an hour's hold is about 35 asks on a
+			// server; the test environment ends an activity after 10
+			// attempts, and the run asks again, so about 57 here.
+			require.GreaterOrEqual(t, len(*held), 30)
+			require.LessOrEqual(t, len(*held), 70)
+			gaps := *held
+			for i := 1; i < len(gaps); i++ {
+				require.LessOrEqual(t, gaps[i].Sub(gaps[i-1]), 2*time.Minute+time.Second, "ask %d", i)
+			}
 			var st contract.Status
 			require.NoError(t, h.env.GetWorkflowResult(&st))
 			if end == contract.IncidentResolved {
@@ -585,6 +596,52 @@ func TestRunJoinsAHoldingIncident(t *testing.T) {
 			require.Len(t, h.publisher.records, 1)
 		})
 	}
+}
+
+// holdUntil answers the held run's asks: the incident holds until endAt,
+// then went to end. It returns the times of the asks.
+func holdUntil(h *harness, incidentID string, endAt time.Time, end contract.IncidentState) *[]time.Time {
+	var asks []time.Time
+	h.env.OnActivity(contract.IncidentHoldEndedActivity, mock.Anything, incidentID).Return(
+		func(ctx context.Context, _ string) (contract.IncidentState, error) {
+			now := h.env.Now().UTC()
+			asks = append(asks, now)
+			if now.Before(endAt) {
+				return "", temporal.NewApplicationError("incident still holds", contract.IncidentStillHoldsType)
+			}
+			return end, nil
+		})
+	return &asks
+}
+
+// A held run woken by SignalHoldEnded asks at once: it applies when woken,
+// not at its next backoff (up to two minutes later). A wake sent while the
+// incident still holds (another incident of the projection ended) only
+// costs an ask.
+func TestHeldRunAsksAtOnceWhenWoken(t *testing.T) {
+	const incidentID = "projection-incident:artist_followers:00000000000000aa"
+	h := newHarness(t, 5, 0)
+	h.env.OnActivity(contract.JoinIncidentHoldActivity, mock.Anything, mock.Anything).Return(incidentID, nil)
+	endAt := start.Add(3 * time.Hour)
+	asks := holdUntil(h, incidentID, endAt, contract.IncidentReleasing)
+	woke := endAt.Add(7 * time.Second)
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(contract.SignalHoldEnded, "projection-incident:artist_followers:00000000000000bb")
+	}, time.Hour+7*time.Second)
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(contract.SignalHoldEnded, incidentID)
+	}, woke.Sub(start))
+	h.env.ExecuteWorkflow(contract.RetryWorkflowName, input(config.ModeWorkflow, config.DefaultRetry()))
+	require.NoError(t, h.env.GetWorkflowError())
+	var st contract.Status
+	require.NoError(t, h.env.GetWorkflowResult(&st))
+	require.Equal(t, contract.StateSucceeded, st.State)
+	last := (*asks)[len(*asks)-1]
+	require.Equal(t, woke, last, "the ask that found the hold ended came with the wake")
+	require.Contains(t, *asks, start.Add(time.Hour+7*time.Second), "the other incident's wake asked too")
+	// 3 h on a 2-min backoff: ~95 asks on a server, ~175 in the test
+	// environment (10 attempts an activity); the two wakes add two.
+	require.Less(t, len(*asks), 200)
 }
 
 // metadata is the run's user metadata as the Temporal UI reads it.
