@@ -402,7 +402,7 @@ func (r *retryRun) awaitHoldEnd(ctx workflow.Context, id string) (contract.Incid
 			StartToCloseTimeout:    publishTimeout,
 			ScheduleToCloseTimeout: 24 * time.Hour,
 			RetryPolicy:            holdAskRetry,
-			Summary:             "held by incident " + id,
+			Summary:                "held by incident " + id,
 		})
 		ask := workflow.ExecuteActivity(askCtx, contract.IncidentHoldEndedActivity, id)
 		var end contract.IncidentState
