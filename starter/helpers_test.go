@@ -58,6 +58,9 @@ type harness struct {
 	prefix string
 	// workers are the Temporal workers the test started.
 	workers []interface{ Stop() }
+	// workerSlots bounds the activities a worker runs at once (0: the
+	// worker's default).
+	workerSlots int
 }
 
 type harnessOptions struct {

@@ -427,3 +427,63 @@ func TestBridgeKafkaIncidentReopensAfterDeadLetterAll(t *testing.T) {
 		firstHeld, st.EventsHeld)
 	r.stop(t)
 }
+
+// Held retry runs outnumber the worker's activity slots: every run whose
+// schedule ran out before the incident opened waits with the hold. The
+// wait takes no slot, so the incident still probes and moves its row, and
+// once the fix is in, the incident's end wakes the held runs at once (not
+// at their next backoff, which by then is over a minute away) and each
+// applies its event.
+func TestBridgeKafkaHeldRunsOutnumberingWorkerSlotsEndWithTheirIncident(t *testing.T) {
+	h, o := incidentHarness(t, config.IncidentHold)
+	o.Incidents.Threshold = 12
+	h.workerSlots = 3
+	h.restartWorker(true)
+	const users = 40
+	var recs []*kgo.Record
+	for i := range users {
+		user := fmt.Sprintf("user-%03d", i)
+		recs = append(recs, envRecord(partitionOf(user), followed(fmt.Sprintf("%sslots-%03d", h.prefix, i), user, "artist-a")))
+	}
+	h.produce(recs...)
+	r := h.start(o)
+
+	heldRuns := func() []string {
+		return testenv.WorkflowIDs(h.temporal.ListWorkflows(t, fmt.Sprintf(`TaskQueue = %q AND %s = %q AND ExecutionStatus = "Running"`,
+			h.taskQueue, contract.AttrRetryState.GetName(), contract.StateHeld)))
+	}
+	var held []string
+	require.Eventually(t, func() bool {
+		held = heldRuns()
+		return len(held) > 2*h.workerSlots
+	}, 60*time.Second, 500*time.Millisecond, "no more held runs than the worker has slots")
+	ids := h.incidents()
+	require.Len(t, ids, 1)
+	// Long enough for the held runs' backoff to reach a minute and more.
+	time.Sleep(80 * time.Second)
+	held = heldRuns()
+	require.Greater(t, len(held), 2*h.workerSlots)
+
+	_, err := h.pool.Exec(h.ctx, `ALTER TABLE artist_followers ADD COLUMN followed_at timestamptz`)
+	require.NoError(t, err)
+	var st contract.IncidentStatus
+	ctx, cancel := context.WithTimeout(h.ctx, 60*time.Second)
+	defer cancel()
+	require.NoError(t, h.temporal.Client.GetWorkflow(ctx, ids[0], "").Get(ctx, &st), "the incident never ended")
+	require.Equal(t, contract.IncidentResolved, st.State)
+	ended := time.Now()
+	for _, id := range held {
+		var rs contract.Status
+		require.NoError(t, h.temporal.Client.GetWorkflow(ctx, id, "").Get(ctx, &rs), id)
+		require.Equal(t, contract.StateSucceeded, rs.State, id)
+	}
+	woken := time.Since(ended)
+	t.Logf("%d held runs on %d slots; all applied %s after the incident ended", len(held), h.workerSlots, woken.Round(time.Millisecond))
+	require.Less(t, woken, 30*time.Second, "held runs waited for their backoff: the incident's end did not wake them")
+	h.waitCommittedToEnd(60 * time.Second)
+	require.Eventually(t, func() bool {
+		return h.count(`SELECT count(*) FROM artist_followers WHERE artist_id = 'artist-a'`) == users
+	}, 60*time.Second, 200*time.Millisecond, "every follow applied once")
+	require.Empty(t, h.dlqRecordsNow(), "nothing dead-lettered")
+	r.stop(t)
+}

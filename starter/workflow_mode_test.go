@@ -57,6 +57,8 @@ func (h *harness) startWorkerOn(queue string, joinHolds bool) {
 		TaskQueue:  queue,
 		Activities: a,
 		Incidents:  &activities.Incidents{Prober: h.engine, Store: incident.NewStore(h.pool), Client: h.temporal.Client},
+		// 0: the worker's default.
+		MaxConcurrentActivities: h.workerSlots,
 	})
 	require.NoError(h.t, err)
 	require.NoError(h.t, w.Start())
