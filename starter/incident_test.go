@@ -478,6 +478,10 @@ func TestBridgeKafkaHeldRunsOutnumberingWorkerSlotsEndWithTheirIncident(t *testi
 		require.Equal(t, contract.StateSucceeded, rs.State, id)
 	}
 	woken := time.Since(ended)
+	if *recordHistories {
+		testenv.WriteHistory(t, h.ctx, h.temporal.Client, held[0], "",
+			filepath.Join("..", "workflows", "testdata", "held_woken_by_incident_end.json"))
+	}
 	t.Logf("%d held runs on %d slots; all applied %s after the incident ended", len(held), h.workerSlots, woken.Round(time.Millisecond))
 	require.Less(t, woken, 30*time.Second, "held runs waited for their backoff: the incident's end did not wake them")
 	h.waitCommittedToEnd(60 * time.Second)
