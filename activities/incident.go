@@ -103,7 +103,7 @@ func (a *Incidents) SetIncidentState(ctx context.Context, in contract.SetInciden
 		from = []contract.IncidentState{contract.IncidentHolding, contract.IncidentReleasing}
 	}
 	moved, err := a.Store.SetState(ctx, in.ID, in.State, from...)
-	if err != nil || !moved || in.State == contract.IncidentHolding {
+	if err != nil || !moved || in.State == contract.IncidentHolding || a.Client == nil {
 		return err
 	}
 	// The hold ended: its held runs ask where it went now, not at their
@@ -120,9 +120,6 @@ func (a *Incidents) SetIncidentState(ctx context.Context, in contract.SetInciden
 // queue (listed by CausetRetryState; a run held by another incident asks
 // once and goes on waiting). It returns how many it signalled.
 func (a *Incidents) wakeHeldRuns(ctx context.Context, taskQueue, incidentID string) (int, error) {
-	if a.Client == nil {
-		return 0, nil
-	}
 	query := fmt.Sprintf(`WorkflowType = %q AND ExecutionStatus = "Running" AND %s = %q AND TaskQueue = %q`,
 		contract.RetryWorkflowName, contract.AttrRetryState.GetName(), contract.StateHeld, taskQueue)
 	woken := 0
