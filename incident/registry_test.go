@@ -128,6 +128,54 @@ func TestRegistryRestartsAHoldWhoseWorkflowEnded(t *testing.T) {
 	require.True(t, st.FirstSeen.Equal(opened), "first seen %s, want %s", st.FirstSeen, opened)
 }
 
+// describingClient counts the registry's describes; every workflow is
+// missing.
+type describingClient struct {
+	recordingClient
+	described []string
+}
+
+func (c *describingClient) DescribeWorkflow(_ context.Context, id, _ string) (*client.WorkflowExecutionDescription, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.described = append(c.described, id)
+	return nil, serviceerror.NewNotFound("no such workflow")
+}
+
+// A hold this bridge has just opened has its row before its run: the
+// first flush starts the run. A refresh in between does not take the
+// missing run for one that ended (it would restart the hold from its row
+// and warn of an ended workflow): the run starts from the bridge's own
+// input, once.
+func TestRegistryLeavesAHoldItOpenedToItsFirstStart(t *testing.T) {
+	pool := testenv.Postgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	in := contract.IncidentInput{Projection: "p", Fingerprint: "00000000000000ac", Policy: config.IncidentHold, ErrorKind: "sql", Error: "boom"}
+	id := contract.IncidentWorkflowID(in.Projection, in.Fingerprint)
+	b, err := json.Marshal(in)
+	require.NoError(t, err)
+	// As the bridge's batch transaction writes it.
+	_, err = pool.Exec(ctx, `INSERT INTO causet_incidents (id, projection, fingerprint, state, input, opened_at) VALUES ($1, $2, $3, 'holding', $4, now())`,
+		id, in.Projection, in.Fingerprint, b)
+	require.NoError(t, err)
+
+	c := &describingClient{}
+	r := incident.NewRegistry(incident.RegistryOptions{
+		Incidents: config.Incidents{Threshold: 3, Window: time.Minute, Policy: config.IncidentHold},
+		Store:     incident.NewStore(pool), Client: c, TaskQueue: "q", Timeout: 5 * time.Second,
+	})
+	r.Opened(in)
+	runCtx, stop := context.WithTimeout(ctx, incident.RefreshInterval+time.Second)
+	defer stop()
+	r.Run(runCtx)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	require.NotContains(t, c.described, id, "a hold whose first start is pending is not described")
+	require.Len(t, c.starts, 1, "one run")
+	require.Nil(t, c.starts[0].Status, "started from the bridge's input, not restarted from the row")
+}
+
 // Counts reach an incident's workflow at most every report interval (each
 // signal is history): at once when it opens, then batched, and at once
 // again when the events held reach CAUSET_INCIDENT_MAX_HELD.
