@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
@@ -102,14 +103,8 @@ func TestRegistryRestartsAHoldWhoseWorkflowEnded(t *testing.T) {
 	pool := testenv.Postgres(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	in := contract.IncidentInput{Projection: "p", Fingerprint: "00000000000000ab", Policy: config.IncidentHold, ErrorKind: "sql", Error: "boom"}
-	id := contract.IncidentWorkflowID(in.Projection, in.Fingerprint)
-	b, err := json.Marshal(in)
-	require.NoError(t, err)
 	opened := time.Now().Add(-time.Hour).UTC().Truncate(time.Microsecond)
-	_, err = pool.Exec(ctx, `INSERT INTO causet_incidents (id, projection, fingerprint, state, input, opened_at) VALUES ($1, $2, $3, 'holding', $4, $5)`,
-		id, in.Projection, in.Fingerprint, b, opened)
-	require.NoError(t, err)
+	insertHoldingRow(t, ctx, pool, "00000000000000ab", opened)
 
 	c := &recordingClient{}
 	r := incident.NewRegistry(incident.RegistryOptions{
@@ -126,6 +121,19 @@ func TestRegistryRestartsAHoldWhoseWorkflowEnded(t *testing.T) {
 	require.NotNil(t, st)
 	require.Equal(t, contract.IncidentHolding, st.State)
 	require.True(t, st.FirstSeen.Equal(opened), "first seen %s, want %s", st.FirstSeen, opened)
+}
+
+// insertHoldingRow writes a holding incident row of projection p with
+// fingerprint fp, opened at opened, and returns its input.
+func insertHoldingRow(t *testing.T, ctx context.Context, pool *pgxpool.Pool, fp string, opened time.Time) contract.IncidentInput {
+	t.Helper()
+	in := contract.IncidentInput{Projection: "p", Fingerprint: fp, Policy: config.IncidentHold, ErrorKind: "sql", Error: "boom"}
+	b, err := json.Marshal(in)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO causet_incidents (id, projection, fingerprint, state, input, opened_at) VALUES ($1, $2, $3, 'holding', $4, $5)`,
+		contract.IncidentWorkflowID(in.Projection, fp), in.Projection, fp, b, opened)
+	require.NoError(t, err)
+	return in
 }
 
 // describingClient counts the registry's describes; every workflow is
@@ -151,14 +159,9 @@ func TestRegistryLeavesAHoldItOpenedToItsFirstStart(t *testing.T) {
 	pool := testenv.Postgres(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	in := contract.IncidentInput{Projection: "p", Fingerprint: "00000000000000ac", Policy: config.IncidentHold, ErrorKind: "sql", Error: "boom"}
-	id := contract.IncidentWorkflowID(in.Projection, in.Fingerprint)
-	b, err := json.Marshal(in)
-	require.NoError(t, err)
 	// As the bridge's batch transaction writes it.
-	_, err = pool.Exec(ctx, `INSERT INTO causet_incidents (id, projection, fingerprint, state, input, opened_at) VALUES ($1, $2, $3, 'holding', $4, now())`,
-		id, in.Projection, in.Fingerprint, b)
-	require.NoError(t, err)
+	in := insertHoldingRow(t, ctx, pool, "00000000000000ac", time.Now())
+	id := contract.IncidentWorkflowID(in.Projection, in.Fingerprint)
 
 	c := &describingClient{}
 	r := incident.NewRegistry(incident.RegistryOptions{
