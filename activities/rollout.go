@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -20,11 +21,21 @@ type Rollouts struct {
 }
 
 // CheckCandidate checks the rollout's candidate against the events failing
-// now and records them as its affected events. A candidate that does not
-// validate fails it for good (contract.InvalidCandidateType).
-// It heartbeats every checkBeat while it runs, so that a worker lost in a
-// long check is noticed within the heartbeat timeout.
+// now and records them as its affected events, a page at a time. A
+// candidate that does not validate fails it for good
+// (contract.InvalidCandidateType). It heartbeats every checkBeat with its
+// progress, so that a worker lost in a long check is noticed within the
+// heartbeat timeout and the next try goes on after the pages recorded.
 func (a *Rollouts) CheckCandidate(ctx context.Context, rolloutID string, in contract.RolloutInput) (contract.CheckCandidateResult, error) {
+	var from *rollout.CheckProgress
+	if activity.HasHeartbeatDetails(ctx) {
+		var p rollout.CheckProgress
+		if activity.GetHeartbeatDetails(ctx, &p) == nil {
+			from = &p
+		}
+	}
+	var mu sync.Mutex
+	last := from
 	done := make(chan struct{})
 	defer close(done)
 	go func() {
@@ -35,11 +46,22 @@ func (a *Rollouts) CheckCandidate(ctx context.Context, rolloutID string, in cont
 			case <-done:
 				return
 			case <-t.C:
-				activity.RecordHeartbeat(ctx)
+				mu.Lock()
+				if last != nil {
+					activity.RecordHeartbeat(ctx, *last)
+				} else {
+					activity.RecordHeartbeat(ctx)
+				}
+				mu.Unlock()
 			}
 		}
 	}()
-	out, err := a.Runner.Check(ctx, rolloutID, in)
+	out, err := a.Runner.Check(ctx, rolloutID, in, from, func(p rollout.CheckProgress) {
+		mu.Lock()
+		defer mu.Unlock()
+		last = &p
+		activity.RecordHeartbeat(ctx, p)
+	})
 	return out, invalidCandidate(err)
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -149,17 +151,83 @@ func Check(ctx context.Context, t Trier, candidate *projection.Document, failing
 		sort.Slice(gr.StillFailing, func(i, j int) bool { return gr.StillFailing[i].Events > gr.StillFailing[j].Events })
 		r.Groups = append(r.Groups, *gr)
 	}
-	sort.Slice(r.Groups, func(i, j int) bool {
-		if r.Groups[i].Events != r.Groups[j].Events {
-			return r.Groups[i].Events > r.Groups[j].Events
-		}
-		return r.Groups[i].Fingerprint < r.Groups[j].Fingerprint
-	})
+	sortGroups(r.Groups)
 	r.Took = time.Since(start)
 	if err != nil {
 		return r, fmt.Errorf("check stopped after %d of %d events: %w", len(trials), len(failing), err)
 	}
 	return r, nil
+}
+
+// add adds the counts and groups of page, a report on more of the same
+// check's events, to r.
+func (r *Report) add(page Report) {
+	r.Checked += page.Checked
+	r.Truncated = r.Truncated || page.Truncated
+	r.Took += page.Took
+	if r.BySource == nil {
+		r.BySource = map[Source]int{}
+	}
+	if r.Totals == nil {
+		r.Totals = map[Outcome]int{}
+	}
+	for s, n := range page.BySource {
+		r.BySource[s] += n
+	}
+	for o, n := range page.Totals {
+		r.Totals[o] += n
+	}
+	at := map[string]int{}
+	for i, g := range r.Groups {
+		at[g.Fingerprint] = i
+	}
+	for _, g := range page.Groups {
+		i, ok := at[g.Fingerprint]
+		if !ok {
+			at[g.Fingerprint] = len(r.Groups)
+			r.Groups = append(r.Groups, g)
+			continue
+		}
+		have := &r.Groups[i]
+		have.Events += g.Events
+		for o, n := range g.Outcomes {
+			have.Outcomes[o] += n
+		}
+		same := map[string]int{}
+		for j, f := range have.StillFailing {
+			same[incident.Of(r.Projection, f.ErrorKind, errors.New(f.Error)).ID] = j
+		}
+		for _, f := range g.StillFailing {
+			if j, ok := same[incident.Of(r.Projection, f.ErrorKind, errors.New(f.Error)).ID]; ok {
+				have.StillFailing[j].Events += f.Events
+			} else {
+				have.StillFailing = append(have.StillFailing, f)
+			}
+		}
+		sort.Slice(have.StillFailing, func(i, j int) bool { return have.StillFailing[i].Events > have.StillFailing[j].Events })
+	}
+	sortGroups(r.Groups)
+}
+
+// clone returns a copy of r that shares no map or slice with it.
+func (r Report) clone() Report {
+	r.BySource, r.Totals = maps.Clone(r.BySource), maps.Clone(r.Totals)
+	r.Groups = slices.Clone(r.Groups)
+	for i, g := range r.Groups {
+		r.Groups[i].Outcomes = maps.Clone(g.Outcomes)
+		r.Groups[i].StillFailing = slices.Clone(g.StillFailing)
+	}
+	r.Events = nil
+	return r
+}
+
+func sortGroups(gs []Group) {
+	sort.Slice(gs, func(i, j int) bool {
+		if gs[i].Events != gs[j].Events {
+			return gs[i].Events > gs[j].Events
+		}
+		return gs[i].Fingerprint < gs[j].Fingerprint
+	})
 }
 
 func outcomeOf(f Failing, tr projection.Trial) Outcome {

@@ -382,7 +382,7 @@ func TestReplayBatchResumesAfterItsHeartbeat(t *testing.T) {
 	require.NoError(t, err)
 	id := "projection-rollout:artist_followers:resume-test"
 	in := contract.RolloutInput{Projection: "artist_followers", Document: mustJSON(t, candidate(t, true)), Limit: 100}
-	chk, err := runner.Check(s.ctx, id, in)
+	chk, err := runner.Check(s.ctx, id, in, nil, nil)
 	require.NoError(t, err)
 	require.Equal(t, 5, chk.ToReplay, "6 dead letters, user-00's out of order: its unfollow applied")
 
@@ -402,6 +402,74 @@ func TestReplayBatchResumesAfterItsHeartbeat(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, last.Replayed)
 	require.True(t, last.Done)
+}
+
+// failingTrier is an engine whose tries fail from the failAt-th call on,
+// as a check whose worker is lost there; it counts the events tried.
+type failingTrier struct {
+	rollout.Engine
+	calls, failAt, tried int
+}
+
+func (f *failingTrier) Try(ctx context.Context, doc *projection.Document, evs []event.Envelope) ([]projection.Trial, error) {
+	if f.calls++; f.failAt > 0 && f.calls >= f.failAt {
+		return nil, errors.New("worker lost")
+	}
+	f.tried += len(evs)
+	return f.Engine.Try(ctx, doc, evs)
+}
+
+// A check tried again after its worker was lost goes on from its last
+// progress: the pages recorded by then are kept and not tried again; a page
+// recorded after it (its progress not reported) is tried again, never
+// recorded twice; the result counts every event once.
+func TestCheckResumesFromItsProgress(t *testing.T) {
+	s := newStack(t, nil)
+	s.produce(t, 7)
+	s.waitDeadLettered(t, 7)
+	runner, err := s.svc.RolloutRunner()
+	require.NoError(t, err)
+	runner.CheckPage = 2
+	id := "projection-rollout:artist_followers:check-resume-test"
+	in := contract.RolloutInput{Projection: "artist_followers", Document: mustJSON(t, candidate(t, true)), Limit: 100}
+
+	whole, err := runner.Check(s.ctx, id+"-whole", in, nil, nil)
+	require.NoError(t, err)
+	require.Equal(t, 7, whole.Affected, "7 dead letters (the unfollow behind user-00's applied)")
+
+	// The first try records three pages, reports two, and is lost in the fourth.
+	lost := &failingTrier{Engine: runner.Engine, failAt: 4}
+	runner.Engine = lost
+	var beats []rollout.CheckProgress
+	_, err = runner.Check(s.ctx, id, in, nil, func(p rollout.CheckProgress) {
+		if len(beats) < 2 {
+			beats = append(beats, p)
+		}
+	})
+	require.ErrorContains(t, err, "worker lost")
+	require.Equal(t, 6, lost.tried)
+	require.Equal(t, 6, s.count(t, `SELECT count(*) FROM causet_rollout_events WHERE rollout_id = $1`, id))
+	require.Equal(t, 4, beats[1].Recorded)
+
+	again := &failingTrier{Engine: lost.Engine}
+	runner.Engine = again
+	got, err := runner.Check(s.ctx, id, in, &beats[1], nil)
+	require.NoError(t, err)
+	require.Equal(t, 3, again.tried, "the page after the last progress and the rest, and no more")
+	require.Equal(t, whole.Affected, got.Affected)
+	require.Equal(t, whole.WouldApply, got.WouldApply)
+	require.Equal(t, whole.OutOfOrder, got.OutOfOrder)
+	require.Equal(t, whole.ToReplay, got.ToReplay)
+	require.Equal(t, 7, s.count(t, `SELECT count(DISTINCT dedupe_key) FROM causet_rollout_events WHERE rollout_id = $1`, id))
+	require.Equal(t, 7, s.count(t, `SELECT count(*) FROM causet_rollout_events WHERE rollout_id = $1`, id))
+	require.Equal(t, 7, s.count(t, `SELECT max(seq) FROM causet_rollout_events WHERE rollout_id = $1`, id))
+	require.Contains(t, got.Summary, "on 7 failing events")
+
+	// Without progress, a try starts again from nothing.
+	got, err = runner.Check(s.ctx, id, in, nil, nil)
+	require.NoError(t, err)
+	require.Equal(t, whole.ToReplay, got.ToReplay)
+	require.Equal(t, 7, s.count(t, `SELECT count(*) FROM causet_rollout_events WHERE rollout_id = $1`, id))
 }
 
 func mustJSON(t *testing.T, v any) []byte {

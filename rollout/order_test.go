@@ -14,24 +14,29 @@ import (
 // each after the one before it (its run named as what to wait for), even
 // when the check found them in another order (runs listed newest first);
 // other events keep their places, and an entity's events without a
-// sequence wait for nothing.
-func TestRecordPutsAnEntitysDeadLettersInOrder(t *testing.T) {
+// sequence wait for nothing. The order holds across the pages recorded.
+func TestRecordedPagesPutAnEntitysDeadLettersInOrder(t *testing.T) {
 	ctx := context.Background()
 	pool := testenv.Postgres(t)
-	dead := func(id, entity string, seq int64) EventOutcome {
-		return EventOutcome{Outcome: WouldApply, Failing: Failing{Source: DeadLettered, WorkflowID: "run-" + id,
-			Event: event.Envelope{EventID: id, EntityID: entity, ForkID: "production", Sequence: seq}}}
+	dead := func(id, entity string, seq int64) Failing {
+		return Failing{Source: DeadLettered, WorkflowID: "run-" + id,
+			Event: event.Envelope{EventID: id, EntityID: entity, ForkID: "production", Sequence: seq}}
 	}
-	events := []EventOutcome{
+	failing := []Failing{
 		dead("u0-3", "u0", 3),
 		dead("u1-1", "u1", 1),
 		dead("u0-1", "u0", 1),
-		{Outcome: WouldApply, Failing: Failing{Source: Parked, WorkflowID: "head", Event: event.Envelope{EventID: "p", EntityID: "u0", ForkID: "production", Sequence: 2}}},
+		{Source: Parked, WorkflowID: "head", Event: event.Envelope{EventID: "p", EntityID: "u0", ForkID: "production", Sequence: 2}},
 		dead("u0-2", "u0", 2),
 		dead("u2-a", "u2", 0),
 		dead("u2-b", "u2", 0),
 	}
-	require.NoError(t, record(ctx, pool, "r1", "p", events))
+	var events []EventOutcome
+	for _, f := range entityOrder(failing) {
+		events = append(events, EventOutcome{Failing: f, Outcome: WouldApply})
+	}
+	require.NoError(t, recordPage(ctx, pool, "r1", "p", 0, events[:3]))
+	require.NoError(t, recordPage(ctx, pool, "r1", "p", 3, events[3:]))
 	rows, err := replays(ctx, pool, "r1", 0, 100)
 	require.NoError(t, err)
 	var got []string

@@ -2,11 +2,13 @@ package rollout
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"go.temporal.io/api/serviceerror"
@@ -33,6 +35,9 @@ type Runner struct {
 	// ReplayWindow, DedupeHorizon, Propagator); each batch sets the rest.
 	Replay dlq.ReplayerOptions
 	Logger *slog.Logger
+	// CheckPage is how many events a check tries and records at a time
+	// (0: DefaultCheckPage).
+	CheckPage int
 }
 
 func retryID(proj string, e EventOutcome) string {
@@ -51,9 +56,25 @@ func Candidate(in contract.RolloutInput) (*projection.Document, error) {
 	return doc, nil
 }
 
+// CheckProgress is how far a rollout's check has got: how many events it
+// has tried and recorded, how many of them are dead letters to replay, and
+// their report so far. A check tried again with it goes on from there.
+type CheckProgress struct {
+	Recorded int    `json:"recorded"`
+	ToReplay int    `json:"toReplay"`
+	Report   Report `json:"report"`
+}
+
+// DefaultCheckPage is how many failing events a rollout's check tries and
+// records at a time before it reports its progress.
+const DefaultCheckPage = 2000
+
 // Check gathers the failing events, checks the candidate on them and
-// records them as the rollout's affected events.
-func (r *Runner) Check(ctx context.Context, rolloutID string, in contract.RolloutInput) (contract.CheckCandidateResult, error) {
+// records them as the rollout's affected events, a page at a time, calling
+// beat after each. From a progress (nil: from the start) it keeps the pages
+// recorded by then and tries only the events they lack.
+func (r *Runner) Check(ctx context.Context, rolloutID string, in contract.RolloutInput, from *CheckProgress,
+	beat func(CheckProgress)) (contract.CheckCandidateResult, error) {
 	var out contract.CheckCandidateResult
 	doc, err := Candidate(in)
 	if err != nil {
@@ -63,21 +84,46 @@ func (r *Runner) Check(ctx context.Context, rolloutID string, in contract.Rollou
 	if err != nil {
 		return out, err
 	}
-	rep, err := Check(ctx, r.Engine, doc, failing, g)
+	p := CheckProgress{Report: Report{Projection: doc.Name, Deployed: r.Engine.Version(doc.Name), BySource: map[Source]int{},
+		Totals: map[Outcome]int{}, DLQRecords: g.DLQRecords, Superseded: g.Superseded, Truncated: g.Truncated}}
+	if from != nil {
+		p = CheckProgress{Recorded: from.Recorded, ToReplay: from.ToReplay, Report: from.Report.clone()}
+		p.Report.DLQRecords, p.Report.Superseded, p.Report.Truncated = g.DLQRecords, g.Superseded, p.Report.Truncated || g.Truncated
+	}
+	kept, err := keepRecorded(ctx, r.Sources.Pool, rolloutID, p.Recorded)
 	if err != nil {
 		return out, err
 	}
-	if err := record(ctx, r.Sources.Pool, rolloutID, in.Projection, rep.Events); err != nil {
-		return out, fmt.Errorf("record the rollout's events: %w", err)
+	if len(kept) > 0 {
+		failing = slices.DeleteFunc(failing, func(f Failing) bool {
+			return kept[projection.DedupeKey(in.Projection, f.Event.ForkID, f.Event.EventID)]
+		})
 	}
-	out = contract.CheckCandidateResult{Affected: rep.Checked, WouldApply: rep.Totals[WouldApply], WouldFail: rep.Totals[StillFails],
-		OutOfOrder: rep.Totals[OutOfOrder], Summary: rep.Text(5)}
-	for _, e := range rep.Events {
-		if e.Source == DeadLettered && e.Outcome == WouldApply {
-			out.ToReplay++
+	failing = entityOrder(failing)
+	size := cmp.Or(r.CheckPage, DefaultCheckPage)
+	for start := 0; start < len(failing); start += size {
+		page, err := Check(ctx, r.Engine, doc, failing[start:min(start+size, len(failing))], g)
+		if err != nil {
+			return out, err
+		}
+		if err := recordPage(ctx, r.Sources.Pool, rolloutID, in.Projection, p.Recorded, page.Events); err != nil {
+			return out, fmt.Errorf("record the rollout's events: %w", err)
+		}
+		p.Recorded += len(page.Events)
+		for _, e := range page.Events {
+			if e.Source == DeadLettered && e.Outcome == WouldApply {
+				p.ToReplay++
+			}
+		}
+		page.Events = nil
+		p.Report.add(page)
+		if beat != nil {
+			beat(CheckProgress{Recorded: p.Recorded, ToReplay: p.ToReplay, Report: p.Report.clone()})
 		}
 	}
-	return out, nil
+	rep := p.Report
+	return contract.CheckCandidateResult{Affected: rep.Checked, WouldApply: rep.Totals[WouldApply], WouldFail: rep.Totals[StillFails],
+		OutOfOrder: rep.Totals[OutOfOrder], ToReplay: p.ToReplay, Summary: rep.Text(5)}, nil
 }
 
 // Deploy deploys the candidate unless the newest deployed version is it

@@ -14,48 +14,60 @@ import (
 	"github.com/causet/projection-retry/projection"
 )
 
-// record writes a rollout's checked events as its affected set, in check
-// order, replacing what an earlier try of the same check wrote. The dead
-// letters of one entity are put in their sequence order (in the places
-// they had), so that its replays go in that order.
-func record(ctx context.Context, pool *pgxpool.Pool, rolloutID, proj string, events []EventOutcome) error {
-	events = entityOrder(events)
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `DELETE FROM causet_rollout_events WHERE rollout_id = $1`, rolloutID); err != nil {
-			return err
+// recordPage appends a page of a rollout's checked events to its affected
+// set, numbered from after+1 in check order.
+func recordPage(ctx context.Context, pool *pgxpool.Pool, rolloutID, proj string, after int, events []EventOutcome) error {
+	rows := make([][]any, len(events))
+	for i, e := range events {
+		id := e.WorkflowID
+		if e.Source != DeadLettered {
+			// Parked, held, retrying: the event's own run, should it fail.
+			id = retryID(proj, e)
 		}
-		rows := make([][]any, len(events))
-		for i, e := range events {
-			id := e.WorkflowID
-			if e.Source != DeadLettered {
-				// Parked, held, retrying: the event's own run, should it fail.
-				id = retryID(proj, e)
-			}
-			var topic *string
-			var part *int32
-			var off *int64
-			if e.Item != nil {
-				topic, part, off = &e.Item.Topic, &e.Item.Partition, &e.Item.Offset
-			}
-			var seq *int64
-			if e.Event.Sequence > 0 {
-				seq = &e.Event.Sequence
-			}
-			rows[i] = []any{rolloutID, i + 1, string(e.Source), proj, e.Event.ForkID, e.Event.EventID,
-				projection.DedupeKey(proj, e.Event.ForkID, e.Event.EventID), bucketOf(e), id, string(e.Outcome), topic, part, off,
-				e.Event.EntityID, seq}
+		var topic *string
+		var part *int32
+		var off *int64
+		if e.Item != nil {
+			topic, part, off = &e.Item.Topic, &e.Item.Partition, &e.Item.Offset
 		}
-		_, err := tx.CopyFrom(ctx, pgx.Identifier{"causet_rollout_events"},
-			[]string{"rollout_id", "seq", "source", "projection", "fork_id", "event_id", "dedupe_key", "bucket", "workflow_id", "outcome",
-				"dlq_topic", "dlq_partition", "dlq_offset", "entity_id", "sequence"}, pgx.CopyFromRows(rows))
-		return err
-	})
+		var seq *int64
+		if e.Event.Sequence > 0 {
+			seq = &e.Event.Sequence
+		}
+		rows[i] = []any{rolloutID, after + i + 1, string(e.Source), proj, e.Event.ForkID, e.Event.EventID,
+			projection.DedupeKey(proj, e.Event.ForkID, e.Event.EventID), bucketOf(e), id, string(e.Outcome), topic, part, off,
+			e.Event.EntityID, seq}
+	}
+	_, err := pool.CopyFrom(ctx, pgx.Identifier{"causet_rollout_events"},
+		[]string{"rollout_id", "seq", "source", "projection", "fork_id", "event_id", "dedupe_key", "bucket", "workflow_id", "outcome",
+			"dlq_topic", "dlq_partition", "dlq_offset", "entity_id", "sequence"}, pgx.CopyFromRows(rows))
+	return err
+}
+
+// keepRecorded drops the rollout's recorded events past the first n (what
+// a try of its check wrote after its last progress report) and returns the
+// dedupe keys of the ones kept, so that a resumed check tries only the rest.
+func keepRecorded(ctx context.Context, pool *pgxpool.Pool, rolloutID string, n int) (map[[16]byte]bool, error) {
+	if _, err := pool.Exec(ctx, `DELETE FROM causet_rollout_events WHERE rollout_id = $1 AND seq > $2`, rolloutID, n); err != nil {
+		return nil, fmt.Errorf("forget the rollout's events past %d: %w", n, err)
+	}
+	rows, err := pool.Query(ctx, `SELECT dedupe_key FROM causet_rollout_events WHERE rollout_id = $1`, rolloutID)
+	if err != nil {
+		return nil, fmt.Errorf("read the rollout's events: %w", err)
+	}
+	out := map[[16]byte]bool{}
+	var k [16]byte
+	if _, err := pgx.ForEachRow(rows, []any{&k}, func() error { out[k] = true; return nil }); err != nil {
+		return nil, fmt.Errorf("read the rollout's events: %w", err)
+	}
+	return out, nil
 }
 
 // entityOrder sorts the dead letters of each entity that carry a sequence
 // by it, each keeping the places its entity's dead letters had; every other
-// event stays where it was.
-func entityOrder(events []EventOutcome) []EventOutcome {
+// event stays where it was. A rollout records its events in this order, so
+// that its replays go in it.
+func entityOrder(events []Failing) []Failing {
 	type entity struct{ fork, id string }
 	places := map[entity][]int{}
 	for i, e := range events {
@@ -72,11 +84,11 @@ func entityOrder(events []EventOutcome) []EventOutcome {
 		if &out[0] == &events[0] {
 			out = slices.Clone(events)
 		}
-		evs := make([]EventOutcome, len(at))
+		evs := make([]Failing, len(at))
 		for j, i := range at {
 			evs[j] = events[i]
 		}
-		slices.SortStableFunc(evs, func(a, b EventOutcome) int { return cmp.Compare(a.Event.Sequence, b.Event.Sequence) })
+		slices.SortStableFunc(evs, func(a, b Failing) int { return cmp.Compare(a.Event.Sequence, b.Event.Sequence) })
 		for j, i := range at {
 			out[i] = evs[j]
 		}
