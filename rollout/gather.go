@@ -244,6 +244,9 @@ func listRuns(ctx context.Context, s Sources, projection, where string) (out map
 	if s.TaskQueue != "" {
 		q += fmt.Sprintf(" AND TaskQueue = '%s'", escape(s.TaskQueue))
 	}
+	if s.DataConverter == nil {
+		s.DataConverter = converter.GetDefaultDataConverter()
+	}
 	out = map[string]run{}
 	var token []byte
 	for listed := 0; ; {
