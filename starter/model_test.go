@@ -1,7 +1,9 @@
 package starter
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -14,11 +16,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/incident"
 	"github.com/causet/projection-retry/parking"
+	"github.com/causet/projection-retry/projection"
 )
 
 // The model test of park/release (CONTRACT §14): a seeded, randomized run
@@ -36,6 +42,10 @@ import (
 // dead letters replayed (after their entity moved on: refused) or
 // discarded, the bridge killed (its group's offsets lost, so everything is
 // read again), a second bridge joining and leaving (a rebalance, fenced).
+// Even seeds hold failures in incidents (opened, reopened, resolved and
+// dead-lettered at random); every third seed rolls the projection out
+// while the failures go on (no failing allowed: its check may stop it) and
+// reruns it once drained. Every incident and rollout run must end.
 //
 // CAUSET_MODEL_SEEDS sets how many seeds run (default 10: 1…10), and
 // CAUSET_MODEL_SEED runs one seed alone, as a failing run names it.
@@ -113,6 +123,9 @@ END $$`)
 		o.IncidentStore = incident.NewStore(h.pool)
 		m.note("incidents hold (threshold 2)")
 	}
+	// Every third seed rolls the deployed document out at a random point of
+	// the stream, and again once drained.
+	rollsOut := seed%3 == 0
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("seed %d (replay it: CAUSET_MODEL_SEED=%d go test -run 'TestBridgeKafkaModelSeeds' ./starter/)\n%s",
@@ -153,6 +166,11 @@ END $$`)
 		oo.Registerer = prometheus.NewRegistry()
 		return h.start(oo)
 	}
+	rolloutAt := -1
+	if rollsOut {
+		rolloutAt = rng.IntN(len(events))
+	}
+	var during client.WorkflowRun
 	r := start()
 	var second *running
 	var cleared sync.WaitGroup
@@ -218,7 +236,12 @@ END $$`)
 				_ = h.temporal.Client.SignalWorkflow(h.ctx, head, "", action, contract.OperatorSignal{Identity: "model", Reason: "seed " + strconv.FormatUint(seed, 10)})
 			}
 		}
-		_ = i
+		if i == rolloutAt {
+			var err error
+			during, err = modelRollout(h, 0)
+			require.NoError(t, err)
+			m.note("rollout %s started (no failing allowed)", during.GetID())
+		}
 	}
 	if second != nil {
 		second.stop(t)
@@ -250,6 +273,11 @@ END $$`)
 		m.note("every incident ended")
 	}
 
+	rollouts := ""
+	if rollsOut {
+		rollouts = modelRollouts(t, h, m, seed, during)
+	}
+
 	// The checker.
 	dead := map[string]int{}
 	for _, rec := range h.dlqRecordsNow() {
@@ -272,7 +300,7 @@ END $$`)
 		}
 		t.Fatalf("seed %d: event %s-%d (fails %q) vanished: not applied, no DLQ record", seed, ev.artist, ev.n, ev.fails)
 	}
-	t.Logf("seed %d: %d events, %d dead-lettered, %d incident runs", seed, len(events), len(dead), len(h.incidents()))
+	t.Logf("seed %d: %d events, %d dead-lettered, %d incident runs%s", seed, len(events), len(dead), len(h.incidents()), rollouts)
 }
 
 // modelRetryingHead is the head of a blocked key still retrying, if any.
@@ -366,4 +394,89 @@ func modelIncidents(h *harness) []string {
 		out = append(out, line)
 	}
 	return out
+}
+
+// modelRollout starts a rollout of the deployed artist_stats document (a
+// rerun: it deploys nothing) with the harness's own ID, as the command
+// starts it: a stopped or cancelled one of that ID is started again, a
+// running or done one found.
+func modelRollout(h *harness, maxFailing float64) (client.WorkflowRun, error) {
+	deps, err := projection.List(h.ctx, h.pool)
+	if err != nil {
+		return nil, err
+	}
+	i := slices.IndexFunc(deps, func(d projection.Deployment) bool { return d.Name == "artist_stats" })
+	if i < 0 {
+		return nil, fmt.Errorf("artist_stats is not deployed")
+	}
+	body, err := json.Marshal(deps[i].Document)
+	if err != nil {
+		return nil, err
+	}
+	in := contract.RolloutInput{Projection: "artist_stats", Document: body, Version: deps[i].Version, MaxFailing: maxFailing,
+		Rate: 50, Limit: 1000, Identity: "model", Reason: "model"}
+	return h.temporal.Client.ExecuteWorkflow(h.ctx, client.StartWorkflowOptions{
+		ID: "projection-rollout:artist_stats:" + strconv.Itoa(deps[i].Version) + ":" + h.prefix, TaskQueue: h.taskQueue,
+		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
+		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+	}, contract.RolloutWorkflowName, in)
+}
+
+// modelRolloutEnd waits up to d for a rollout run to end and returns its
+// progress (a stopped one's from its failure) and how it ended.
+func modelRolloutEnd(h *harness, run client.WorkflowRun, d time.Duration) (contract.RolloutProgress, error) {
+	ctx, cancel := context.WithTimeout(h.ctx, d)
+	defer cancel()
+	var p contract.RolloutProgress
+	err := run.GetWithOptions(ctx, &p, client.WorkflowRunGetOptions{DisableFollowingRuns: false})
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) && appErr.Type() == contract.RolloutStoppedType {
+		return p, appErr.Details(&p)
+	}
+	if temporal.IsCanceledError(err) {
+		return contract.RolloutProgress{State: contract.RolloutCancelled}, nil
+	}
+	return p, err
+}
+
+// modelRollouts ends the rollout started during the stream (it may still
+// be settling on events an operator discarded or terminated: it is then
+// cancelled, as an operator would) and reruns it on the drained stream,
+// where it replays the dead letters that apply now; it must end, and the
+// stream drain again.
+func modelRollouts(t *testing.T, h *harness, m *modelRun, seed uint64, during client.WorkflowRun) (summary string) {
+	t.Helper()
+	p, err := modelRolloutEnd(h, during, time.Minute)
+	if errors.Is(err, context.DeadlineExceeded) {
+		m.note("rollout still %s after the drain: cancelled", p.State)
+		require.NoError(t, h.temporal.Client.CancelWorkflow(h.ctx, during.GetID(), during.GetRunID()))
+		p, err = modelRolloutEnd(h, during, time.Minute)
+	}
+	require.NoError(t, err, "seed %d: the rollout started during the stream never ended", seed)
+	m.note("rollout during the stream ended %s: %d affected, %d failing at the check, %d replayed, %d applied (%s)",
+		p.State, p.Affected, p.WouldFail, p.Replayed, p.Applied, p.Reason)
+	summary = fmt.Sprintf(", rollouts: %s (%d affected, %d replayed)", p.State, p.Affected, p.Replayed)
+
+	rerun, err := modelRollout(h, 1)
+	require.NoError(t, err)
+	if rerun.GetRunID() != during.GetRunID() {
+		p, err = modelRolloutEnd(h, rerun, 2*time.Minute)
+		require.NoError(t, err, "seed %d: the rerun rollout never ended", seed)
+		require.Contains(t, []contract.RolloutState{contract.RolloutDone, contract.RolloutStopped}, p.State, "seed %d: %+v", seed, p)
+		m.note("rollout rerun once drained ended %s: %d affected, %d replayed, %d applied, %d failing, %d pending",
+			p.State, p.Affected, p.Replayed, p.Applied, p.Failing, p.Pending)
+		summary += fmt.Sprintf(", rerun %s (%d affected, %d replayed, %d applied)", p.State, p.Affected, p.Replayed, p.Applied)
+	} else {
+		m.note("rollout rerun found the rollout done")
+		summary += ", rerun found it done"
+	}
+	require.Empty(t, h.temporal.ListWorkflows(t, fmt.Sprintf("TaskQueue = %q AND WorkflowType = %q AND ExecutionStatus = 'Running'",
+		h.taskQueue, contract.RolloutWorkflowName)), "seed %d: a rollout run is still open", seed)
+	if !modelWait(2*time.Minute, func() bool {
+		return h.blockedRows() == 0 && h.count(`SELECT count(*) FROM causet_parked_events`) == 0
+	}) {
+		t.Fatalf("seed %d: keys blocked after the rollouts: %v", seed, modelBlocked(h))
+	}
+	m.note("drained after the rollouts")
+	return summary
 }

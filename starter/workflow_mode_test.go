@@ -15,6 +15,7 @@ import (
 	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/incident"
 	"github.com/causet/projection-retry/parking"
+	"github.com/causet/projection-retry/rollout"
 	"github.com/causet/projection-retry/worker"
 )
 
@@ -52,11 +53,21 @@ func (h *harness) startWorkerOn(queue string, joinHolds bool) {
 	if joinHolds {
 		a.Holds = incident.NewStore(h.pool)
 	}
+	// Rollouts restart closed dead letters on the model's schedule.
+	rollouts := &rollout.Runner{
+		Sources: rollout.Sources{Pool: h.pool, Temporal: h.temporal.Client, Namespace: h.temporal.Namespace, TaskQueue: queue,
+			DLQ: &dlq.ReaderOptions{Brokers: h.brokers, Topic: h.dlqTopic}},
+		Engine: h.engine,
+		Replay: dlq.ReplayerOptions{Client: h.temporal.Client, TaskQueue: queue,
+			Retry: config.Retry{MaxAttempts: 3, Initial: time.Second, Multiplier: 1, Max: time.Second}},
+		Logger: h.logger,
+	}
 	w, err := worker.New(worker.Options{
 		Client:     h.temporal.Client,
 		TaskQueue:  queue,
 		Activities: a,
 		Incidents:  &activities.Incidents{Prober: h.engine, Store: incident.NewStore(h.pool), Client: h.temporal.Client},
+		Rollouts:   &activities.Rollouts{Runner: rollouts},
 		// 0: the worker's default.
 		MaxConcurrentActivities: h.workerSlots,
 	})
