@@ -120,3 +120,13 @@ func TestReplayBatchReplayed(t *testing.T) {
 	require.Equal(t, "alice@ops", s.LastAction.Identity)
 	require.Equal(t, "IR v2 drops followed_at", s.LastAction.Reason)
 }
+
+// A run held by an incident before the hold-without-slot change waited in
+// one AwaitIncidentEnded activity (held_until_incident_end_unversioned.json,
+// recorded from that code): it still replays under today's code, which
+// keeps that path for it, and ends as it did.
+func TestReplayOfAHoldAwaitedInOneActivity(t *testing.T) {
+	s := replayedStatus(t, "held_until_incident_end_unversioned.json")
+	require.Equal(t, contract.StateSucceeded, s.State)
+	require.NotEmpty(t, s.Attempts)
+}
