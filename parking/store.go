@@ -360,24 +360,26 @@ RETURNING b.projection, b.fork_id, b.entity_id`, topic, partition, proj, fork, e
 }
 
 // Started clears the pending start of key's head once its retry workflow is
-// durable. Its commit is not waited for (synchronous_commit off): a clear
-// lost in a crash only makes the next owner start the head again, which
-// finds the running workflow, and a burst of heads does not cost one WAL
-// flush each.
-func (s *Store) Started(ctx context.Context, topic string, partition int32, k Key, head string) error {
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+// durable, and says whether the head's run has published a dead letter
+// before (a run this start found, not one it began: an event read again
+// after its key was released). Its commit is not waited for
+// (synchronous_commit off): a clear lost in a crash only makes the next
+// owner start the head again, which finds the running workflow, and a
+// burst of heads does not cost one WAL flush each.
+func (s *Store) Started(ctx context.Context, topic string, partition int32, k Key, head string) (deadLetteredBefore bool, err error) {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit TO OFF`); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `UPDATE causet_blocked_keys SET pending_start = NULL
-WHERE topic = $1 AND partition = $2 AND projection = $3 AND fork_id = $4 AND entity_id = $5 AND head_workflow_id = $6`,
-			topic, partition, k.Projection, k.ForkID, k.EntityID, head)
-		return err
+		return tx.QueryRow(ctx, `WITH cleared AS (UPDATE causet_blocked_keys SET pending_start = NULL
+WHERE topic = $1 AND partition = $2 AND projection = $3 AND fork_id = $4 AND entity_id = $5 AND head_workflow_id = $6)
+SELECT EXISTS (SELECT 1 FROM causet_dead_letters WHERE workflow_id = $6)`,
+			topic, partition, k.Projection, k.ForkID, k.EntityID, head).Scan(&deadLetteredBefore)
 	})
 	if err != nil {
-		return fmt.Errorf("parking: record a started head: %w", err)
+		return false, fmt.Errorf("parking: record a started head: %w", err)
 	}
-	return nil
+	return deadLetteredBefore, nil
 }
 
 // HeadInput is the retry input of the head of key (the event it runs),

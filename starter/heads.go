@@ -36,7 +36,9 @@ import (
 // schedule could have run (staleAfter) is described, at most
 // describeConcurrency at a time and describeRate per second, again after a
 // delay that doubles up to maxDescribeEvery while it is still active, and
-// the state it is found in is recorded as the worker would have.
+// the state it is found in is recorded as the worker would have. A head
+// whose run had dead-lettered before its start found it (an event read
+// again after its key was released) is described at the next look.
 const (
 	headPoll            = 100 * time.Millisecond
 	staleCheckEvery     = 2 * time.Second
@@ -155,7 +157,8 @@ func (w *headWatcher) checkStaleHeads(parts map[int32]*orderedRouter) {
 			// A head found ended (by this bridge or the previous owner)
 			// whose event is not dead-lettered yet is resolved again.
 			ended := bk.state == parking.HeadEnded
-			if (ended || active && !bk.pending && now.Sub(bk.since) >= staleAfter) && !now.Before(bk.nextCheck) {
+			if (ended || active && !bk.pending && (bk.describeSoon || now.Sub(bk.since) >= staleAfter)) && !now.Before(bk.nextCheck) {
+				bk.describeSoon = false
 				bk.every = min(max(2*bk.every, minDescribeEvery), maxDescribeEvery)
 				bk.nextCheck = now.Add(bk.every)
 				stale = append(stale, staleHead{r, k, bk.head, bk.state})

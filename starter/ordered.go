@@ -68,6 +68,9 @@ type blockedKey struct {
 	// is recorded with the key until it is durable). Not described, never
 	// released for want of a run.
 	pending bool
+	// describeSoon: the head's run was found, not begun, and had
+	// dead-lettered before: the watcher describes it at its next look.
+	describeSoon bool
 }
 
 func newOrderedRouter(p *partition) *orderedRouter {
@@ -413,9 +416,22 @@ func (r *orderedRouter) headStarted(in contract.RetryInput, end handoffEnd) {
 			return err
 		})
 	}
-	p.until(p.log, "database", "cannot record a started head", func(ctx context.Context) error {
-		return r.store.Started(ctx, p.topic, p.id, parking.KeyOf(in), in.WorkflowID())
+	var before bool
+	p.until(p.log, "database", "cannot record a started head", func(ctx context.Context) (err error) {
+		before, err = r.store.Started(ctx, p.topic, p.id, parking.KeyOf(in), in.WorkflowID())
+		return err
 	})
+	if before {
+		// An event read again after its key was released (offsets lost):
+		// its run dead-lettered long ago and may be settled already. It is
+		// described at the watcher's next look instead of after a whole
+		// schedule.
+		r.mu.Lock()
+		if k := r.keys[parking.KeyOf(in)]; k != nil && k.head == in.WorkflowID() {
+			k.describeSoon = true
+		}
+		r.mu.Unlock()
+	}
 }
 
 // handOffOrdered is workflow mode with entity ordering. Every pair runs

@@ -226,6 +226,42 @@ func TestBridgeKafkaOrderingHeadDeadLetters(t *testing.T) {
 	h.waitCommittedToEnd(30 * time.Second)
 }
 
+// A dead-lettered head's event read again after its key was released (the
+// group's offsets lost) blocks the key behind the run it finds: that run
+// had dead-lettered, so it is described at the watcher's next look, not
+// after a whole schedule and its margin, and the key goes on at once.
+func TestBridgeKafkaOrderingRereadDeadLetteredHeadIsDescribedAtOnce(t *testing.T) {
+	h, o := orderedHarness(t, 1)
+	o.Retry = config.Retry{MaxAttempts: 2, Initial: time.Second, Multiplier: 1, Max: time.Second}
+	o.headStaleAfter = 3 * time.Minute
+	oa := o
+	oa.Registerer = prometheus.NewRegistry()
+	a := h.start(oa)
+	const artist = "artist-rr"
+	h.flag(artist, 1)
+	var recs []*kgo.Record
+	for n := 1; n <= 4; n++ {
+		recs = append(recs, envRecord(0, nth(h, artist, n)))
+	}
+	h.produce(recs...)
+	require.Eventually(t, func() bool { return len(h.audit(artist)) == 3 && h.blockedRows() == 0 }, 60*time.Second, 100*time.Millisecond,
+		"the parked events apply after the head dead-letters, and the key is released")
+	h.waitCommittedToEnd(30 * time.Second)
+	h.crash(a)
+
+	b := h.start(o)
+	restarted := time.Now()
+	require.Eventually(t, func() bool {
+		return value(b.b.m.handedOff.WithLabelValues(string(config.ModeInline))) >= 1
+	}, 30*time.Second, 50*time.Millisecond, "the head's event, read again, is handed to the run it had")
+	require.Eventually(t, func() bool { return h.blockedRows() == 0 }, 30*time.Second, 100*time.Millisecond,
+		"the key behind a head that had dead-lettered waits for its schedule (%s) instead of a look", o.headStaleAfter)
+	t.Logf("key released %s after the restart", time.Since(restarted).Round(100*time.Millisecond))
+	h.waitCommittedToEnd(30 * time.Second)
+	require.Equal(t, seq(2, 4), h.audit(artist), "nothing applied again")
+	require.Len(t, h.dlqRecordsNow(), 1, "one dead letter")
+}
+
 func TestBridgeKafkaOrderingRestartKeepsBlock(t *testing.T) {
 	h, o := orderedHarness(t, 1)
 	const artist = "artist-rs"
