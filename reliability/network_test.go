@@ -256,7 +256,7 @@ func workerPollFailed(_ []*proc, w *proc, since time.Time) bool {
 // Scenario 17: the bridge's link to PostgreSQL drops every packet for 60 s.
 func TestReliability17BridgePostgresBlackhole(t *testing.T) {
 	p := gate(t)
-	runLinkFault(t, p, linkFault{name: "blackhole_bridge_postgres", hold: 60 * time.Second,
+	runLinkFault(t, p, linkFault{name: "blackhole_bridge_postgres", hold: pick(p, 45*time.Second, 60*time.Second),
 		apply: func(ns *netStack, bs []*testenv.Host, _ *testenv.Host) func() {
 			return bs[0].Cut(ns.pgPort, testenv.Both)
 		},
@@ -287,7 +287,7 @@ func TestReliability18BridgeKafkaBlackhole(t *testing.T) {
 // while failing events have attempts scheduled.
 func TestReliability19WorkerTemporalBlackhole(t *testing.T) {
 	p := gate(t)
-	runLinkFault(t, p, linkFault{name: "blackhole_worker_temporal", hold: 60 * time.Second,
+	runLinkFault(t, p, linkFault{name: "blackhole_worker_temporal", hold: pick(p, 45*time.Second, 60*time.Second),
 		apply: func(ns *netStack, _ []*testenv.Host, w *testenv.Host) func() {
 			return w.Cut(ns.temporalPort, testenv.Both)
 		},
@@ -299,7 +299,7 @@ func TestReliability19WorkerTemporalBlackhole(t *testing.T) {
 // and lossy (5 % of packets each way) for 2 minutes.
 func TestReliability20SlowLossyLinks(t *testing.T) {
 	p := gate(t)
-	runLinkFault(t, p, linkFault{name: "slow_lossy_links", hold: 2 * time.Minute,
+	runLinkFault(t, p, linkFault{name: "slow_lossy_links", hold: pick(p, time.Minute, 2*time.Minute),
 		apply: func(_ *netStack, bs []*testenv.Host, w *testenv.Host) func() {
 			var heals []func()
 			for _, h := range append(bs, w) {
@@ -318,7 +318,7 @@ func TestReliability20SlowLossyLinks(t *testing.T) {
 // 60 s: its packets arrive, the replies are dropped.
 func TestReliability21OneWayPartition(t *testing.T) {
 	p := gate(t)
-	runLinkFault(t, p, linkFault{name: "one_way_bridge_postgres", hold: 60 * time.Second,
+	runLinkFault(t, p, linkFault{name: "one_way_bridge_postgres", hold: pick(p, 45*time.Second, 60*time.Second),
 		apply: func(ns *netStack, bs []*testenv.Host, _ *testenv.Host) func() {
 			return bs[0].Cut(ns.pgPort, testenv.In)
 		},
