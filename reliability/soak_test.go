@@ -1,10 +1,14 @@
 package reliability
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,7 +17,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
 
+	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/internal/testenv"
 )
 
@@ -27,7 +34,8 @@ import (
 // and the system drains, the checker of the scenarios (verify) proves:
 // every succeeding event applied once, every failing one dead-lettered
 // once with one retry workflow, no entity applied out of order, nothing
-// left parked or blocked; the processes' memory is sampled and reported.
+// left parked or blocked; each process's RSS, goroutines and open files are
+// sampled, reported, and must not triple after warm-up.
 //
 // CAUSET_SOAK=1 runs it; CAUSET_SOAK_DURATION (default 8m) is how long the
 // faults go on, CAUSET_SOAK_SEED replays a schedule (it is printed), and
@@ -75,9 +83,11 @@ func TestSoak(t *testing.T) {
 	var events eventLog
 	produced := s.producePaced(n, duration, twoPercent, &events)
 	stopSampling := so.sample()
+	rollouts := so.rollOut(seed, duration)
 	so.nemesis(duration)
 	<-produced
 	so.wg.Wait()
+	ids := rollouts()
 	so.note("faults over: every process running, PostgreSQL and Temporal up")
 	for _, sl := range so.slots {
 		// A killed process was started again by its fault: one that is gone
@@ -101,6 +111,7 @@ func TestSoak(t *testing.T) {
 	for _, sl := range so.slots {
 		require.False(t, sl.p.exited(), "%s exited by itself:\n%s", sl.name, sl.p.logTail(30))
 	}
+	so.rolloutsEnded(t, r, ids)
 	v := s.verify(evs, true, true)
 	r.fig("faults", len(so.faults))
 	for kind, c := range so.counts() {
@@ -109,7 +120,86 @@ func TestSoak(t *testing.T) {
 	so.writeReport(t, &v)
 	t.Logf("timeline:\n%s", strings.Join(so.timeline(), "\n"))
 	r.verdict(v, true, true) // also: one dedupe ledger row per applied event, no more
-	so.checkMemory(t, r)
+	so.checkGrowth(t, r)
+}
+
+// rollOut starts, at two times of the faults drawn from the seed (a
+// schedule of its own, so the nemesis's is the seed's alone), a rollout of
+// the deployed projection allowing no failing event, as an operator tries
+// one before the fix: the same document, so the second is a rerun of the
+// first's ID once it has stopped. Every failing event still fails, so each
+// stops at its check (one that finds none failing yet deploys nothing new,
+// replays nothing and is done); under the faults each must end. A start
+// refused while PostgreSQL or Temporal is down is tried again, as an
+// operator would. It returns a function that waits for the starts and
+// gives the rollouts' IDs.
+func (so *soak) rollOut(seed uint64, d time.Duration) (started func() []string) {
+	rng := rand.New(rand.NewPCG(seed, 0x726f6c6c))
+	file := filepath.Join(so.s.dir, "rel_effects.deployed.yaml")
+	var ids []string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if os.WriteFile(file, []byte(relIR), 0o644) != nil {
+			return
+		}
+		at := []time.Duration{time.Duration(rng.Int64N(int64(d / 2))), d/2 + time.Duration(rng.Int64N(int64(d/3)))}
+		for _, when := range at {
+			time.Sleep(time.Until(so.start.Add(when)))
+			for end := time.Now().Add(2 * time.Minute); time.Now().Before(end); time.Sleep(5 * time.Second) {
+				out, err := so.s.causetOutput("projections", "rollout", file, "--max-failing", "0", "--no-wait", "--reason", "soak: a rerun before the fix")
+				if err != nil {
+					so.note("rollout refused, tried again in 5 s: %s", strings.TrimSpace(oneLine(err.Error())))
+					continue
+				}
+				if m := rolloutIDLine.FindStringSubmatch(out); m != nil {
+					so.note("rollout %s started", m[1])
+					ids = append(ids, m[1])
+				}
+				break
+			}
+		}
+	}()
+	return func() []string { <-done; return ids }
+}
+
+var rolloutIDLine = regexp.MustCompile(`rollout (projection-rollout:\S+) \(run`)
+
+func oneLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// rolloutsEnded requires every rollout the soak started to have ended
+// (stopped at its check, as the dead letters still fail) and none to be
+// left running.
+func (so *soak) rolloutsEnded(t *testing.T, r *result, ids []string) {
+	require.Len(t, ids, 2, "two rollouts started:\n%s", strings.Join(so.timeline(), "\n"))
+	c := so.s.temporal.Client
+	for _, id := range slices.Compact(slices.Sorted(slices.Values(ids))) {
+		ctx, cancel := context.WithTimeout(so.s.ctx, 5*time.Minute)
+		err := c.GetWorkflow(ctx, id, "").Get(ctx, nil)
+		cancel()
+		var appErr *temporal.ApplicationError
+		if err == nil {
+			so.note("rollout %s done", id)
+			r.fig("rollouts_done", 1)
+			continue
+		}
+		require.True(t, errors.As(err, &appErr) && appErr.Type() == contract.RolloutStoppedType, "rollout %s did not end: %v", id, err)
+		var p contract.RolloutProgress
+		require.NoError(t, appErr.Details(&p))
+		require.Zero(t, p.Replayed, "rollout %s replayed dead letters that still fail: %+v", id, p)
+		so.note("rollout %s stopped: %s", id, oneLine(p.Reason))
+	}
+	require.Eventually(t, func() bool {
+		return !slices.ContainsFunc(so.s.workflowsOnQueue(contract.RolloutWorkflowName), func(e testenv.WorkflowExecution) bool {
+			return e.Status == enums.WORKFLOW_EXECUTION_STATUS_RUNNING
+		})
+	}, 30*time.Second, time.Second, "a rollout run is still open")
+	r.fig("rollouts", len(ids))
 }
 
 // soak is one soak run: its processes, nemesis and what it saw.
@@ -136,9 +226,9 @@ type soakSlot struct {
 	mu   sync.Mutex
 	p    *proc
 	born time.Time
-	// mem is the slot's RSS samples (kB) of the current process, with the
-	// time each was taken.
-	mem []soakSample
+	// mem, goroutines and fds are the current process's samples of its RSS
+	// (kB), goroutines and open files, with the time each was taken.
+	mem, goroutines, fds []soakSample
 }
 
 // soakFault is one injected fault: its kind, target and span.
@@ -230,7 +320,7 @@ func (so *soak) kill(sl *soakSlot, restartIn time.Duration) {
 // started again, with a pause, until it stays up (at most 2 minutes).
 func (so *soak) supervise(sl *soakSlot) {
 	for end := time.Now().Add(2 * time.Minute); ; {
-		sl.p, sl.born, sl.mem = sl.run(), time.Now(), nil
+		sl.p, sl.born, sl.mem, sl.goroutines, sl.fds = sl.run(), time.Now(), nil, nil, nil
 		time.Sleep(3 * time.Second)
 		if !sl.p.exited() || time.Now().After(end) {
 			return
@@ -289,7 +379,7 @@ func (so *soak) outage(kind, name string, hold time.Duration, stop, start func()
 }
 
 // sample records, every 5 s until stopped, how many events are applied and
-// each process's RSS.
+// each process's RSS, goroutines and open files.
 func (so *soak) sample() (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -317,6 +407,13 @@ func (so *soak) sample() (stop func()) {
 				if rss, _ := sl.p.memKB(); rss > 0 {
 					sl.mem = append(sl.mem, soakSample{at, rss})
 				}
+				// From the process's own /metrics (the Go and process collectors).
+				if n := sl.p.metric("go_goroutines"); n > 0 {
+					sl.goroutines = append(sl.goroutines, soakSample{at, int64(n)})
+				}
+				if n := sl.p.metric("process_open_fds"); n > 0 {
+					sl.fds = append(sl.fds, soakSample{at, int64(n)})
+				}
 				sl.mu.Unlock()
 			}
 		}
@@ -324,21 +421,28 @@ func (so *soak) sample() (stop func()) {
 	return func() { close(done); wg.Wait() }
 }
 
-// checkMemory reports each process's RSS after warm-up (its first minute)
-// and at the end, and fails on a process whose RSS tripled since: a leak.
-func (so *soak) checkMemory(t *testing.T, r *result) {
+// checkGrowth reports each process's RSS, goroutines and open files after
+// warm-up (its first minute) and at the end, and fails on a process whose
+// figure tripled since (plus a margin for small counts): a leak.
+func (so *soak) checkGrowth(t *testing.T, r *result) {
 	for _, sl := range so.slots {
-		var warm, last int64
-		for _, m := range sl.mem {
-			if m.at-sl.mem[0].at >= time.Minute && warm == 0 {
-				warm = m.v
+		for _, series := range []struct {
+			name    string
+			samples []soakSample
+			margin  int64
+		}{{"rss_kb", sl.mem, 0}, {"goroutines", sl.goroutines, 100}, {"open_fds", sl.fds, 50}} {
+			var warm, last int64
+			for _, m := range series.samples {
+				if m.at-series.samples[0].at >= time.Minute && warm == 0 {
+					warm = m.v
+				}
+				last = m.v
 			}
-			last = m.v
-		}
-		r.fig(sl.name+"_rss_kb", last)
-		if warm > 0 {
-			r.fig(sl.name+"_rss_after_warmup_kb", warm)
-			require.Less(t, last, 3*warm, "%s: RSS grew from %d kB after warm-up to %d kB", sl.name, warm, last)
+			r.fig(sl.name+"_"+series.name, last)
+			if warm > 0 {
+				r.fig(sl.name+"_"+series.name+"_after_warmup", warm)
+				require.Less(t, last, 3*warm+series.margin, "%s: %s grew from %d after warm-up to %d", sl.name, series.name, warm, last)
+			}
 		}
 	}
 }
