@@ -120,8 +120,7 @@ func (a *Incidents) SetIncidentState(ctx context.Context, in contract.SetInciden
 // queue (listed by CausetRetryState; a run held by another incident asks
 // once and goes on waiting). It returns how many it signalled.
 func (a *Incidents) wakeHeldRuns(ctx context.Context, taskQueue, incidentID string) (int, error) {
-	query := fmt.Sprintf(`WorkflowType = %q AND ExecutionStatus = "Running" AND %s = %q AND TaskQueue = %q`,
-		contract.RetryWorkflowName, contract.AttrRetryState.GetName(), contract.StateHeld, taskQueue)
+	query := contract.OpenRetryRunsQuery(taskQueue, contract.StateHeld)
 	woken := 0
 	var token []byte
 	for {

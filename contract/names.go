@@ -1,6 +1,7 @@
 package contract
 
 import (
+	"fmt"
 	"strings"
 
 	"go.temporal.io/sdk/temporal"
@@ -112,6 +113,14 @@ const MetricOperatorActions = "causet_projection_operator_actions_total"
 var SearchAttributeNames = []string{
 	AttrProjection.GetName(), AttrEventType.GetName(), AttrEntityID.GetName(),
 	AttrForkID.GetName(), AttrRetryState.GetName(), AttrIncidentState.GetName(), AttrError.GetName(),
+}
+
+// OpenRetryRunsQuery is the visibility query of the open retry runs on
+// taskQueue in state (dead-lettered ones for the DLQ gauges, held ones for
+// an incident's end to wake).
+func OpenRetryRunsQuery(taskQueue string, state State) string {
+	return fmt.Sprintf(`WorkflowType = %q AND ExecutionStatus = "Running" AND %s = %q AND TaskQueue = %q`,
+		RetryWorkflowName, AttrRetryState.GetName(), state, taskQueue)
 }
 
 // RetryWorkflowID is the idempotent ID of the retry workflow of one

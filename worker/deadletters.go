@@ -129,8 +129,7 @@ func NewDeadLetterMonitor(o DeadLetterMonitorOptions) (*DeadLetterMonitor, error
 // taskQueue. Closed runs whose replay window expired keep the state
 // dead_lettered, hence the status.
 func DeadLetterQuery(taskQueue string) string {
-	return fmt.Sprintf(`WorkflowType = %q AND ExecutionStatus = "Running" AND %s = %q AND TaskQueue = %q`,
-		contract.RetryWorkflowName, contract.AttrRetryState.GetName(), contract.StateDeadLettered, taskQueue)
+	return contract.OpenRetryRunsQuery(taskQueue, contract.StateDeadLettered)
 }
 
 // Scan lists the open dead letters and replaces the gauges' values.
