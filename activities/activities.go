@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"time"
@@ -64,6 +65,34 @@ type Activities struct {
 	// run (CAUSET_ORDERING=entity); without it, to replays only. A forced
 	// replay is never guarded.
 	GuardEveryRun bool
+	// ProbeDatabase answers whether the database answers a new connection
+	// (app.ProbePostgres). Optional: without it a connection failure counts
+	// as an attempt.
+	ProbeDatabase func(context.Context) error
+}
+
+// databaseProbeTimeout bounds one probe of the database.
+const databaseProbeTimeout = 5 * time.Second
+
+// databaseDown probes the database after an attempt could not reach it;
+// the probe's error when it does not answer either.
+func (a *Activities) databaseDown(ctx context.Context) error {
+	if a.ProbeDatabase == nil {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, databaseProbeTimeout)
+	defer cancel()
+	return a.ProbeDatabase(pctx)
+}
+
+// DatabaseAnswers returns once the database answers a probe, and fails
+// with contract.DatabaseOutageType while it does not: the server retries it
+// on its backoff, so a run waiting through an outage holds no worker slot.
+func (a *Activities) DatabaseAnswers(ctx context.Context) error {
+	if err := a.databaseDown(ctx); err != nil {
+		return temporal.NewApplicationError("the database does not answer: "+err.Error(), contract.DatabaseOutageType)
+	}
+	return nil
 }
 
 func (a *Activities) logger() *slog.Logger {
@@ -132,6 +161,17 @@ func (a *Activities) ApplyProjection(ctx context.Context, in contract.ApplyInput
 	}
 
 	kind := classify(err)
+	if kind == contract.KindConnection {
+		if down := a.databaseDown(ctx); down != nil {
+			// An outage, not this event's failure: the attempt counts as
+			// none, and the run tries it again once the database answers.
+			a.logger().Warn("the database does not answer: the attempt waits for it and counts as none",
+				"event", "projection_database_outage", "projectionName", in.Projection, "eventId", in.Event.EventID,
+				"retryAttempt", number, "error", err.Error(), "probe", down.Error())
+			return contract.ApplyOutput{}, temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("the database does not answer (%v): attempt %d waits for it", down, number), contract.DatabaseOutageType, nil, earlier)
+		}
+	}
 	attempts := append(earlier, contract.Attempt{
 		Number: number, Run: in.Run, StartedAt: started,
 		ErrorKind: string(kind), Error: err.Error(), IRVersion: res.IRVersion,

@@ -68,6 +68,9 @@ func (s *Service) NewWorker() (sdkworker.Worker, error) {
 		// Under entity ordering no attempt may apply an event its entity
 		// has moved past; under none only replays are checked.
 		GuardEveryRun: s.Config.Ordering == config.OrderingEntity,
+		// An attempt that cannot reach the database while a new connection
+		// cannot either is an outage: it counts as none.
+		ProbeDatabase: ProbePostgres(s.Pool),
 	}
 	if s.Config.Incidents.Policy == config.IncidentHold {
 		// A run whose failure a holding incident has waits with it.

@@ -122,6 +122,25 @@ func (r Retry) Plan(mode Mode) Plan {
 	return p
 }
 
+// From is the plan from overall attempt n on (1 ≤ n ≤ the number of
+// attempts): the activity's first attempt is n, at once, and the rest of
+// the schedule follows it. An attempt that met an outage counts as none, so
+// the run goes on from it. Policy is nil past the last attempt.
+func (p Plan) From(n int) Plan {
+	q := Plan{Offsets: p.Offsets, Delays: p.Delays, FirstActivityAttempt: n}
+	if p.Policy == nil || n < 1 || n > len(p.Offsets) {
+		q.FirstActivityAttempt = min(max(n, 1), len(p.Offsets))
+		return q
+	}
+	interval := p.Policy.MaximumInterval
+	if n <= len(p.Delays) {
+		interval = p.Delays[n-1]
+	}
+	q.Policy = &ActivityRetry{InitialInterval: interval, BackoffCoefficient: p.Policy.BackoffCoefficient,
+		MaximumInterval: p.Policy.MaximumInterval, MaximumAttempts: int32(len(p.Offsets) - n + 1)}
+	return q
+}
+
 // NextDelay is the wait after overall attempt n fails, and false when n was the last.
 func (p Plan) NextDelay(attempt int) (time.Duration, bool) {
 	if attempt < 1 || attempt > len(p.Delays) {

@@ -33,3 +33,20 @@ func TestDurationJSON(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(`604800000000000`), &d))
 	require.Equal(t, Duration(168*time.Hour), d)
 }
+
+// A plan from attempt n goes on with the rest of the schedule: its first
+// activity attempt is n, the server's retries wait the delays after it, and
+// it has the attempts left.
+func TestPlanFromAnAttempt(t *testing.T) {
+	r := Retry{MaxAttempts: 5, Initial: 2 * time.Second, Multiplier: 2, Max: 10 * time.Second}
+	p := r.Plan(ModeWorkflow)
+	q := p.From(3)
+	require.Equal(t, 3, q.FirstActivityAttempt)
+	require.Zero(t, q.FirstWait)
+	require.Equal(t, &ActivityRetry{InitialInterval: 8 * time.Second, BackoffCoefficient: 2, MaximumInterval: 10 * time.Second,
+		MaximumAttempts: 3}, q.Policy)
+	require.Equal(t, p.Offsets, q.Offsets)
+	last := r.Plan(ModeInline).From(5)
+	require.EqualValues(t, 1, last.Policy.MaximumAttempts, "the last attempt alone")
+	require.Nil(t, p.From(6).Policy, "past the last attempt: none left")
+}

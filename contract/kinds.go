@@ -11,7 +11,9 @@ const (
 	// KindIREval is a CEL evaluation error, or a projection that is not deployed.
 	KindIREval ErrorKind = "ir_eval"
 	// KindConnection means the database could not be reached or the
-	// connection was lost; nothing of the attempt was committed.
+	// connection was lost while a probe found it answering; nothing of the
+	// attempt was committed. An attempt that meets a database that does not
+	// answer a probe is an outage (DatabaseOutageType) and counts as none.
 	KindConnection ErrorKind = "connection"
 	// KindInvalidEvent means the event can never be applied (not a valid
 	// envelope, or refused by Temporal); it is never retried.
@@ -20,4 +22,4 @@ const (
 
 // NonRetryableErrorTypes are the ApplicationError types an activity retry
 // policy never retries.
-var NonRetryableErrorTypes = []string{string(KindInvalidEvent)}
+var NonRetryableErrorTypes = []string{string(KindInvalidEvent), DatabaseOutageType}

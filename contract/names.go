@@ -43,6 +43,16 @@ const (
 	// IncidentStillHoldsType is IncidentHoldEnded's failure while the
 	// incident holds.
 	IncidentStillHoldsType = "IncidentStillHolds"
+	// DatabaseAnswersActivity returns once the database answers a probe
+	// and fails (DatabaseOutageType, retried by the server on its backoff)
+	// while it does not: a run whose attempt met a database outage waits
+	// in it, and the attempt counts as none.
+	DatabaseAnswersActivity = "DatabaseAnswers"
+	// DatabaseOutageType is the failure of an ApplyProjection attempt that
+	// could not reach the database while a probe found it down (never
+	// retried by the server: the run waits in DatabaseAnswers, then tries
+	// the same attempt again), and of DatabaseAnswers while it is down.
+	DatabaseOutageType = "DatabaseOutage"
 	// SignalHoldEnded wakes a held run (payload: the incident ID): an
 	// incident of its projection left holding, so it asks at once instead
 	// of at its next backoff.

@@ -109,6 +109,7 @@ func Register(r sdkworker.Registry, a *activities.Activities) {
 	r.RegisterActivityWithOptions(a.JoinIncidentHold, activity.RegisterOptions{Name: contract.JoinIncidentHoldActivity})
 	r.RegisterActivityWithOptions(a.IncidentHoldEnded, activity.RegisterOptions{Name: contract.IncidentHoldEndedActivity})
 	r.RegisterActivityWithOptions(a.AwaitIncidentEnded, activity.RegisterOptions{Name: contract.AwaitIncidentEndedActivity})
+	r.RegisterActivityWithOptions(a.DatabaseAnswers, activity.RegisterOptions{Name: contract.DatabaseAnswersActivity})
 	r.RegisterWorkflowWithOptions(workflows.ProjectionIncidentWorkflow, workflow.RegisterOptions{
 		Name: contract.IncidentWorkflowName, VersioningBehavior: IncidentVersioningBehavior})
 }

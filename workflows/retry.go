@@ -218,7 +218,9 @@ func (r *retryRun) runSchedule(ctx workflow.Context, plan config.Plan, run int, 
 	}
 	base := attempt1
 	if plan.FirstWait == 0 {
-		base = workflow.Now(ctx)
+		// The first activity attempt is due now (a later one after an
+		// outage: the schedule goes on from it).
+		base = workflow.Now(ctx).Add(-plan.Offsets[plan.FirstActivityAttempt-1])
 	}
 	r.status.Schedule = r.status.Schedule[:0]
 	for _, off := range plan.Offsets[plan.FirstActivityAttempt-1:] {
@@ -258,11 +260,57 @@ func (r *retryRun) runSchedule(ctx workflow.Context, plan config.Plan, run int, 
 		r.status.IRVersion = out.IRVersion
 		return true
 	}
+	var outage *temporal.ApplicationError
+	if errors.As(err, &outage) && outage.Type() == contract.DatabaseOutageType &&
+		workflow.GetVersion(ctx, "outage-is-no-attempt", workflow.DefaultVersion, 1) == 1 {
+		// The attempt met a database that does not answer: it counts as
+		// none. The run waits until the database answers, then tries it
+		// again and goes on with the rest of the schedule.
+		var earlier []contract.Attempt
+		if outage.HasDetails() {
+			_ = outage.Details(&earlier)
+		}
+		r.status.Attempts = append(r.status.Attempts, earlier...)
+		next := plan.FirstActivityAttempt
+		if n := len(earlier); n > 0 {
+			next = earlier[n-1].Number + 1
+		}
+		if !r.awaitDatabase(ctx) {
+			return false
+		}
+		return r.runSchedule(ctx, plan.From(next), run, time.Time{})
+	}
 	r.status.Attempts = append(r.status.Attempts, failedAttempts(ctx, err, run, plan.FirstActivityAttempt)...)
 	if n := len(r.status.Attempts); n > 0 && r.status.Attempts[n-1].IRVersion != 0 {
 		r.status.IRVersion = r.status.Attempts[n-1].IRVersion
 	}
 	return false
+}
+
+// databaseAsk is how the server asks DatabaseAnswers again while the
+// database does not answer: nothing is written to the run's history between
+// asks, and no worker slot is held.
+var databaseAsk = &temporal.RetryPolicy{InitialInterval: 2 * time.Second, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second}
+
+// awaitDatabase waits until the database answers a probe, however long it
+// is down (a day's wait ends and is asked again); false when the run is
+// cancelled meanwhile.
+func (r *retryRun) awaitDatabase(ctx workflow.Context) bool {
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout:    30 * time.Second,
+		ScheduleToCloseTimeout: 24 * time.Hour,
+		RetryPolicy:            databaseAsk,
+		Summary:                "waiting for the database to answer (an outage: the attempt counts as none)",
+	})
+	for {
+		err := workflow.ExecuteActivity(actx, contract.DatabaseAnswersActivity).Get(ctx, nil)
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+	}
 }
 
 // failedAttempts recovers every attempt of a failed activity: the activity

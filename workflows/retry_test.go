@@ -116,6 +116,7 @@ func newHarnessApply(t *testing.T, a *activities.Activities, publisher *fakePubl
 	h.env.RegisterActivityWithOptions(a.JoinIncidentHold, activity.RegisterOptions{Name: contract.JoinIncidentHoldActivity})
 	h.env.RegisterActivityWithOptions(a.IncidentHoldEnded, activity.RegisterOptions{Name: contract.IncidentHoldEndedActivity})
 	h.env.RegisterActivityWithOptions(a.AwaitIncidentEnded, activity.RegisterOptions{Name: contract.AwaitIncidentEndedActivity})
+	h.env.RegisterActivityWithOptions(a.DatabaseAnswers, activity.RegisterOptions{Name: contract.DatabaseAnswersActivity})
 	h.env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
 		if info.ActivityType.Name == contract.ApplyProjectionActivity {
 			h.mu.Lock()
@@ -681,4 +682,87 @@ func TestCurrentDetailsTellWhereTheRunStands(t *testing.T) {
 	h.env.ExecuteWorkflow(contract.RetryWorkflowName, input(config.ModeInline, config.DefaultRetry()))
 	require.NoError(t, h.env.GetWorkflowError())
 	require.Equal(t, "**Succeeded** on attempt 3 of 5.", h.currentDetails(t))
+}
+
+// outageDatabase is a database that fails the first apply with a SQL error,
+// then goes down (every apply a connection error, every probe refused) until
+// its answers-th probe, and then applies.
+type outageDatabase struct {
+	mu             sync.Mutex
+	applies        int
+	probes, answer int
+	down           bool
+}
+
+func (d *outageDatabase) ApplyWith(_ context.Context, name string, ev event.Envelope, _ projection.ApplyOptions) (projection.Result, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.applies++
+	switch {
+	case d.applies == 1:
+		return projection.Result{Projection: name, EventID: ev.EventID, IRVersion: 1, Status: projection.StatusFailed,
+			Err: &projection.ApplyError{Kind: contract.KindSQL, Err: errors.New("deadlock detected")}}, nil
+	case d.applies == 2:
+		d.down = true
+	}
+	if d.down {
+		return projection.Result{Projection: name, EventID: ev.EventID, Status: projection.StatusFailed},
+			&projection.ApplyError{Kind: contract.KindConnection, Err: errors.New("dial tcp 10.0.0.5:5432: connect: connection refused")}
+	}
+	return projection.Result{Projection: name, EventID: ev.EventID, IRVersion: 1, Status: projection.StatusApplied}, nil
+}
+
+func (d *outageDatabase) probe(context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.probes++
+	if d.probes >= d.answer {
+		d.down = false
+	}
+	if d.down {
+		return errors.New("connect: connection refused")
+	}
+	return nil
+}
+
+// An attempt that cannot reach a database that does not answer a probe
+// either is an outage: it counts as no attempt. The run waits (in
+// DatabaseAnswers, asked again on the server's backoff) until the database
+// answers, then tries the same attempt again: with 3 attempts in all, the
+// event still applies at attempt 3 after attempt 2 failed, however long the
+// outage, and nothing is dead-lettered. A connection failure while the
+// database answers a probe counts, as before.
+func TestDatabaseOutageCountsNoAttempt(t *testing.T) {
+	db := &outageDatabase{answer: 6}
+	pub := &fakePublisher{}
+	a := &activities.Activities{Applier: db, Publisher: pub, ProbeDatabase: db.probe}
+	h := newHarnessApply(t, a, pub, a.ApplyProjection)
+	var asks int
+	h.env.SetOnActivityCompletedListener(func(info *activity.Info, _ converter.EncodedValue, err error) {
+		if info.ActivityType.Name == contract.DatabaseAnswersActivity {
+			asks++
+		}
+	})
+	r := config.Retry{MaxAttempts: 3, Initial: time.Second, Multiplier: 2, Max: time.Minute}
+	s := h.run(t, input(config.ModeInline, r))
+	require.Equal(t, contract.StateSucceeded, s.State, "%+v", s.Attempts)
+	require.Empty(t, pub.records, "nothing dead-lettered through the outage")
+	require.Equal(t, []int{1, 2, 3}, []int{s.Attempts[0].Number, s.Attempts[1].Number, s.Attempts[2].Number})
+	require.Len(t, s.Attempts, 3)
+	require.Equal(t, "deadlock detected", s.Attempts[1].Error)
+	require.Empty(t, s.Attempts[2].Error)
+	require.Equal(t, 6, db.probes, "the attempt's own probe, then DatabaseAnswers until the database answered")
+	require.Equal(t, 1, asks, "one DatabaseAnswers, asked again by the server while the database was down")
+	require.Len(t, h.starts, 3, "attempt 2, attempt 3 meeting the outage, attempt 3 again")
+	require.Greater(t, h.starts[2]-h.starts[1], 2*time.Second, "attempt 3 ran again only once the database answered")
+
+	// A connection failure while the database answers: an attempt like any.
+	db = &outageDatabase{answer: 1}
+	pub = &fakePublisher{}
+	a = &activities.Activities{Applier: db, Publisher: pub, ProbeDatabase: func(context.Context) error { return nil }}
+	h = newHarnessApply(t, a, pub, a.ApplyProjection)
+	s = h.run(t, input(config.ModeInline, r))
+	require.Equal(t, contract.StateDeadLettered, s.State)
+	require.Len(t, pub.records, 1)
+	require.Equal(t, string(contract.KindConnection), pub.records[0].ErrorKind)
 }
