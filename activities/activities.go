@@ -74,6 +74,23 @@ type Activities struct {
 // databaseProbeTimeout bounds one probe of the database.
 const databaseProbeTimeout = 5 * time.Second
 
+// outageMargin is how long before its timeout an attempt's database work
+// is ended: a database that stops answering on an open connection (a hung
+// pooler or proxy, which no TCP timeout sees) would otherwise hold the
+// attempt until the server times it out, which counts it. The margin
+// leaves time to probe and, when the database does not answer a new
+// connection either, to report an outage.
+const outageMargin = databaseProbeTimeout + 5*time.Second
+
+// tryContext is ctx for an attempt's database work: it ends outageMargin
+// before ctx does.
+func tryContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) > 2*outageMargin {
+		return context.WithDeadline(ctx, dl.Add(-outageMargin))
+	}
+	return context.WithCancel(ctx)
+}
+
 // databaseDown probes the database after an attempt could not reach it;
 // the probe's error when it does not answer either.
 func (a *Activities) databaseDown(ctx context.Context) error {
@@ -130,10 +147,12 @@ func (a *Activities) ApplyProjection(ctx context.Context, in contract.ApplyInput
 	var res projection.Result
 	err := in.Event.Validate()
 	if err == nil {
-		res, err = a.Applier.ApplyWith(ctx, in.Projection, in.Event, projection.ApplyOptions{
+		tryCtx, cancel := tryContext(ctx)
+		res, err = a.Applier.ApplyWith(tryCtx, in.Projection, in.Event, projection.ApplyOptions{
 			BeforeCommit: a.beforeCommit(info.WorkflowExecution.ID, in),
 			Guard:        a.guarded(in),
 		})
+		cancel()
 		if err == nil && res.Err != nil {
 			err = res.Err
 		}
