@@ -10,7 +10,7 @@
 #                                     + the two fuzzers; about an hour on 2 cores
 #   scripts/reliability.sh --short    CI profile: scenarios 1-3 and 9-22 in the
 #                                     default configuration (entity ordering), 7
-#                                     in both, smaller sizes, + the fuzzers; ~27 min
+#                                     in both, smaller sizes, + the fuzzers; ~23 min
 #
 # Environment: FUZZTIME (default 30s), RELIABILITY_RUN (a -run pattern that
 # replaces the profile's), CAUSET_RELIABILITY_ORDERINGS (e.g. "entity,none":
