@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -491,7 +492,15 @@ func TestRolloutReleasesHeldEvents(t *testing.T) {
 WHERE k.head_workflow_id LIKE 'projection-incident:%'`) > 0
 	}, time.Minute, 100*time.Millisecond, "no event held by an incident")
 
-	rep := s.check(t, candidate(t, true))
+	// user-00's unfollow waits behind its follow's retry run, whose error
+	// the check reads from Temporal's list of runs: visibility shows a
+	// run started a moment ago only a moment later, and until then the
+	// unfollow's group names no error ("parked").
+	var rep rollout.Report
+	require.Eventually(t, func() bool {
+		rep = s.check(t, candidate(t, true))
+		return !slices.ContainsFunc(rep.Groups, func(g rollout.Group) bool { return g.ErrorKind == "parked" })
+	}, 30*time.Second, time.Second, "a group waits on no error: %s", rep.Text(0))
 	require.Positive(t, rep.BySource[rollout.Held], "%s", rep.Text(0))
 	require.Equal(t, rep.Checked, rep.Totals[rollout.WouldApply], "%s", rep.Text(0))
 	for _, g := range rep.Groups {
