@@ -3,14 +3,11 @@ package starter
 import (
 	"context"
 	"fmt"
-	"net"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/causet/projection-retry/internal/testenv"
@@ -28,22 +25,11 @@ import (
 func TestBridgeKafkaCatchesUpAfterAHungDatabaseProxy(t *testing.T) {
 	const hangFor = 20 * time.Second
 	h, o := orderedHarness(t, 2)
-	cfg := h.pool.Config().Copy()
-	peer := testenv.NewHungPeer(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
-	host, port, err := net.SplitHostPort(peer.Addr)
-	require.NoError(t, err)
-	p, err := strconv.Atoi(port)
-	require.NoError(t, err)
-	cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(p)
-	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
-	cfg.PingTimeout = 2 * time.Second
-	pool, err := pgxpool.NewWithConfig(h.ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool, peer := testenv.PoolBehindHungPeer(t, h.ctx, h.pool, 2*time.Second)
 	engine, err := projection.NewEngine(h.ctx, pool, h.logger)
 	require.NoError(t, err)
 	t.Cleanup(engine.Close)
-	probeCfg := cfg.ConnConfig.Copy()
+	probeCfg := pool.Config().ConnConfig.Copy()
 	o.Engine, o.Parking = engine, parking.NewStore(pool)
 	o.Probe = func(ctx context.Context) error {
 		conn, err := pgx.ConnectConfig(ctx, probeCfg.Copy())

@@ -3,12 +3,9 @@ package worker_test
 import (
 	"context"
 	"log/slog"
-	"net"
-	"strconv"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.temporal.io/sdk/client"
@@ -44,18 +41,7 @@ func TestRetryRunWaitsOutAHungDatabase(t *testing.T) {
 	deploy(t, ctx, direct, testenv.FollowersIR)
 
 	// The worker's database is behind the peer, as it would be behind a pooler.
-	cfg := direct.Config().Copy()
-	peer := testenv.NewHungPeer(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
-	host, port, err := net.SplitHostPort(peer.Addr)
-	require.NoError(t, err)
-	p, err := strconv.Atoi(port)
-	require.NoError(t, err)
-	cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(p)
-	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
-	cfg.PingTimeout = app.PoolPingTimeout
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool, peer := testenv.PoolBehindHungPeer(t, ctx, direct, app.PoolPingTimeout)
 	engine, err := projection.NewEngine(ctx, pool, logger)
 	require.NoError(t, err)
 	t.Cleanup(engine.Close)

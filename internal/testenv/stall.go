@@ -1,10 +1,15 @@
 package testenv
 
 import (
+	"context"
 	"io"
 	"net"
+	"strconv"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // HungPeer is a TCP proxy that can stop answering the way a hung pooler,
@@ -132,4 +137,31 @@ func (l *hungLink) copy(dst, src net.Conn) {
 			return
 		}
 	}
+}
+
+// PoolBehindHungPeer opens a pool on db's database through a HungPeer of its
+// own, as a service behind a pooler or proxy reaches it: connections are
+// established within 2 s and an idle one is pinged, when acquired, within
+// ping. Both are closed when the test ends.
+func PoolBehindHungPeer(t testing.TB, ctx context.Context, db *pgxpool.Pool, ping time.Duration) (*pgxpool.Pool, *HungPeer) {
+	t.Helper()
+	cfg := db.Config().Copy()
+	peer := NewHungPeer(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
+	host, port, err := net.SplitHostPort(peer.Addr)
+	if err != nil {
+		t.Fatalf("testenv: hung peer address %q: %v", peer.Addr, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatalf("testenv: hung peer port %q: %v", port, err)
+	}
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(p)
+	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	cfg.PingTimeout = ping
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("testenv: pool behind the hung peer: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool, peer
 }
