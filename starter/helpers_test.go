@@ -413,6 +413,30 @@ func (h *harness) logTailOnFailure(n int) {
 	h.t.Logf("bridge log, last %d lines:\n%s", len(lines), strings.Join(lines, "\n"))
 }
 
+// historyOnFailure keeps a run's history beside the bridge log when the
+// test fails, and logs the activities it waits on, so a run that never
+// ended says where it stood.
+func (h *harness) historyOnFailure(id, runID string) {
+	h.t.Cleanup(func() {
+		if !h.t.Failed() {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if d, err := h.temporal.Client.DescribeWorkflowExecution(ctx, id, runID); err == nil {
+			for _, a := range d.PendingActivities {
+				h.t.Logf("run %s waits on activity %s: attempt %d, state %s, last failure %q",
+					runID, a.GetActivityType().GetName(), a.GetAttempt(), a.GetState(), a.GetLastFailure().GetMessage())
+			}
+		}
+		if dir := os.Getenv("CAUSET_TEST_LOGS"); dir != "" {
+			path := filepath.Join(dir, strings.ReplaceAll(h.t.Name(), "/", "_")+"-"+runID+".json")
+			testenv.WriteHistory(h.t, ctx, h.temporal.Client, id, runID, path)
+			h.t.Logf("history of %s: %s", id, path)
+		}
+	})
+}
+
 // total sums every series of a counter or gauge vector.
 func total(c prometheus.Collector) float64 {
 	ch := make(chan prometheus.Metric, 64)

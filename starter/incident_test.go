@@ -330,6 +330,7 @@ func TestBridgeKafkaIncidentReopensAfterDeadLetterAll(t *testing.T) {
 	first, err := h.temporal.Client.DescribeWorkflow(h.ctx, incidentID, "")
 	require.NoError(t, err)
 	firstRun := first.WorkflowExecution.RunID
+	h.historyOnFailure(incidentID, firstRun)
 	require.NoError(t, h.temporal.Client.SignalWorkflow(h.ctx, incidentID, "", contract.SignalDeadLetterAll,
 		contract.OperatorSignal{Identity: "test", Reason: "the fix is not ready"}))
 
