@@ -40,7 +40,11 @@ func (migrateUpCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	if len(applied) == 0 {
+	switch {
+	case len(applied) == 0 && before > schema.Latest():
+		fmt.Fprintf(migrateOut, "nothing to apply: the database schema is at version %d, newer than this build's %d and within its window (every migration past it is an expand step)\n", before, schema.Latest())
+		return nil
+	case len(applied) == 0:
 		fmt.Fprintf(migrateOut, "nothing to apply: the database schema is at version %d, this build's newest\n", before)
 		return nil
 	}
@@ -80,7 +84,11 @@ func (migrateStatusCmd) Run(ctx context.Context) error {
 	}
 	switch latest := schema.Latest(); {
 	case version > latest:
-		fmt.Fprintf(migrateOut, "the database schema is at version %d, newer than this build knows (%d): run a build that knows it\n", version, latest)
+		if err := schema.InWindow(ctx, pool, version); err != nil {
+			fmt.Fprintln(migrateOut, err)
+			break
+		}
+		fmt.Fprintf(migrateOut, "the database schema is at version %d, newer than this build knows (%d), within its window: every migration past it is an expand step, and this build runs on it\n", version, latest)
 	case pending == 0:
 		fmt.Fprintf(migrateOut, "the database schema is at version %d: up to date\n", version)
 	default:

@@ -89,3 +89,48 @@ func TestProcessesRefuseOlderAndNewerSchemas(t *testing.T) {
 	require.NoError(t, opool.QueryRow(ctx, "SELECT count(*) FROM pg_class WHERE relnamespace = 'public'::regnamespace AND relkind IN ('r', 'p')").Scan(&tables))
 	require.Zero(t, tables, "no process wrote to the older database")
 }
+
+// An older build on a newer schema (a pod restarted halfway through a
+// rolling upgrade, its migrate init container still of the old build) runs
+// while every migration past its own is an expand, and is refused with one
+// line naming the first contract step past it.
+func TestAnOlderBuildRunsWithinItsWindow(t *testing.T) {
+	url := testenv.PostgresURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	defer pool.Close()
+	newer := func(version int64, name string, kind schema.Kind) {
+		_, err := pool.Exec(ctx, "INSERT INTO "+schema.Table+" (version_id, is_applied) VALUES ($1, true)", version)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, "INSERT INTO "+schema.KindsTable+" (version, name, kind) VALUES ($1, $2, $3)", version, name, kind)
+		require.NoError(t, err)
+	}
+	env := []string{"DATABASE_URL=" + url}
+	next := schema.Latest() + 1
+
+	newer(next, fmt.Sprintf("%05d_a_new_table.sql", next), schema.Expand)
+	stdout, stderr, code := runBinary(t, env, "migrate", "up")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, fmt.Sprintf("nothing to apply: the database schema is at version %d, newer than this build's %d and within its window", next, schema.Latest()))
+	stdout, stderr, code = runBinary(t, env, "migrate", "status")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "within its window: every migration past it is an expand step, and this build runs on it")
+	stdout, stderr, code = runBinary(t, env, "projections", "list")
+	require.Equal(t, 0, code, "a command of the older build runs: %s", stderr)
+	require.NotContains(t, stdout+stderr, "newer than this build")
+
+	stop := fmt.Sprintf("%05d_drop_a_column.sql", next+1)
+	newer(next+1, stop, schema.Contract)
+	for _, args := range [][]string{{"projections", "list"}, {"migrate", "up"}} {
+		_, stderr, code = runBinary(t, env, args...)
+		require.Equal(t, 1, code, stderr)
+		lines := strings.Split(strings.TrimSpace(stderr), "\n")
+		require.Len(t, lines, 1, "one line: %q", stderr)
+		require.Contains(t, lines[0], fmt.Sprintf("newer than this build knows (%d), and %s is a contract step this build does not run on", schema.Latest(), stop))
+	}
+	stdout, stderr, code = runBinary(t, env, "migrate", "status")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, stop+" is a contract step")
+}

@@ -47,7 +47,27 @@ type Migration struct {
 	// NoTransaction is true for a migration that cannot run in a transaction
 	// (CREATE INDEX CONCURRENTLY): goose runs its statements one by one.
 	NoTransaction bool
+	// Kind says whether the previous release's processes run on its result
+	// (Expand) or not (Contract): its file's "-- +causet expand" or
+	// "-- +causet contract" line.
+	Kind Kind
 }
+
+// Kind is a migration's place in the compatibility window.
+type Kind string
+
+const (
+	// Expand: the previous release's processes run on the result (new
+	// tables, nullable columns, columns with defaults, indexes).
+	Expand Kind = "expand"
+	// Contract: they do not (something they use is dropped or changed).
+	Contract Kind = "contract"
+)
+
+// KindsTable records the kind of every migration the database has seen,
+// written by every `up` for every migration of its build, so that an older
+// build can tell whether it runs on a newer schema.
+const KindsTable = "causet_schema_kinds"
 
 // State is one migration's state in a database.
 type State struct {
@@ -93,11 +113,11 @@ func load() ([]Migration, error) {
 		if err != nil {
 			return nil, err
 		}
-		up, noTx, err := upSection(string(body))
+		up, noTx, kind, err := upSection(string(body))
 		if err != nil {
 			return nil, fmt.Errorf("schema: migration %s: %w", base, err)
 		}
-		out = append(out, Migration{Version: version, Name: base, Up: up, NoTransaction: noTx})
+		out = append(out, Migration{Version: version, Name: base, Up: up, NoTransaction: noTx, Kind: kind})
 	}
 	slices.SortFunc(out, func(a, b Migration) int { return int(a.Version - b.Version) })
 	for i, m := range out {
@@ -109,12 +129,13 @@ func load() ([]Migration, error) {
 }
 
 // upSection returns the part of a goose migration file that `up` runs: from
-// the "-- +goose Up" line to "-- +goose Down" or the end. Migrations are
-// forward-only; a Down section is refused, so that no one mistakes it for a
-// supported rollback.
-func upSection(file string) (string, bool, error) {
+// the "-- +goose Up" line to "-- +goose Down" or the end, and the kind its
+// header declares. Migrations are forward-only; a Down section is refused,
+// so that no one mistakes it for a supported rollback.
+func upSection(file string) (string, bool, Kind, error) {
 	var b strings.Builder
 	noTx, inUp := false, false
+	var kind Kind
 	sc := bufio.NewScanner(strings.NewReader(file))
 	for sc.Scan() {
 		line := sc.Text()
@@ -126,7 +147,13 @@ func upSection(file string) (string, bool, error) {
 			inUp = true
 			continue
 		case "-- +goose Down":
-			return "", false, errors.New("has a Down section: migrations are forward-only")
+			return "", false, "", errors.New("has a Down section: migrations are forward-only")
+		case "-- +causet expand", "-- +causet contract":
+			if inUp || kind != "" {
+				return "", false, "", errors.New("declares its kind twice, or after '-- +goose Up'")
+			}
+			kind = Kind(strings.TrimPrefix(strings.TrimSpace(line), "-- +causet "))
+			continue
 		}
 		if inUp {
 			b.WriteString(line)
@@ -134,9 +161,12 @@ func upSection(file string) (string, bool, error) {
 		}
 	}
 	if !inUp {
-		return "", false, errors.New("has no '-- +goose Up' line")
+		return "", false, "", errors.New("has no '-- +goose Up' line")
 	}
-	return strings.TrimSpace(b.String()) + "\n", noTx, nil
+	if kind == "" {
+		return "", false, "", errors.New("declares no kind: add '-- +causet expand' (the previous release runs on its result) or '-- +causet contract' before '-- +goose Up'")
+	}
+	return strings.TrimSpace(b.String()) + "\n", noTx, kind, nil
 }
 
 // Applied returns the versions applied to the database and when, read
@@ -220,8 +250,14 @@ func Status(ctx context.Context, q Querier) ([]State, error) {
 // lock, and returns those it applied. A database at a version newer than
 // this build knows is refused (TooNewError). logger may be nil.
 func Up(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) ([]Migration, error) {
-	if err := refuseNewer(ctx, pool); err != nil {
+	have, err := Version(ctx, pool)
+	if err != nil {
 		return nil, err
+	}
+	if have > Latest() {
+		// An older build's `migrate` (an init container not yet rolled)
+		// has nothing to do on a schema within its window.
+		return nil, InWindow(ctx, pool, have)
 	}
 	// Migrations run without the sessions' statement_timeout: an index
 	// built on a large table takes as long as it takes.
@@ -255,7 +291,16 @@ func Up(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) ([]Migrati
 	if err != nil {
 		return nil, fmt.Errorf("schema: %w", err)
 	}
+	// Kinds are recorded before the migrations they describe, where the
+	// table exists already: a process of an older build that starts as they
+	// apply finds the kind of each version it meets.
+	if err := recordKinds(ctx, pool); err != nil {
+		return nil, err
+	}
 	results, err := p.Up(ctx)
+	if err == nil {
+		err = recordKinds(ctx, pool)
+	}
 	var applied []Migration
 	byVersion := Migrations()
 	for _, r := range results {
@@ -269,15 +314,62 @@ func Up(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) ([]Migrati
 	return applied, nil
 }
 
-// refuseNewer returns a TooNewError when the database is at a version this
-// build does not know.
-func refuseNewer(ctx context.Context, q Querier) error {
-	have, err := Version(ctx, q)
-	if err != nil {
+// recordKinds writes the kind of every migration of this build to
+// KindsTable, once the table exists (migration 7 creates it).
+func recordKinds(ctx context.Context, pool *pgxpool.Pool) error {
+	var exists bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", KindsTable).Scan(&exists); err != nil || !exists {
 		return err
 	}
-	if have > Latest() {
-		return &TooNewError{Have: have, Known: Latest()}
+	var versions []int64
+	var names, kinds []string
+	for _, m := range Migrations() {
+		versions, names, kinds = append(versions, m.Version), append(names, m.Name), append(kinds, string(m.Kind))
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO `+KindsTable+` (version, name, kind)
+SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[])
+ON CONFLICT (version) DO UPDATE SET name = excluded.name, kind = excluded.kind`, versions, names, kinds); err != nil {
+		return fmt.Errorf("record the migrations' kinds: %w", err)
+	}
+	return nil
+}
+
+// InWindow tells whether this build runs on a database at version have,
+// newer than it knows: exactly when every migration past its own is an
+// expand. Otherwise it returns a TooNewError naming the first migration
+// that stops it (a contract step, or one whose kind is not recorded).
+func InWindow(ctx context.Context, q Querier, have int64) error {
+	known := Latest()
+	if have <= known {
+		return nil
+	}
+	kinds := map[int64][2]string{}
+	var exists bool
+	if err := q.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", KindsTable).Scan(&exists); err != nil {
+		return fmt.Errorf("read the migrations' kinds: %w", err)
+	}
+	if exists {
+		rows, err := q.Query(ctx, "SELECT version, name, kind FROM "+KindsTable+" WHERE version > $1", known)
+		if err != nil {
+			return fmt.Errorf("read the migrations' kinds: %w", err)
+		}
+		var v int64
+		var name, kind string
+		if _, err := pgx.ForEachRow(rows, []any{&v, &name, &kind}, func() error {
+			kinds[v] = [2]string{name, kind}
+			return nil
+		}); err != nil {
+			return fmt.Errorf("read the migrations' kinds: %w", err)
+		}
+	}
+	for v := known + 1; v <= have; v++ {
+		k, ok := kinds[v]
+		if !ok {
+			return &TooNewError{Have: have, Known: known, Stop: fmt.Sprintf("migration %d", v), Kind: "unrecorded"}
+		}
+		if Kind(k[1]) != Expand {
+			return &TooNewError{Have: have, Known: known, Stop: k[0], Kind: k[1]}
+		}
 	}
 	return nil
 }
@@ -290,19 +382,27 @@ func (e *OutdatedError) Error() string {
 		e.Have, e.Need)
 }
 
-// TooNewError is a database whose schema is newer than this build knows: a
-// build that was rolled back past a migration must not write to it.
-type TooNewError struct{ Have, Known int64 }
+// TooNewError is a database whose schema is newer than this build knows,
+// past its window: a migration this build does not know is a contract step
+// (or its kind is not recorded), and a build that was rolled back past it
+// must not write to it.
+type TooNewError struct {
+	Have, Known int64
+	// Stop names the first migration past Known that is not an expand, and
+	// Kind is its kind ("contract", or "unrecorded").
+	Stop, Kind string
+}
 
 func (e *TooNewError) Error() string {
-	return fmt.Sprintf("the database schema is at version %d, newer than this build knows (%d): run a build that knows version %d or later; this one must not write to a schema it does not understand",
-		e.Have, e.Known, e.Have)
+	return fmt.Sprintf("the database schema is at version %d, newer than this build knows (%d), and %s is a %s step this build does not run on: run a build that knows version %d or later; this one must not write to a schema it does not understand",
+		e.Have, e.Known, e.Stop, e.Kind, e.Have)
 }
 
 // Check is what every process does at start: it reads the database's
 // version and refuses an older one (OutdatedError; with auto it migrates
-// instead, logging each migration it applies) and a newer one
-// (TooNewError).
+// instead, logging each migration it applies) and a newer one past its
+// window (TooNewError). On a newer one within the window (every migration
+// it does not know is an expand) it runs, and logs that it does.
 func Check(ctx context.Context, pool *pgxpool.Pool, auto bool, logger *slog.Logger) error {
 	have, err := Version(ctx, pool)
 	if err != nil {
@@ -310,7 +410,14 @@ func Check(ctx context.Context, pool *pgxpool.Pool, auto bool, logger *slog.Logg
 	}
 	switch need := Latest(); {
 	case have > need:
-		return &TooNewError{Have: have, Known: need}
+		if err := InWindow(ctx, pool, have); err != nil {
+			return err
+		}
+		if logger != nil {
+			logger.Warn("the database schema is newer than this build, within its window: every migration past this build's is an expand step",
+				"component", "migrate", "schema_version", have, "build_schema_version", need)
+		}
+		return nil
 	case have == need:
 		return nil
 	case !auto:

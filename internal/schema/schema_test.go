@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os/exec"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -28,6 +30,7 @@ func TestMigrationsAreNumberedInOrderAndForwardOnly(t *testing.T) {
 		require.True(t, strings.HasPrefix(m.Name, fmt.Sprintf("%05d_", m.Version)), m.Name)
 		require.NotContains(t, m.Up, "+goose Down", m.Name)
 		require.NotEmpty(t, strings.TrimSpace(m.Up), m.Name)
+		require.Contains(t, []schema.Kind{schema.Expand, schema.Contract}, m.Kind, m.Name)
 	}
 	require.Equal(t, all[len(all)-1].Version, schema.Latest())
 }
@@ -137,11 +140,95 @@ func TestCheckRefusesOlderAndNewerSchemas(t *testing.T) {
 		err = schema.Check(ctx, pool, auto, nil)
 		var newer *schema.TooNewError
 		require.ErrorAs(t, err, &newer, "auto=%v", auto)
-		require.Equal(t, schema.TooNewError{Have: schema.Latest() + 1, Known: schema.Latest()}, *newer)
+		require.Equal(t, schema.TooNewError{Have: schema.Latest() + 1, Known: schema.Latest(),
+			Stop: fmt.Sprintf("migration %d", schema.Latest()+1), Kind: "unrecorded"}, *newer)
 		require.Contains(t, err.Error(), "must not write to a schema it does not understand")
 	}
 	_, err = schema.Up(ctx, pool, nil)
 	require.True(t, errors.As(err, new(*schema.TooNewError)), "up refuses a newer schema: %v", err)
+}
+
+// The compatibility window: a build runs on a newer schema exactly when
+// every migration past its own is an expand. Past a contract step (or one
+// whose kind no build recorded) it refuses, with one line naming it; its
+// `migrate up` (an init container not yet rolled) does nothing within the
+// window and refuses past it.
+func TestAnOlderBuildRunsWithinItsWindow(t *testing.T) {
+	ctx := ctxFor(t, 2*time.Minute)
+	pool := testenv.EmptyPostgres(t)
+	_, err := schema.Up(ctx, pool, nil)
+	require.NoError(t, err)
+
+	next := schema.Latest() + 1
+	newer := func(version int64, name string, kind schema.Kind) {
+		t.Helper()
+		_, err := pool.Exec(ctx, "INSERT INTO "+schema.Table+" (version_id, is_applied) VALUES ($1, true)", version)
+		require.NoError(t, err)
+		if kind != "" {
+			_, err = pool.Exec(ctx, "INSERT INTO "+schema.KindsTable+" (version, name, kind) VALUES ($1, $2, $3)", version, name, kind)
+			require.NoError(t, err)
+		}
+	}
+	var logs strings.Builder
+	logger := slog.New(slog.NewJSONHandler(&logs, nil))
+
+	newer(next, fmt.Sprintf("%05d_new_table.sql", next), schema.Expand)
+	newer(next+1, fmt.Sprintf("%05d_new_column.sql", next+1), schema.Expand)
+	for _, auto := range []bool{false, true} {
+		require.NoError(t, schema.Check(ctx, pool, auto, logger), "two expand steps past this build: it runs (auto=%v)", auto)
+	}
+	require.Contains(t, logs.String(), `"msg":"the database schema is newer than this build, within its window`)
+	require.Contains(t, logs.String(), fmt.Sprintf(`"schema_version":%d`, next+1))
+	applied, err := schema.Up(ctx, pool, nil)
+	require.NoError(t, err, "an older build's migrate has nothing to do within its window")
+	require.Empty(t, applied)
+
+	stop := fmt.Sprintf("%05d_drop_old_column.sql", next+2)
+	newer(next+2, stop, schema.Contract)
+	newer(next+3, fmt.Sprintf("%05d_another_table.sql", next+3), schema.Expand)
+	for _, auto := range []bool{false, true} {
+		err := schema.Check(ctx, pool, auto, logger)
+		var tooNew *schema.TooNewError
+		require.ErrorAs(t, err, &tooNew)
+		require.Equal(t, schema.TooNewError{Have: next + 3, Known: schema.Latest(), Stop: stop, Kind: "contract"}, *tooNew)
+		require.NotContains(t, err.Error(), "\n", "one line")
+		require.Contains(t, err.Error(), stop+" is a contract step this build does not run on")
+	}
+	_, err = schema.Up(ctx, pool, nil)
+	require.ErrorAs(t, err, new(*schema.TooNewError), "migrate refuses past the window")
+}
+
+// Every up records the kind of every migration of its build, and so does
+// the printed SQL: what older builds read at start.
+func TestUpRecordsEveryMigrationsKind(t *testing.T) {
+	ctx := ctxFor(t, 2*time.Minute)
+	viaUp, viaSQL := testenv.EmptyPostgres(t), testenv.EmptyPostgres(t)
+	_, err := schema.Up(ctx, viaUp, nil)
+	require.NoError(t, err)
+	script, err := schema.PendingSQL(ctx, viaSQL)
+	require.NoError(t, err)
+	cmd := exec.CommandContext(ctx, testenv.PSQL(t), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", viaSQL.Config().ConnString())
+	cmd.Stdin = strings.NewReader(script)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "psql: %s", out)
+
+	var want []string
+	for _, m := range schema.Migrations() {
+		want = append(want, fmt.Sprintf("%d %s %s", m.Version, m.Name, m.Kind))
+	}
+	for _, pool := range []*pgxpool.Pool{viaUp, viaSQL} {
+		rows, err := pool.Query(ctx, "SELECT version, name, kind FROM "+schema.KindsTable+" ORDER BY version")
+		require.NoError(t, err)
+		var got []string
+		var v int64
+		var name, kind string
+		_, err = pgx.ForEachRow(rows, []any{&v, &name, &kind}, func() error {
+			got = append(got, fmt.Sprintf("%d %s %s", v, name, kind))
+			return nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, want, got)
+	}
 }
 
 // A database of the release before versioned migrations, with its data, is

@@ -36,8 +36,9 @@ func PendingSQL(ctx context.Context, q Querier) (string, error) {
 // another tool: the version table if the database has none, then each
 // migration's Up section as `up` runs it — in a transaction of its own
 // that also records its version, or, for a NO TRANSACTION migration,
-// statement by statement followed by the version's row. Empty when nothing
-// is pending.
+// statement by statement followed by the version's row — and last the kind
+// of every migration of states (KindsTable). Empty when nothing is
+// pending.
 func SQL(states []State, haveVersionTable bool) string {
 	var b strings.Builder
 	var pending []State
@@ -69,5 +70,18 @@ func SQL(states []State, haveVersionTable bool) string {
 		b.WriteString(record)
 		b.WriteString("COMMIT;\n")
 	}
+	b.WriteString("\n-- The kind of every migration of this build, read by older builds at start.\n")
+	b.WriteString(kindsSQL(states))
 	return b.String()
+}
+
+// kindsSQL records the kinds of states' migrations in KindsTable, as `up`
+// does.
+func kindsSQL(states []State) string {
+	var rows []string
+	for _, s := range states {
+		rows = append(rows, fmt.Sprintf("(%d, '%s', '%s')", s.Version, strings.ReplaceAll(s.Name, "'", "''"), s.Kind))
+	}
+	return "INSERT INTO " + KindsTable + " (version, name, kind) VALUES\n\t" + strings.Join(rows, ",\n\t") +
+		"\nON CONFLICT (version) DO UPDATE SET name = excluded.name, kind = excluded.kind;\n"
 }

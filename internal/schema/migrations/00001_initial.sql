@@ -3,6 +3,7 @@
 -- tables that exist, and a first-release (unpartitioned) dedupe ledger is
 -- converted in place.
 
+-- +causet contract
 -- +goose Up
 
 -- The write path's ledger: intents, per-entity sequences, events (the outbox).

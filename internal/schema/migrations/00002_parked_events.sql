@@ -12,6 +12,7 @@
 -- finish before migrating (docs/UPGRADES.md). Small tables only: blocked
 -- keys and parked events are bounded by the hold and by the keys that fail.
 
+-- +causet contract
 -- +goose Up
 ALTER TABLE causet_blocked_keys
 	ADD COLUMN head_state    text   NOT NULL DEFAULT 'retrying',

@@ -9,6 +9,7 @@
 -- The previous release's processes run on the result. Both statements are
 -- instant: a new table, and a nullable column without a default.
 
+-- +causet expand
 -- +goose Up
 CREATE TABLE causet_events_set_aside (
 	position     bigint      PRIMARY KEY,

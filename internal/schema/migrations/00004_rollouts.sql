@@ -5,6 +5,7 @@
 --
 -- The previous release's processes run on the result: a new table only.
 
+-- +causet expand
 -- +goose Up
 CREATE TABLE causet_rollout_events (
 	rollout_id    text   NOT NULL,

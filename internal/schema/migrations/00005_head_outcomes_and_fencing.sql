@@ -21,6 +21,7 @@
 -- and new tables, all instant. They neither fill head_input nor claim
 -- partitions; a head without head_input is settled as before.
 
+-- +causet expand
 -- +goose Up
 ALTER TABLE causet_blocked_keys ADD COLUMN head_input jsonb;
 UPDATE causet_blocked_keys SET head_input = pending_start WHERE pending_start IS NOT NULL;

@@ -20,6 +20,7 @@
 -- nor fill the new columns; a rollout row without an entity replays as
 -- before.
 
+-- +causet expand
 -- +goose Up
 ALTER TABLE causet_incidents ADD COLUMN events_affected bigint NOT NULL DEFAULT 0;
 ALTER TABLE causet_incidents ADD COLUMN events_held bigint NOT NULL DEFAULT 0;
