@@ -32,6 +32,7 @@ type cli struct {
 	Bench       benchCmd       `cmd:"" help:"Measure the pipeline against the PostgreSQL ceiling, workflow mode and the in-place-retry peer in one run; write results to --out."`
 	Migrate     migrateCmd     `cmd:"" help:"Apply, show and print the database's schema migrations (DATABASE_URL); every process checks the version at start."`
 	Relay       relayCmd       `cmd:"" help:"Run the outbox relay: publish the ledger's unpublished events to CAUSET_EVENTS_TOPIC in order, then mark them published."`
+	Version     versionCmd     `cmd:"" help:"Print this build's version, commit, build date, Go and library versions, and the schema versions it runs on."`
 	CodecServer codecServerCmd `cmd:"" name:"codec-server" help:"Serve Temporal's remote codec endpoint (/decode, /encode) with the payload keys (CAUSET_PAYLOAD_KEYS or CAUSET_PAYLOAD_KEYS_FILE) on CAUSET_CODEC_ADDR (default 127.0.0.1:8081), for the Temporal UI (CAUSET_CODEC_CORS_ORIGIN) and the temporal CLI (--codec-endpoint)."`
 }
 
