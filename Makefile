@@ -25,7 +25,7 @@ KAFKA_TEST_PATTERN   ?= Kafka
 KAFKA_PORT           ?= 9092
 KAFKA_BROKERS        ?= 127.0.0.1:$(KAFKA_PORT)
 
-.PHONY: all dev tools test test-kafka lint build kafka-start kafka-stop kafka-status clean reliability model soak
+.PHONY: all dev tools test test-kafka lint build release kafka-start kafka-stop kafka-status clean reliability model soak
 
 all: lint test build
 
@@ -60,7 +60,13 @@ lint:
 	@if [ -d workflows ]; then echo "$(GO) tool workflowcheck ./workflows/..."; $(GO) tool workflowcheck ./workflows/...; fi
 
 build:
-	$(GO) build -o bin/causet ./cmd/causet
+	$(GO) build -buildvcs=auto -o bin/causet ./cmd/causet
+
+# Release artifacts into dist/<version>/ (scripts/release.sh): static
+# linux/amd64 and linux/arm64 binaries, SHA256SUMS, an SBOM, and the image
+# where docker runs. VERSION cuts a new release; nothing is published.
+release:
+	$(if $(VERSION),VERSION=$(VERSION)) scripts/release.sh
 
 dev: tools build
 	./bin/causet dev --demo
