@@ -8,7 +8,8 @@
 #   SHA256SUMS                               sha256sum -c SHA256SUMS checks them
 #   causet.cdx.json                          CycloneDX SBOM of the binary's modules
 #                                            (cyclonedx-gomod, pinned below)
-#   the container image causet:<version>     only where docker runs
+#   the container image causet:<version>     only where docker runs ('+' in a
+#                                            version becomes '-' in its tag)
 #
 # VERSION is the release recorded for HEAD in internal/release/releases.tsv,
 # else "<last release>+dev.<commit>"; set VERSION to cut a new release (then
@@ -60,11 +61,13 @@ if [[ "$(go env GOARCH)" == amd64 ]]; then
 	fi
 fi
 
+# An image tag has no '+': build metadata becomes '-'.
+tag=causet:${VERSION//+/-}
 if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
-	docker build --build-arg VERSION="$VERSION" --build-arg COMMIT="$commit" --build-arg DATE="$date" -t "causet:$VERSION" .
-	echo "release: image causet:$VERSION"
+	docker build --build-arg VERSION="$VERSION" --build-arg COMMIT="$commit" --build-arg DATE="$date" -t "$tag" .
+	echo "release: image $tag"
 else
-	echo "release: no docker engine here: the image is not built (docker build --build-arg VERSION=$VERSION --build-arg COMMIT=$commit -t causet:$VERSION .)"
+	echo "release: no docker engine here: the image is not built (docker build --build-arg VERSION=$VERSION --build-arg COMMIT=$commit --build-arg DATE=$date -t $tag .)"
 fi
 echo "release: $VERSION at $commit in $out/"
 ls -l "$out"
