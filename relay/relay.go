@@ -44,6 +44,17 @@ func ProducerBackoff(n int) time.Duration {
 // dbTimeout bounds one statement of the relay.
 const dbTimeout = 30 * time.Second
 
+// StaleLockAfter is how long the lock holder's session may sit idle before
+// a relay waiting for the lock ends it (pg_terminate_backend). A live relay
+// uses its session at every poll and after every batch, and a batch waits
+// for Kafka at most about ProducerRecordRetries × ProducerRequestTimeout
+// (50 s). A session idle longer is a relay cut off behind a silent link (a
+// hung pooler or proxy keeps the server side open, and with it the lock,
+// for good), or, in a long Kafka outage, a live relay, which connects
+// again and waits its turn: events it sent but did not mark are sent again
+// (the same bytes), never lost.
+const StaleLockAfter = 60 * time.Second
+
 // Options configure a Relay.
 type Options struct {
 	// Pool is the ledger's database. Required. The relay opens one
@@ -225,6 +236,14 @@ func (r *Relay) lock(ctx context.Context) (*pgx.Conn, error) {
 			r.log.Info("relay holds the lock, publishing", "lockKey", LockKey)
 			return conn, nil
 		}
+		if idle, err := endStaleHolder(ctx, conn); err != nil {
+			release(conn)
+			return nil, fmt.Errorf("look for a stale holder of the relay lock: %w", err)
+		} else if idle > 0 {
+			r.log.Warn("ended the session holding the relay lock: idle too long for a live relay (one cut off behind a silent link)",
+				"lockKey", LockKey, "idle", idle.Round(time.Second).String(), "staleAfter", StaleLockAfter.String())
+			continue
+		}
 		if !waited {
 			r.log.Info("another relay holds the lock, waiting", "lockKey", LockKey, "retry", r.opts.LockRetry.String())
 		}
@@ -233,6 +252,27 @@ func (r *Relay) lock(ctx context.Context) (*pgx.Conn, error) {
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// endStaleHolder ends the session of this role that holds LockKey when it
+// has been idle (between statements, or in a transaction) for
+// StaleLockAfter, and returns how long it had been; 0 when there is none.
+// pg_locks shows a bigint advisory key as its high (classid) and low
+// (objid) 32 bits.
+func endStaleHolder(ctx context.Context, conn *pgx.Conn) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, dbTimeout)
+	defer cancel()
+	var idle float64
+	err := conn.QueryRow(ctx, `
+		SELECT coalesce(max(extract(epoch FROM now() - a.state_change)) FILTER (WHERE pg_terminate_backend(a.pid)), 0)
+		FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+		  AND l.classid::bigint = ($1::bigint >> 32) AND l.objid::bigint = ($1::bigint & 4294967295)
+		  AND a.pid <> pg_backend_pid() AND a.usename = current_user
+		  AND a.state IN ('idle', 'idle in transaction', 'idle in transaction (aborted)')
+		  AND a.state_change < now() - make_interval(secs => $2)`,
+		LockKey, StaleLockAfter.Seconds()).Scan(&idle)
+	return time.Duration(idle * float64(time.Second)), err
 }
 
 // release ends the session, which releases the lock.

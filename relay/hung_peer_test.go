@@ -1,0 +1,45 @@
+package relay_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/causet/projection-retry/internal/testenv"
+)
+
+// A peer in front of the relay's PostgreSQL (a pooler, a database proxy)
+// stops answering while intents are recorded: the relay's connection stays
+// open and acknowledged but silent for good, and new connections are
+// served again after 40 s. The relay's statements have deadlines of their
+// own (dbTimeout), so it leaves the silent connection, connects again once
+// new connections are answered, and publishes everything recorded
+// meanwhile within 30 s, once each, in order.
+func TestRelayKafkaCatchesUpAfterAHungDatabaseProxy(t *testing.T) {
+	const hangFor = 40 * time.Second
+	l := newLedger(t)
+	brokers, topic := eventsTopic(t)
+	pool, peer := testenv.PoolBehindHungPeer(t, ctxFor(t, 5*time.Minute), l.pool, 2*time.Second)
+	opts := fastOptions(t, l, brokers, topic)
+	opts.Pool = pool
+	rr := start(t, opts)
+
+	n := l.writeMany(t, 20, 5)
+	l.waitAllPublished(t, 30*time.Second)
+
+	peer.Hang()
+	hungAt := time.Now()
+	// The write path records intents on its own link throughout.
+	for time.Since(hungAt) < hangFor {
+		n += l.writeMany(t, 4, 5)
+		time.Sleep(time.Second)
+	}
+	require.Positive(t, l.unpublished(t), "nothing is published through the hung peer")
+	peer.Answer()
+	answered := time.Now()
+	l.waitAllPublished(t, 30*time.Second)
+	t.Logf("%d events; every one published %.1f s after the peer served new connections again", n, time.Since(answered).Seconds())
+	require.Zero(t, checkTopic(t, topicRecords(t, brokers, topic), l.events()), "nothing published twice")
+	require.Equal(t, float64(n), rr.metric(t, publishedTotal))
+}
