@@ -1,6 +1,9 @@
 package reliability
 
 import (
+	"fmt"
+	"strings"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/causet/projection-retry/contract"
@@ -18,6 +21,7 @@ type verdict struct {
 	dlq, dlqDup, dlqMissing, dlqUnexpect    int
 	examplesLost, examplesDouble, exDLQMiss []string
 	examplesUnexpected, examplesInversions  []string
+	examplesDLQDup                          []string
 }
 
 // verify checks effects, ledger, workflows and DLQ against the events.
@@ -115,13 +119,23 @@ func (s *stack) verify(events []evt, checkWF, checkDLQ bool) verdict {
 	}
 	if checkDLQ {
 		counts := map[string]int{}
+		where := map[string][]string{}
 		for _, d := range s.readDLQ() {
 			counts[d.eventID]++
+			run := ""
+			if d.rec.Workflow != nil {
+				run = d.rec.Workflow.RunID
+			}
+			where[d.eventID] = append(where[d.eventID], fmt.Sprintf("p%d@%d (run %s, replay %d, dead-lettered %s)",
+				d.partition, d.offset, run, d.rec.ReplayCount, d.rec.DeadLetteredAt.Format("15:04:05.000")))
 		}
 		for id, n := range counts {
 			v.dlq += n
 			if n > 1 {
 				v.dlqDup += n - 1
+				if len(v.examplesDLQDup) < 5 {
+					v.examplesDLQDup = append(v.examplesDLQDup, id+": "+strings.Join(where[id], ", "))
+				}
 			}
 			if !failing[id] {
 				v.dlqUnexpect += n
@@ -187,7 +201,7 @@ func (r *result) verdict(v verdict, checkWF, checkDLQ bool) {
 		require.Zero(t, v.workflowsBehind, "workflows for succeeding events behind a failure of their entity, e.g. %v", v.examplesUnexpected)
 	}
 	if checkDLQ {
-		require.Zero(t, v.dlqDup, "DLQ records twice")
+		require.Zero(t, v.dlqDup, "DLQ records twice: %v", v.examplesDLQDup)
 		require.Zero(t, v.dlqMissing, "failing events missing from the DLQ, e.g. %v", v.exDLQMiss)
 		require.Zero(t, v.dlqUnexpect, "DLQ records of events that should not be there")
 	}
