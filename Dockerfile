@@ -15,10 +15,9 @@ COPY . .
 # make release passes the version, commit and date it stamps its binaries
 # with; a plain docker build names itself from the releases file.
 ARG VERSION="" COMMIT="" DATE=""
+ENV RELEASE=github.com/causet/projection-retry/internal/release
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    CGO_ENABLED=0 go build -trimpath -buildvcs=false \
-      -ldflags="-s -w -X github.com/causet/projection-retry/internal/release.Version=${VERSION} -X github.com/causet/projection-retry/internal/release.Commit=${COMMIT} -X github.com/causet/projection-retry/internal/release.Date=${DATE}" \
-      -o /causet ./cmd/causet
+    CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags="-s -w -X ${RELEASE}.Version=${VERSION} -X ${RELEASE}.Commit=${COMMIT} -X ${RELEASE}.Date=${DATE}" -o /causet ./cmd/causet
 
 # Runtime: alpine rather than distroless so healthchecks can use busybox wget
 # on /readyz (CAUSET_METRICS_ADDR; the runtime's CAUSET_RUNTIME_ADDR) and the
