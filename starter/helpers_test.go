@@ -423,7 +423,8 @@ func (h *harness) historyOnFailure(id, runID string) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		if d, err := h.temporal.Client.DescribeWorkflowExecution(ctx, id, runID); err == nil {
+		if desc, err := h.temporal.Client.DescribeWorkflow(ctx, id, runID); err == nil && desc.RawResponse != nil {
+			d := desc.RawResponse
 			for _, a := range d.PendingActivities {
 				h.t.Logf("run %s waits on activity %s: attempt %d, state %s, last failure %q",
 					runID, a.GetActivityType().GetName(), a.GetAttempt(), a.GetState(), a.GetLastFailure().GetMessage())
