@@ -379,6 +379,8 @@ func TestReplayBatchResumesAfterItsHeartbeat(t *testing.T) {
 	s := newStack(t, nil)
 	s.produce(t, 6)
 	s.waitDeadLettered(t, 6)
+	require.Eventually(t, func() bool { return s.count(t, `SELECT count(*) FROM causet_projection_applied`) == 1 }, 30*time.Second, 100*time.Millisecond,
+		"the unfollow applies once its follow is dead-lettered")
 	runner, err := s.svc.RolloutRunner()
 	require.NoError(t, err)
 	id := "projection-rollout:artist_followers:resume-test"
@@ -428,6 +430,8 @@ func TestCheckResumesFromItsProgress(t *testing.T) {
 	s := newStack(t, nil)
 	s.produce(t, 7)
 	s.waitDeadLettered(t, 7)
+	require.Eventually(t, func() bool { return s.count(t, `SELECT count(*) FROM causet_projection_applied`) == 1 }, 30*time.Second, 100*time.Millisecond,
+		"the unfollow applies once its follow is dead-lettered")
 	runner, err := s.svc.RolloutRunner()
 	require.NoError(t, err)
 	runner.CheckPage = 2
