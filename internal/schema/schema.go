@@ -247,8 +247,9 @@ func Status(ctx context.Context, q Querier) ([]State, error) {
 
 // Up applies the pending migrations in order, each in a transaction of its
 // own (but those marked NO TRANSACTION), under a session-level advisory
-// lock, and returns those it applied. A database at a version newer than
-// this build knows is refused (TooNewError). logger may be nil.
+// lock, and returns those it applied. On a database at a version newer
+// than this build knows it applies nothing: within the build's window it
+// returns nil, past it a TooNewError (InWindow). logger may be nil.
 func Up(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) ([]Migration, error) {
 	have, err := Version(ctx, pool)
 	if err != nil {
