@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"os"
 
 	"github.com/causet/projection-retry/internal/release"
@@ -11,10 +10,8 @@ import (
 
 type versionCmd struct{}
 
-// versionOut is where `causet version` prints (tests replace it).
-var versionOut io.Writer = os.Stdout
-
 func (versionCmd) Run() error {
+	out := os.Stdout
 	b := release.Current()
 	commit := b.Commit
 	switch {
@@ -31,14 +28,14 @@ func (versionCmd) Run() error {
 		date += " (the commit's time: not a release build)"
 	}
 	latest := schema.Latest()
-	fmt.Fprintf(versionOut, "causet %s\n", b.Version)
-	fmt.Fprintf(versionOut, "commit:    %s\n", commit)
-	fmt.Fprintf(versionOut, "built:     %s\n", date)
-	fmt.Fprintf(versionOut, "go:        %s\n", b.Go)
+	fmt.Fprintf(out, "causet %s\n", b.Version)
+	fmt.Fprintf(out, "commit:    %s\n", commit)
+	fmt.Fprintf(out, "built:     %s\n", date)
+	fmt.Fprintf(out, "go:        %s\n", b.Go)
 	for _, dep := range []string{"go.temporal.io/sdk", "github.com/twmb/franz-go", "github.com/jackc/pgx/v5"} {
-		fmt.Fprintf(versionOut, "%-10s %s %s\n", "library:", dep, b.Deps[dep])
+		fmt.Fprintf(out, "%-10s %s %s\n", "library:", dep, b.Deps[dep])
 	}
-	fmt.Fprintf(versionOut, "schema:    needs version %d; runs on %d and on any newer schema whose migrations past %d are all expand steps (docs/UPGRADES.md)\n",
+	fmt.Fprintf(out, "schema:    needs version %d; runs on %d and on any newer schema whose migrations past %d are all expand steps (docs/UPGRADES.md)\n",
 		latest, latest, latest)
 	return nil
 }

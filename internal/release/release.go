@@ -7,7 +7,8 @@
 // commit, or, past the last release, "<last release>+dev".
 //
 // Neighbours: a leaf that imports no project package; cmd/causet prints
-// it (`causet version`) and the rolling-upgrade test reads Releases.
+// it (`causet version`), and scripts/release.sh reads releases.tsv to name
+// the commit it builds.
 package release
 
 import (
