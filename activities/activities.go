@@ -69,6 +69,13 @@ type Activities struct {
 	// (app.ProbePostgres). Optional: without it a connection failure counts
 	// as an attempt.
 	ProbeDatabase func(context.Context) error
+	// DeadLetterFence is how long a PublishDeadLetter attempt's claim on
+	// its dead letter lasts: from before its record is handed to the
+	// producer until no request of it can reach the broker any more (the
+	// producer's dlq.WriteWindow, the connection deadlines and the TCP user
+	// timeout). Another attempt writes only after it. Optional, defaults to
+	// DefaultDeadLetterFence.
+	DeadLetterFence time.Duration
 }
 
 // databaseProbeTimeout bounds one probe of the database.
@@ -253,45 +260,62 @@ func (a *Activities) logLine(ctx context.Context, name string, in contract.Apply
 
 // PublishDeadLetter writes the DLQ record of CONTRACT §7 and returns where it
 // landed. Its retry policy never gives up, so a failure here is retried until
-// the topic accepts the record.
+// the topic accepts the record. One attempt at a time writes: each claims
+// the dead letter first (DeadLetterFence), and an attempt that finds an
+// earlier one's claim, or is itself a retry, looks on the topic before
+// writing.
 func (a *Activities) PublishDeadLetter(ctx context.Context, in contract.DeadLetterInput) (contract.DLQCoordinates, error) {
 	info := activity.GetInfo(ctx)
-	rec := dlq.RunRecord(in, time.Now())
-	rec.Workflow = &dlq.WorkflowRef{
-		Namespace: info.Namespace,
-		ID:        info.WorkflowExecution.ID,
-		RunID:     info.WorkflowExecution.RunID,
-	}
+	workflowID, runID := info.WorkflowExecution.ID, info.WorkflowExecution.RunID
 	key := in.Key
 	if len(key) == 0 {
 		key = []byte(in.Event.EntityID)
 	}
-	if a.Heads != nil && info.Attempt > 1 {
-		// A retry: an earlier attempt may have written the record and lost
-		// only its completion (Temporal unreachable). Its record stands.
-		at, done, err := a.Heads.PublishedDeadLetter(ctx, info.WorkflowExecution.ID, info.WorkflowExecution.RunID, in.ReplayCount)
-		if err != nil {
-			return at, err
+	started := time.Now()
+	if a.Heads != nil {
+		if info.Attempt > 1 {
+			// A retry: an earlier attempt may have written the record and lost
+			// only its completion (Temporal unreachable). Its record stands.
+			at, done, err := a.Heads.PublishedDeadLetter(ctx, workflowID, runID, in.ReplayCount)
+			if err != nil {
+				return at, err
+			}
+			if done {
+				return at, a.settleDeadLettered(ctx, workflowID)
+			}
 		}
-		if !done {
-			// Not remembered: the earlier attempt may have written the record
-			// and died (or lost the database) before remembering it. The
-			// topic says, from when the activity was first scheduled.
+		claim, err := a.claimDeadLetter(ctx, workflowID, runID, in.ReplayCount, int(info.Attempt))
+		if err != nil {
+			return contract.DLQCoordinates{}, err
+		}
+		started = claim.started
+		if info.Attempt > 1 || claim.Earlier {
+			// Not remembered: an earlier attempt may have written the record
+			// and died (or lost the database) before remembering it. Its
+			// window has passed, so the topic says, from when the activity
+			// was first scheduled.
 			if f, ok := a.Publisher.(deadLetterFinder); ok {
-				if at, done, err = f.Find(ctx, info.ScheduledTime, info.WorkflowExecution.ID, info.WorkflowExecution.RunID, in.ReplayCount); err != nil {
+				at, done, err := f.Find(ctx, info.ScheduledTime, workflowID, runID, in.ReplayCount)
+				if err != nil {
 					return at, err
 				}
 				if done {
-					if err := a.Heads.RecordDeadLetter(ctx, info.WorkflowExecution.ID, info.WorkflowExecution.RunID, in.ReplayCount, at); err != nil {
+					if err := a.Heads.RecordDeadLetter(ctx, workflowID, runID, in.ReplayCount, at); err != nil {
 						return contract.DLQCoordinates{}, err
 					}
+					return at, a.settleDeadLettered(ctx, workflowID)
+				}
+				// The look took part of the window: take a whole one again.
+				if started, err = a.renewDeadLetterClaim(ctx, workflowID, runID, in.ReplayCount, int(info.Attempt)); err != nil {
+					return contract.DLQCoordinates{}, err
 				}
 			}
 		}
-		if done {
-			return at, a.settleDeadLettered(ctx, info.WorkflowExecution.ID)
-		}
 	}
+	// The record's time is when its window began: the producer fails it
+	// rather than write it once dlq.WriteWindow has passed.
+	rec := dlq.RunRecord(in, started)
+	rec.Workflow = &dlq.WorkflowRef{Namespace: info.Namespace, ID: workflowID, RunID: runID}
 	at, err := a.Publisher.Publish(ctx, key, rec)
 	if err != nil {
 		a.logger().LogAttrs(ctx, slog.LevelWarn, "dead letter publish failed; will retry",
@@ -300,12 +324,76 @@ func (a *Activities) PublishDeadLetter(ctx context.Context, in contract.DeadLett
 	}
 	a.Metrics.publishedDeadLetter(in.Projection, rec.ErrorKind)
 	if a.Heads != nil {
-		if err := a.Heads.RecordDeadLetter(ctx, info.WorkflowExecution.ID, info.WorkflowExecution.RunID, in.ReplayCount, at); err != nil {
+		if err := a.Heads.RecordDeadLetter(ctx, workflowID, runID, in.ReplayCount, at); err != nil {
 			// Retried: the retry finds the record on the topic (Find).
 			return contract.DLQCoordinates{}, err
 		}
 	}
-	return at, a.settleDeadLettered(ctx, info.WorkflowExecution.ID)
+	return at, a.settleDeadLettered(ctx, workflowID)
+}
+
+// DefaultDeadLetterFence is Activities.DeadLetterFence when unset: the
+// producer's write window (dlq.WriteWindow) plus the connect, handshake and
+// write deadlines and the TCP user timeout of a default link, with room.
+const DefaultDeadLetterFence = 85 * time.Second
+
+// DeadLetterClaimedType is the error type of an attempt that found an
+// earlier attempt's claim on its dead letter: it is retried once that
+// claim's window has passed.
+const DeadLetterClaimedType = "DeadLetterClaimed"
+
+type takenClaim struct {
+	parking.DeadLetterClaim
+	started time.Time
+}
+
+func (a *Activities) deadLetterFence() time.Duration {
+	if a.DeadLetterFence > 0 {
+		return a.DeadLetterFence
+	}
+	return DefaultDeadLetterFence
+}
+
+// claimDeadLetter takes the claim on a dead letter for this attempt. An
+// earlier attempt's claim that ends well before this attempt does is waited
+// out here; otherwise the attempt fails, to be retried when it ends.
+func (a *Activities) claimDeadLetter(ctx context.Context, workflowID, runID string, replayCount, attempt int) (takenClaim, error) {
+	for {
+		started := time.Now()
+		c, err := a.Heads.ClaimDeadLetter(ctx, workflowID, runID, replayCount, attempt, a.deadLetterFence())
+		if err != nil {
+			return takenClaim{}, err
+		}
+		if c.Taken {
+			return takenClaim{DeadLetterClaim: c, started: started}, nil
+		}
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < c.Wait+dlq.WriteWindow+5*time.Second {
+			return takenClaim{}, temporal.NewApplicationErrorWithOptions(
+				fmt.Sprintf("attempt %d of this dead letter may still be writing it for %s; retried after", c.Holder, c.Wait.Round(time.Second)),
+				DeadLetterClaimedType, temporal.ApplicationErrorOptions{NextRetryDelay: c.Wait + time.Second})
+		}
+		t := time.NewTimer(c.Wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return takenClaim{}, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// renewDeadLetterClaim takes a whole window again on a claim this attempt
+// holds, and returns when it began; an error when the claim was lost.
+func (a *Activities) renewDeadLetterClaim(ctx context.Context, workflowID, runID string, replayCount, attempt int) (time.Time, error) {
+	started := time.Now()
+	held, err := a.Heads.RenewDeadLetterClaim(ctx, workflowID, runID, replayCount, attempt, a.deadLetterFence())
+	if err != nil {
+		return started, err
+	}
+	if !held {
+		return started, fmt.Errorf("the claim on the dead letter of %s ended while its topic was read; retried", workflowID)
+	}
+	return started, nil
 }
 
 // settleDeadLettered records, once its dead letter is written, that the run

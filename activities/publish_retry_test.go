@@ -88,7 +88,8 @@ func TestPublishDeadLetterRetriedAfterItsRecordWasNotRememberedWritesNoSecond(t 
 	require.NoError(t, err)
 	t.Cleanup(producer.Close)
 	pub := &diesAfterWriting{Publisher: &dlq.Publisher{Client: producer, Topic: topic, Reader: &dlq.ReaderOptions{Brokers: brokers}}}
-	acts := &activities.Activities{Publisher: pub, Heads: parking.NewStore(pool)}
+	// The dead attempt's claim lasts 2 s here: the retry waits it out.
+	acts := &activities.Activities{Publisher: pub, Heads: parking.NewStore(pool), DeadLetterFence: 2 * time.Second}
 	at := deadLetterOnce(t, acts)
 	require.EqualValues(t, 1, pub.calls.Load(), "the retry found the record: it published nothing")
 
@@ -105,6 +106,56 @@ func TestPublishDeadLetterRetriedAfterItsRecordWasNotRememberedWritesNoSecond(t 
 	require.Equal(t, at, again)
 }
 
+// writesLate hands its first record to the broker only after the attempt
+// that published it has failed, as a produce whose request outlives its
+// attempt does (a link that drops what the broker sends back, a worker
+// stopped mid-publish); later records are written as usual.
+type writesLate struct {
+	*dlq.Publisher
+	calls atomic.Int32
+	late  chan error
+}
+
+func (p *writesLate) Publish(ctx context.Context, key []byte, r dlq.Record) (contract.DLQCoordinates, error) {
+	if p.calls.Add(1) > 1 {
+		return p.Publisher.Publish(ctx, key, r)
+	}
+	go func() {
+		time.Sleep(time.Second)
+		_, err := p.Publisher.Publish(context.Background(), key, r)
+		p.late <- err
+	}()
+	return contract.DLQCoordinates{}, errors.New("the produce outlived its attempt")
+}
+
+// A PublishDeadLetter attempt that failed while its record was still on its
+// way to the broker is retried: the retry waits out the first attempt's
+// claim, finds the record that landed after the attempt ended, and writes
+// no second one. Without the claim the retry looks at once, finds nothing
+// and writes its own.
+func TestPublishDeadLetterRetryWaitsOutAWriteStillInFlight(t *testing.T) {
+	pool := testenv.Postgres(t)
+	brokers := testenv.Kafka(t)
+	topic := testenv.Topic(t, "causet.projection-dlq.v1")
+	testenv.CreateTopic(t, brokers, topic, 3)
+	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
+	require.NoError(t, err)
+	t.Cleanup(producer.Close)
+	pub := &writesLate{Publisher: &dlq.Publisher{Client: producer, Topic: topic, Reader: &dlq.ReaderOptions{Brokers: brokers}}, late: make(chan error, 1)}
+	acts := &activities.Activities{Publisher: pub, Heads: parking.NewStore(pool), DeadLetterFence: 3 * time.Second}
+	at := deadLetterOnce(t, acts)
+	require.NoError(t, <-pub.late, "the first attempt's record was written, late")
+	require.EqualValues(t, 1, pub.calls.Load(), "the retry found the late record: it published nothing")
+
+	rd, err := dlq.NewReader(context.Background(), dlq.ReaderOptions{Brokers: brokers, Topic: topic})
+	require.NoError(t, err)
+	defer rd.Close()
+	var items []dlq.Item
+	require.NoError(t, rd.Read(context.Background(), func(it dlq.Item) error { items = append(items, it); return nil }))
+	require.Len(t, items, 1, "one record on the topic")
+	require.Equal(t, contract.DLQCoordinates{Topic: topic, Partition: items[0].Partition, Offset: items[0].Offset}, at, "the late record")
+}
+
 // deadLetterOnce runs acts.PublishDeadLetter from a workflow, with up to 3
 // attempts a second apart and the interceptors given, and returns where the
 // record is.
@@ -112,6 +163,8 @@ func deadLetterOnce(t *testing.T, acts *activities.Activities, interceptors ...i
 	t.Helper()
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
+	// A retry may wait out an earlier attempt's claim in real time.
+	env.SetTestTimeout(time.Minute)
 	env.SetWorkerOptions(sdkworker.Options{Interceptors: interceptors})
 	env.RegisterActivityWithOptions(acts.PublishDeadLetter, activity.RegisterOptions{Name: contract.PublishDeadLetterActivity})
 	env.RegisterWorkflowWithOptions(func(ctx workflow.Context, in contract.DeadLetterInput) (contract.DLQCoordinates, error) {

@@ -2,6 +2,7 @@ package app
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kprom"
@@ -11,6 +12,7 @@ import (
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/incident"
+	"github.com/causet/projection-retry/internal/dialer"
 	"github.com/causet/projection-retry/internal/health"
 	"github.com/causet/projection-retry/parking"
 	"github.com/causet/projection-retry/starter"
@@ -28,6 +30,11 @@ func (s *Service) DLQProducer() (*kgo.Client, error) {
 	cl, err := NewKafkaClient(s.Config, append([]kgo.Opt{
 		kgo.DefaultProduceTopic(s.Config.DLQTopic),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
+		// A dead letter not written within its window is failed, even
+		// when its request is in flight, so that the next attempt, which
+		// waits out the window (DeadLetterFence), is the only writer.
+		kgo.RecordDeliveryTimeout(dlq.WriteWindow),
+		kgo.AllowIdempotentProduceCancellation(),
 		kgo.WithLogger(starter.KafkaLogger(s.Logger)),
 	}, s.tracing.KafkaOpts("")...)...)
 	if err != nil {
@@ -70,7 +77,8 @@ func (s *Service) NewWorker() (sdkworker.Worker, error) {
 		GuardEveryRun: s.Config.Ordering == config.OrderingEntity,
 		// An attempt that cannot reach the database while a new connection
 		// cannot either is an outage: it counts as none.
-		ProbeDatabase: ProbePostgres(s.Pool),
+		ProbeDatabase:   ProbePostgres(s.Pool),
+		DeadLetterFence: DeadLetterFence(s.Config.LinkTimeout),
 	}
 	if s.Config.Incidents.Policy == config.IncidentHold {
 		// A run whose failure a holding incident has waits with it.
@@ -173,3 +181,20 @@ func (s *Service) ServeMetrics() (stop func(), err error) {
 // opened WithWritePathOnly, and the bridge's consumer group once
 // BridgeOptions (or NewBridge) was called.
 func (s *Service) Health() *health.Health { return s.health }
+
+// kafkaRequestOverhead is franz-go's default RequestTimeoutOverhead: how
+// long a connection's handshake request, or a request's write, may take.
+const kafkaRequestOverhead = 10 * time.Second
+
+// DeadLetterFence is how long a PublishDeadLetter attempt may still cause
+// its record to be written after the attempt began: the producer's window
+// (dlq.WriteWindow), then a connection's dial and handshake and the write
+// of the request, then the TCP user timeout (linkTimeout) within which the
+// kernel delivers what was written or drops the connection; and 30 s of
+// room for clocks and scheduling.
+func DeadLetterFence(linkTimeout time.Duration) time.Duration {
+	if linkTimeout <= 0 {
+		linkTimeout = dialer.DefaultLinkTimeout
+	}
+	return dlq.WriteWindow + dialer.ConnectTimeout + 2*kafkaRequestOverhead + linkTimeout + 30*time.Second
+}

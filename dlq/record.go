@@ -227,6 +227,15 @@ func cut(s string, n int) string {
 	return strings.ToValidUTF8(s[:n], "") + "…"
 }
 
+// WriteWindow is how long after its DeadLetteredAt a dead letter may still
+// be written by the worker's producer (kgo.RecordDeliveryTimeout, with
+// kgo.AllowIdempotentProduceCancellation so that it holds for a request
+// already sent and never answered too): past it the producer fails the
+// record rather than write it, so a retried PublishDeadLetter knows when
+// an earlier attempt can no longer add a second record. It is well inside
+// the activity's 30 s start-to-close timeout.
+const WriteWindow = 20 * time.Second
+
 // Publisher writes dead letters synchronously: a record is durable on the
 // topic (acks=all, idempotent producer) before Publish returns.
 type Publisher struct {
@@ -289,6 +298,11 @@ func (p *Publisher) Publish(ctx context.Context, key []byte, r Record) (contract
 	rec, err := r.kafkaRecord(p.Topic, key, p.group())
 	if err != nil {
 		return contract.DLQCoordinates{}, err
+	}
+	// The record's time is when it was dead-lettered: a producer with a
+	// delivery timeout (WriteWindow) counts from it.
+	if !r.DeadLetteredAt.IsZero() {
+		rec.Timestamp = r.DeadLetteredAt
 	}
 	// The record's Context is the caller's (an activity's, with its span):
 	// a client with tracing hooks writes that trace into the headers.

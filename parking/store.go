@@ -560,12 +560,74 @@ WHERE workflow_id = $1 AND run_id = $2 AND replay_count = $3`, workflowID, runID
 }
 
 // RecordDeadLetter records where the dead letter of the run was published,
-// and forgets those older than deadLetterMemory.
+// and forgets those, and the claims, older than deadLetterMemory.
 func (s *Store) RecordDeadLetter(ctx context.Context, workflowID, runID string, replayCount int, at contract.DLQCoordinates) error {
-	if _, err := s.pool.Exec(ctx, `WITH old AS (DELETE FROM causet_dead_letters WHERE published_at < now() - interval '`+deadLetterMemory+`')
+	if _, err := s.pool.Exec(ctx, `WITH old AS (DELETE FROM causet_dead_letters WHERE published_at < now() - interval '`+deadLetterMemory+`'),
+old_claims AS (DELETE FROM causet_dead_letter_claims WHERE fenced_until < now() - interval '`+deadLetterMemory+`')
 INSERT INTO causet_dead_letters (workflow_id, run_id, replay_count, topic, partition, "offset") VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT DO NOTHING`, workflowID, runID, replayCount, at.Topic, at.Partition, at.Offset); err != nil {
 		return fmt.Errorf("parking: record the dead letter of %s: %w", workflowID, err)
 	}
 	return nil
+}
+
+// DeadLetterClaim is the answer of ClaimDeadLetter.
+type DeadLetterClaim struct {
+	// Taken: the attempt holds the claim and may write the record.
+	Taken bool
+	// Earlier: an earlier attempt had claimed it (its window has passed),
+	// so its record may be on the topic: look before writing.
+	Earlier bool
+	// Holder and Wait, when not Taken: the attempt that may still be
+	// writing, and how long until its window has passed.
+	Holder int
+	Wait   time.Duration
+}
+
+// ClaimDeadLetter claims, for attempt, the writing of the dead letter of
+// the run (workflowID, runID) at replayCount for window: no other attempt
+// takes it until window has passed (on the database's clock), so that a
+// record still in flight from one attempt has landed, or never will, before
+// the next looks for it on the topic. A claim whose window has passed is
+// taken over.
+func (s *Store) ClaimDeadLetter(ctx context.Context, workflowID, runID string, replayCount, attempt int, window time.Duration) (DeadLetterClaim, error) {
+	for range 2 {
+		var fresh bool
+		err := s.pool.QueryRow(ctx, `INSERT INTO causet_dead_letter_claims AS c (workflow_id, run_id, replay_count, attempt, fenced_until)
+VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5))
+ON CONFLICT (workflow_id, run_id, replay_count) DO UPDATE SET attempt = excluded.attempt, fenced_until = excluded.fenced_until
+WHERE c.fenced_until <= now()
+RETURNING xmax = 0`, workflowID, runID, replayCount, attempt, window.Seconds()).Scan(&fresh)
+		if err == nil {
+			return DeadLetterClaim{Taken: true, Earlier: !fresh}, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return DeadLetterClaim{}, fmt.Errorf("parking: claim the dead letter of %s: %w", workflowID, err)
+		}
+		var c DeadLetterClaim
+		var wait float64
+		err = s.pool.QueryRow(ctx, `SELECT attempt, extract(epoch FROM fenced_until - now())::float8 FROM causet_dead_letter_claims
+WHERE workflow_id = $1 AND run_id = $2 AND replay_count = $3`, workflowID, runID, replayCount).Scan(&c.Holder, &wait)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return DeadLetterClaim{}, fmt.Errorf("parking: read the claim on the dead letter of %s: %w", workflowID, err)
+		}
+		if err == nil && wait > 0 {
+			c.Wait = time.Duration(wait * float64(time.Second))
+			return c, nil
+		}
+		// The claim ended (or went) between the two statements: try again.
+	}
+	return DeadLetterClaim{}, fmt.Errorf("parking: claim the dead letter of %s: the claim keeps changing hands", workflowID)
+}
+
+// RenewDeadLetterClaim takes a whole window again on the claim attempt
+// holds; false when it no longer holds it (its window passed).
+func (s *Store) RenewDeadLetterClaim(ctx context.Context, workflowID, runID string, replayCount, attempt int, window time.Duration) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE causet_dead_letter_claims SET fenced_until = now() + make_interval(secs => $5)
+WHERE workflow_id = $1 AND run_id = $2 AND replay_count = $3 AND attempt = $4 AND fenced_until > now()`,
+		workflowID, runID, replayCount, attempt, window.Seconds())
+	if err != nil {
+		return false, fmt.Errorf("parking: renew the claim on the dead letter of %s: %w", workflowID, err)
+	}
+	return tag.RowsAffected() == 1, nil
 }

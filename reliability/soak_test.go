@@ -313,16 +313,9 @@ func (so *soak) nemesis(d time.Duration) {
 		case 5:
 			so.outage("temporal", "Temporal", min(hold, 20*time.Second), so.dev.stop, so.dev.start)
 		case 6:
-			// Some outlast the group's 15 s session and the bridge's
-			// 10 s PostgreSQL deadlines. A worker's link to Kafka is
-			// not cut: a dead letter's publish that outlives its
-			// attempt's 30 s can land after the next attempt wrote the
-			// record (RELIABILITY.md, "Soak", the open finding).
-			service := so.rng.IntN(3)
-			if service == 1 && strings.HasPrefix(slot.name, "worker") {
-				service = 2
-			}
-			so.cut(slot, service, testenv.Direction(so.rng.IntN(3)), time.Duration(3+so.rng.IntN(43))*time.Second)
+			// Some outlast the group's 15 s session, the bridge's 10 s
+			// PostgreSQL deadlines and a dead letter's 30 s publish.
+			so.cut(slot, so.rng.IntN(3), testenv.Direction(so.rng.IntN(3)), time.Duration(3+so.rng.IntN(43))*time.Second)
 		case 7:
 			so.slowLink(slot, hold)
 		}
