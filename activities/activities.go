@@ -76,6 +76,12 @@ type Activities struct {
 	// timeout). Another attempt writes only after it. Optional, defaults to
 	// DefaultDeadLetterFence.
 	DeadLetterFence time.Duration
+	// DeadLetterSettle is how long an attempt's claim lasts once its
+	// produce has failed: the producer will not send the record again, so
+	// only a request already written can still reach the broker (its write
+	// deadline and the TCP user timeout). Optional, defaults to
+	// DefaultDeadLetterSettle.
+	DeadLetterSettle time.Duration
 }
 
 // databaseProbeTimeout bounds one probe of the database.
@@ -320,6 +326,7 @@ func (a *Activities) PublishDeadLetter(ctx context.Context, in contract.DeadLett
 	if err != nil {
 		a.logger().LogAttrs(ctx, slog.LevelWarn, "dead letter publish failed; will retry",
 			slog.String("projectionName", in.Projection), slog.String("eventId", in.Event.EventID), slog.Any("err", err))
+		a.settleClaimAfterFailure(ctx, workflowID, runID, in.ReplayCount, int(info.Attempt))
 		return at, err
 	}
 	a.Metrics.publishedDeadLetter(in.Projection, rec.ErrorKind)
@@ -336,6 +343,11 @@ func (a *Activities) PublishDeadLetter(ctx context.Context, in contract.DeadLett
 // producer's write window (dlq.WriteWindow) plus the connect, handshake and
 // write deadlines and the TCP user timeout of a default link, with room.
 const DefaultDeadLetterFence = 85 * time.Second
+
+// DefaultDeadLetterSettle is Activities.DeadLetterSettle when unset: a
+// request's write deadline and the TCP user timeout of a default link,
+// with room.
+const DefaultDeadLetterSettle = 30 * time.Second
 
 // DeadLetterClaimedType is the error type of an attempt that found an
 // earlier attempt's claim on its dead letter: it is retried once that
@@ -379,6 +391,24 @@ func (a *Activities) claimDeadLetter(ctx context.Context, workflowID, runID stri
 			return takenClaim{}, ctx.Err()
 		case <-t.C:
 		}
+	}
+}
+
+// settleClaimAfterFailure shortens this attempt's claim once its produce
+// has failed: the producer will not send the record again, so only a
+// request already on its way can still land (DeadLetterSettle). Without
+// it the next attempt waits out the whole fence.
+func (a *Activities) settleClaimAfterFailure(ctx context.Context, workflowID, runID string, replayCount, attempt int) {
+	if a.Heads == nil {
+		return
+	}
+	settle := a.DeadLetterSettle
+	if settle <= 0 {
+		settle = DefaultDeadLetterSettle
+	}
+	if err := a.Heads.ShortenDeadLetterClaim(context.WithoutCancel(ctx), workflowID, runID, replayCount, attempt, settle); err != nil {
+		a.logger().LogAttrs(ctx, slog.LevelWarn, "could not shorten the claim on a dead letter; the next attempt waits out the whole fence",
+			slog.String("workflowId", workflowID), slog.Any("err", err))
 	}
 }
 

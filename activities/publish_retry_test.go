@@ -156,6 +156,48 @@ func TestPublishDeadLetterRetryWaitsOutAWriteStillInFlight(t *testing.T) {
 	require.Equal(t, contract.DLQCoordinates{Topic: topic, Partition: items[0].Partition, Offset: items[0].Offset}, at, "the late record")
 }
 
+// failsFirst refuses its first record, as a broker that is down does, and
+// writes the later ones.
+type failsFirst struct {
+	*dlq.Publisher
+	calls atomic.Int32
+}
+
+func (p *failsFirst) Publish(ctx context.Context, key []byte, r dlq.Record) (contract.DLQCoordinates, error) {
+	if p.calls.Add(1) == 1 {
+		return contract.DLQCoordinates{}, errors.New("broker unavailable")
+	}
+	return p.Publisher.Publish(ctx, key, r)
+}
+
+// An attempt whose produce failed shortens its claim to the settle time:
+// its retry writes once that has passed, not after the whole fence, and
+// writes one record.
+func TestPublishDeadLetterRetryAfterAFailedProduceWaitsOnlyTheSettleTime(t *testing.T) {
+	pool := testenv.Postgres(t)
+	brokers := testenv.Kafka(t)
+	topic := testenv.Topic(t, "causet.projection-dlq.v1")
+	testenv.CreateTopic(t, brokers, topic, 3)
+	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
+	require.NoError(t, err)
+	t.Cleanup(producer.Close)
+	pub := &failsFirst{Publisher: &dlq.Publisher{Client: producer, Topic: topic, Reader: &dlq.ReaderOptions{Brokers: brokers}}}
+	acts := &activities.Activities{Publisher: pub, Heads: parking.NewStore(pool),
+		DeadLetterFence: 10 * time.Minute, DeadLetterSettle: time.Second}
+	// deadLetterOnce allows 3 attempts and its attempts a minute: a retry
+	// held for the fence would fail it.
+	at := deadLetterOnce(t, acts)
+	require.EqualValues(t, 2, pub.calls.Load(), "the retry wrote the record")
+
+	rd, err := dlq.NewReader(context.Background(), dlq.ReaderOptions{Brokers: brokers, Topic: topic})
+	require.NoError(t, err)
+	defer rd.Close()
+	var items []dlq.Item
+	require.NoError(t, rd.Read(context.Background(), func(it dlq.Item) error { items = append(items, it); return nil }))
+	require.Len(t, items, 1, "one record on the topic")
+	require.Equal(t, contract.DLQCoordinates{Topic: topic, Partition: items[0].Partition, Offset: items[0].Offset}, at)
+}
+
 // deadLetterOnce runs acts.PublishDeadLetter from a workflow, with up to 3
 // attempts a second apart and the interceptors given, and returns where the
 // record is.

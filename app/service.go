@@ -77,8 +77,9 @@ func (s *Service) NewWorker() (sdkworker.Worker, error) {
 		GuardEveryRun: s.Config.Ordering == config.OrderingEntity,
 		// An attempt that cannot reach the database while a new connection
 		// cannot either is an outage: it counts as none.
-		ProbeDatabase:   ProbePostgres(s.Pool),
-		DeadLetterFence: DeadLetterFence(s.Config.LinkTimeout),
+		ProbeDatabase:    ProbePostgres(s.Pool),
+		DeadLetterFence:  DeadLetterFence(s.Config.LinkTimeout),
+		DeadLetterSettle: DeadLetterSettle(s.Config.LinkTimeout),
 	}
 	if s.Config.Incidents.Policy == config.IncidentHold {
 		// A run whose failure a holding incident has waits with it.
@@ -197,4 +198,15 @@ func DeadLetterFence(linkTimeout time.Duration) time.Duration {
 		linkTimeout = dialer.DefaultLinkTimeout
 	}
 	return dlq.WriteWindow + dialer.ConnectTimeout + 2*kafkaRequestOverhead + linkTimeout + 30*time.Second
+}
+
+// DeadLetterSettle is how long a PublishDeadLetter attempt whose produce
+// failed may still cause its record to be written: a request already
+// handed to the connection (its write deadline), then the TCP user timeout
+// (linkTimeout); and 10 s of room.
+func DeadLetterSettle(linkTimeout time.Duration) time.Duration {
+	if linkTimeout <= 0 {
+		linkTimeout = dialer.DefaultLinkTimeout
+	}
+	return kafkaRequestOverhead + linkTimeout + 10*time.Second
 }

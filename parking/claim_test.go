@@ -56,4 +56,18 @@ func TestDeadLetterClaimsHaveOneHolderAtATime(t *testing.T) {
 	require.False(t, fourth.Taken)
 	require.Equal(t, 3, fourth.Holder)
 	require.Greater(t, fourth.Wait, 50*time.Second, "renewed for a whole window")
+
+	require.NoError(t, s.ShortenDeadLetterClaim(ctx, wf, run, 0, 4, time.Second))
+	fifth, err := s.ClaimDeadLetter(ctx, wf, run, 0, 5, time.Minute)
+	require.NoError(t, err)
+	require.Greater(t, fifth.Wait, 50*time.Second, "only the holder shortens its claim")
+	require.NoError(t, s.ShortenDeadLetterClaim(ctx, wf, run, 0, 3, time.Second))
+	fifth, err = s.ClaimDeadLetter(ctx, wf, run, 0, 5, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, 3, fifth.Holder)
+	require.LessOrEqual(t, fifth.Wait, time.Second, "shortened")
+	require.NoError(t, s.ShortenDeadLetterClaim(ctx, wf, run, 0, 3, time.Hour))
+	fifth, err = s.ClaimDeadLetter(ctx, wf, run, 0, 5, time.Minute)
+	require.NoError(t, err)
+	require.LessOrEqual(t, fifth.Wait, time.Second, "never lengthened")
 }

@@ -631,3 +631,14 @@ WHERE workflow_id = $1 AND run_id = $2 AND replay_count = $3 AND attempt = $4 AN
 	}
 	return tag.RowsAffected() == 1, nil
 }
+
+// ShortenDeadLetterClaim ends the claim attempt holds within d, if it
+// would end later.
+func (s *Store) ShortenDeadLetterClaim(ctx context.Context, workflowID, runID string, replayCount, attempt int, d time.Duration) error {
+	if _, err := s.pool.Exec(ctx, `UPDATE causet_dead_letter_claims SET fenced_until = now() + make_interval(secs => $5)
+WHERE workflow_id = $1 AND run_id = $2 AND replay_count = $3 AND attempt = $4 AND fenced_until > now() + make_interval(secs => $5)`,
+		workflowID, runID, replayCount, attempt, d.Seconds()); err != nil {
+		return fmt.Errorf("parking: shorten the claim on the dead letter of %s: %w", workflowID, err)
+	}
+	return nil
+}
