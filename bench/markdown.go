@@ -198,7 +198,9 @@ func (r *Result) Markdown() string {
 			fmt.Fprintf(&b, "- %s\n", n)
 		}
 	}
-	fmt.Fprintf(&b, "\n`%s`\n", r.SummaryLine())
+	b.WriteString("\n")
+	r.unitsMarkdown(&b)
+	fmt.Fprintf(&b, "`%s`\n\n`%s`\n", r.UnitsLine(), r.SummaryLine())
 	return b.String()
 }
 

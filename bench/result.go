@@ -53,6 +53,8 @@ type Result struct {
 	OrderingPhase OrderingRun `json:"orderingPhase"`
 
 	Ratios Ratios `json:"ratios"`
+	// Units are the unit costs docs/CAPACITY.md sizes a deployment from.
+	Units UnitCosts `json:"units"`
 	// Notes are free-form remarks printed under the table.
 	Notes []string `json:"notes,omitempty"`
 }
@@ -371,8 +373,9 @@ func runAt[R any](runs []R, pct float64, failPct func(R) float64) R {
 	return zero
 }
 
-// ComputeRatios fills r.Ratios from the measurements.
+// ComputeRatios fills r.Ratios and r.Units from the measurements.
 func (r *Result) ComputeRatios() {
+	r.Units = r.unitCosts()
 	r.Ratios = Ratios{
 		InlineRaw:      ratio(r.inline(0).EventsPerSec, r.Ceiling.RowsPerSec),
 		Inline1Raw:     ratio(r.inline(1).EventsPerSec, r.Ceiling.RowsPerSec),

@@ -293,3 +293,30 @@ func TestFailingAndMedian(t *testing.T) {
 }
 
 var fixedNow = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+
+// The unit costs come from the median 0% drain (its repetition's CPU over
+// its rate), the history phase and the server's own figures, and are
+// printed on the line before the summary and in results.md.
+func TestUnitCosts(t *testing.T) {
+	r := fixedResult()
+	r.Inline[0].CPUReps[1].Postgres = 0.66
+	r.Inline[1].Server = &ServerFigures{CPUMsPerStart: 2.6, PersistenceCallsPerStart: 7.4}
+	r.Workflow.CPU = CPUUse{Temporal: 1}
+	r.ComputeRatios()
+	require.InDelta(t, 0.8/33000*1e6, r.Units.BridgeMicrosPerEvent, 1e-9)
+	require.InDelta(t, 20, r.Units.PostgresMicrosPerEvent, 1e-9)
+	require.InDelta(t, 11000, r.Units.EventsPerSecPerPartition, 1e-9)
+	require.InDelta(t, 130, r.Units.LedgerBytesPerEvent, 1e-9)
+	require.Equal(t, 2.6, r.Units.ServerCPUMsPerStart)
+	require.Equal(t, 7.4, r.Units.ServerCallsPerStart)
+	require.InDelta(t, 20, r.Units.ServerCPUMsPerWorkflow, 1e-9)
+	require.Equal(t, "bench units: bridge_us_per_event=24.2 postgres_us_per_event=20.0 events_per_partition=11000 ledger_bytes_per_event=130 server_ms_per_start=2.60 server_calls_per_start=7.4 server_ms_per_workflow=20.0", r.UnitsLine())
+	md := r.Markdown()
+	require.Contains(t, md, "| bridge CPU per event, µs (inline 0 %, median repetition) | 24.2 |")
+	require.Contains(t, md, "| Temporal server CPU per one-activity workflow, ms (workflow mode) | 20.0 |")
+
+	empty := &Result{}
+	empty.ComputeRatios()
+	require.Equal(t, UnitCosts{}, empty.Units, "a run without the phases has no unit costs")
+	require.Contains(t, empty.Markdown(), "| bridge CPU per event, µs (inline 0 %, median repetition) | — |")
+}

@@ -65,6 +65,7 @@ func (c benchCmd) Run(ctx context.Context, logger *slog.Logger) error {
 		return err
 	}
 	fmt.Fprintf(benchOut, "bench: wrote %s/results.md, results.json and chart.svg\n", c.Out)
+	fmt.Fprintln(benchOut, res.UnitsLine())
 	fmt.Fprintln(benchOut, res.SummaryLine())
 	return nil
 }
