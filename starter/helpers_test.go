@@ -477,3 +477,18 @@ func kgoOffset(o int64) kgo.EpochOffset { return kgo.EpochOffset{Epoch: -1, Offs
 func (h *harness) describe(id string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
 	return h.temporal.DescribeWorkflow(id)
 }
+
+// moveTo puts the harness's topics (partitions each) and producer (with
+// extra options) on brokers, for a test whose Kafka is not testenv.Kafka's
+// (a cluster behind a peer that hangs).
+func (h *harness) moveTo(brokers []string, partitions int32, extra ...kgo.Opt) {
+	h.t.Helper()
+	h.brokers = brokers
+	testenv.CreateTopic(h.t, brokers, h.topic, partitions)
+	testenv.CreateTopic(h.t, brokers, h.dlqTopic, 1)
+	producer, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.DefaultProduceTopic(h.topic)}, extra...)...)
+	require.NoError(h.t, err)
+	h.t.Cleanup(producer.Close)
+	h.producer = producer
+}

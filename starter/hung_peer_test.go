@@ -87,3 +87,62 @@ func TestBridgeKafkaCatchesUpAfterAHungDatabaseProxy(t *testing.T) {
 	require.Empty(t, h.workflowsOnQueue(), "no event handed to Temporal")
 	require.Contains(t, h.logs.String(), "silent connection", "an in-flight transaction was ended by the watch")
 }
+
+// The same peer in front of Kafka, between the bridge and the broker:
+// the bridge's fetches, commits and group heartbeats go silent for
+// hangFor while the producers (elsewhere) go on, then new connections are
+// served while the old ones stay silent. The bridge rejoins its group and
+// catches up with the backlog within 30 s, each event applied once, in
+// order, nothing handed to Temporal.
+func TestBridgeKafkaCatchesUpAfterAHungKafkaProxy(t *testing.T) {
+	const hangFor = 40 * time.Second
+	cluster, peer := testenv.KafkaBehindHungPeer(t)
+	h, o := orderedHarness(t, 2)
+	h.moveTo(cluster.ListenAddrs(), 2, peer.Bypass())
+	o.Brokers = h.brokers
+	h.start(o)
+
+	const keys, perKey = 20, 60
+	var produced atomic.Int32
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for n := 1; n <= perKey; n++ {
+			for k := range keys {
+				a := fmt.Sprintf("%skhung%d", h.prefix, k)
+				if err := h.producer.ProduceSync(h.ctx, envRecord(int32(k%2), sequenced(nth(h, a, n), int64(n)))).FirstErr(); err != nil {
+					t.Error(err)
+					return
+				}
+				produced.Add(1)
+			}
+			time.Sleep(time.Second)
+		}
+	}()
+	applied := func() int {
+		return h.count(`SELECT count(*) FROM stats_audit WHERE artist_id LIKE $1`, h.prefix+"khung%")
+	}
+	require.Eventually(t, func() bool { return applied() >= 5*keys }, time.Minute, 100*time.Millisecond, "applies before the hang")
+
+	peer.Hang()
+	hungAt := applied()
+	time.Sleep(hangFor)
+	peer.Answer()
+	answered := time.Now()
+	t.Logf("applied %d when the proxy hung, %d of %d produced when it answered again", hungAt, applied(), produced.Load())
+	require.Eventually(t, func() bool { return applied() >= int(produced.Load())-keys }, 30*time.Second, 200*time.Millisecond,
+		"caught up with the backlog within 30 s of the proxy answering: %d of %d", applied(), produced.Load())
+	t.Logf("caught up with the backlog %.1f s after the proxy answered new connections", time.Since(answered).Seconds())
+	<-done
+	require.Eventually(t, func() bool { return applied() == keys*perKey }, 30*time.Second, 200*time.Millisecond,
+		"every event applied: %d of %d", applied(), keys*perKey)
+	for k := range keys {
+		a := fmt.Sprintf("%skhung%d", h.prefix, k)
+		got := h.audit(a)
+		require.Len(t, got, perKey, a)
+		for i, v := range got {
+			require.EqualValues(t, i+1, v, "%s applied once each, in order: %v", a, got)
+		}
+	}
+	require.Empty(t, h.workflowsOnQueue(), "no event handed to Temporal")
+}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // HungPeer is a TCP proxy that can stop answering the way a hung pooler,
@@ -164,4 +166,53 @@ func PoolBehindHungPeer(t testing.TB, ctx context.Context, db *pgxpool.Pool, pin
 	}
 	t.Cleanup(pool.Close)
 	return pool, peer
+}
+
+// advertisedListener is a broker's listener that gives clients another
+// address (the hung peer's) to connect to.
+type advertisedListener struct {
+	net.Listener
+	addr net.Addr
+}
+
+func (l advertisedListener) Addr() net.Addr { return l.addr }
+
+// KafkaBehindHungPeer starts a single-broker kfake cluster that every
+// client reaches through a HungPeer (the broker advertises the peer's
+// address), closed when the test ends; its seeds are ListenAddrs(). Skips
+// when KAFKA_BROKERS is set: a real broker advertises its own address.
+func KafkaBehindHungPeer(t testing.TB) (*kfake.Cluster, *HungPeer) {
+	t.Helper()
+	if IsRealKafka() {
+		t.Skip("testenv: KafkaBehindHungPeer needs the in-process kfake cluster (a real broker advertises its own address); KAFKA_BROKERS is set")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("testenv: kafka behind a hung peer: %v", err)
+	}
+	peer := NewHungPeer(t, ln.Addr().String())
+	peerAddr, err := net.ResolveTCPAddr("tcp", peer.Addr)
+	if err != nil {
+		t.Fatalf("testenv: kafka behind a hung peer: %v", err)
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(3),
+		kfake.ListenFn(func(string, string) (net.Listener, error) { return advertisedListener{ln, peerAddr}, nil }))
+	if err != nil {
+		t.Fatalf("testenv: start kfake cluster behind a hung peer: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c, peer
+}
+
+// Bypass is a franz-go option for a client that reaches the peer's target
+// directly, as a client the peer does not stand in front of (a producer
+// elsewhere) does.
+func (p *HungPeer) Bypass() kgo.Opt {
+	d := &net.Dialer{Timeout: 5 * time.Second}
+	return kgo.Dialer(func(ctx context.Context, network, host string) (net.Conn, error) {
+		if host == p.Addr {
+			host = p.target
+		}
+		return d.DialContext(ctx, network, host)
+	})
 }
