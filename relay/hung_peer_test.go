@@ -43,3 +43,38 @@ func TestRelayKafkaCatchesUpAfterAHungDatabaseProxy(t *testing.T) {
 	require.Zero(t, checkTopic(t, topicRecords(t, brokers, topic), l.events()), "nothing published twice")
 	require.Equal(t, float64(n), rr.metric(t, publishedTotal))
 }
+
+// The same peer in front of the broker: the relay's produce requests go
+// unanswered for 40 s on connections that stay open, while intents are
+// recorded. The produce request's deadline (ProducerRequestTimeout) ends
+// each silent connection, so nothing waits on it for good: once new
+// connections are answered the relay publishes everything recorded
+// meanwhile within 30 s, each event in order, a re-send at most repeating
+// the same bytes.
+func TestRelayKafkaCatchesUpAfterAHungKafkaProxy(t *testing.T) {
+	const hangFor = 40 * time.Second
+	l := newLedger(t)
+	cluster, peer := testenv.KafkaBehindHungPeer(t)
+	brokers := cluster.ListenAddrs()
+	topic := testenv.Topic(t, "causet.events.v1")
+	testenv.CreateTopic(t, brokers, topic, 3)
+	rr := start(t, fastOptions(t, l, brokers, topic))
+
+	n := l.writeMany(t, 20, 5)
+	l.waitAllPublished(t, 30*time.Second)
+
+	peer.Hang()
+	hungAt := time.Now()
+	for time.Since(hungAt) < hangFor {
+		n += l.writeMany(t, 4, 5)
+		time.Sleep(time.Second)
+	}
+	require.Positive(t, l.unpublished(t), "nothing is published through the hung peer")
+	peer.Answer()
+	answered := time.Now()
+	l.waitAllPublished(t, 30*time.Second)
+	t.Logf("%d events; every one published %.1f s after the peer served new connections again", n, time.Since(answered).Seconds())
+	resends := checkTopic(t, topicRecords(t, brokers, topic), l.events())
+	t.Logf("%d re-sends (a batch whose answer the hang swallowed)", resends)
+	require.Equal(t, float64(n), rr.metric(t, publishedTotal))
+}
