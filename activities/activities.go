@@ -155,16 +155,19 @@ func (a *Activities) ApplyProjection(ctx context.Context, in contract.ApplyInput
 	// Record this attempt before it runs: if it overruns its timeout, the
 	// timeout carries these details, and the workflow and the next attempt
 	// still see it with its number and start time.
-	activity.RecordHeartbeat(ctx, append(slices.Clip(earlier), contract.Attempt{Number: number, Run: in.Run, StartedAt: started}))
+	running := append(slices.Clip(earlier), contract.Attempt{Number: number, Run: in.Run, StartedAt: started})
+	activity.RecordHeartbeat(ctx, running)
 
 	var res projection.Result
 	err := in.Event.Validate()
 	if err == nil {
 		tryCtx, cancel := tryContext(ctx)
+		stopBeating := heartbeatWhile(ctx, running)
 		res, err = a.Applier.ApplyWith(tryCtx, in.Projection, in.Event, projection.ApplyOptions{
 			BeforeCommit: a.beforeCommit(info.WorkflowExecution.ID, in),
 			Guard:        a.guarded(in),
 		})
+		stopBeating()
 		cancel()
 		if err == nil && res.Err != nil {
 			err = res.Err
@@ -224,6 +227,33 @@ func (a *Activities) ApplyProjection(ctx context.Context, in contract.ApplyInput
 		return contract.ApplyOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), string(kind), nil, attempts)
 	}
 	return contract.ApplyOutput{}, temporal.NewApplicationError(err.Error(), string(kind), attempts)
+}
+
+// heartbeatWhile heartbeats details every third of the attempt's heartbeat
+// timeout until the returned stop is called: an attempt alive on its worker
+// is not taken for one lost on its way there.
+func heartbeatWhile(ctx context.Context, details []contract.Attempt) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(contract.ApplyHeartbeatTimeout / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				activity.RecordHeartbeat(ctx, details)
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+	}
 }
 
 func nextDelay(in contract.ApplyInput, number int) (time.Duration, bool) {

@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/internal/dialer"
@@ -81,6 +82,10 @@ func (t *Temporal) Close() {
 // gRPC pings it. The frontend refuses pings more frequent than every 10 s.
 const TemporalKeepAlive = 15 * time.Second
 
+// TemporalConnectTimeout bounds a new connection to Temporal, its TCP, TLS
+// and HTTP/2 handshakes together.
+const TemporalConnectTimeout = 10 * time.Second
+
 // DialTemporal connects to Temporal as o says, within 30 s, with the SDK's
 // logs bridged into logger.
 func DialTemporal(ctx context.Context, logger *slog.Logger, o TemporalOptions) (*Temporal, error) {
@@ -107,10 +112,18 @@ func DialTemporal(ctx context.Context, logger *slog.Logger, o TemporalOptions) (
 		}
 	}
 	nd := dialer.New(link)
+	// A new connection must finish its handshake within
+	// TemporalConnectTimeout (the SDK gives it 20 s): one opened while a
+	// proxy in front of the frontend hangs is given up soon after the
+	// proxy answers again, not 20 s later. Reconnects back off as the SDK's
+	// polls do (200 ms up to 10 s).
+	cp := grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: TemporalConnectTimeout}
+	cp.Backoff.BaseDelay, cp.Backoff.MaxDelay = 200*time.Millisecond, 10*time.Second
 	opts.ConnectionOptions.DialOptions = append(opts.ConnectionOptions.DialOptions,
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			return nd.DialContext(ctx, "tcp", addr)
-		}))
+		}),
+		grpc.WithConnectParams(cp))
 	// gRPC pings a connection quiet for TemporalKeepAlive; with the
 	// dialer's TCP_USER_TIMEOUT an unanswered ping closes it within the
 	// link timeout, so a silent link fails the worker's long polls too.

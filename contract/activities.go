@@ -10,6 +10,12 @@ import (
 // ApplyTimeout is the StartToClose timeout of one ApplyProjection attempt.
 const ApplyTimeout = time.Minute
 
+// ApplyHeartbeatTimeout is the heartbeat timeout of an ApplyProjection
+// attempt, which heartbeats throughout: an attempt the server handed to a
+// worker that never got it (a poll answered into a connection a hung proxy
+// swallows) is retried after it, not after ApplyTimeout.
+const ApplyHeartbeatTimeout = 10 * time.Second
+
 // ApplyInput is the ApplyProjection activity's input.
 type ApplyInput struct {
 	Event      event.Envelope `json:"event"`

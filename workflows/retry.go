@@ -239,6 +239,7 @@ func (r *retryRun) runSchedule(ctx workflow.Context, plan config.Plan, run int, 
 	}
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: contract.ApplyTimeout,
+		HeartbeatTimeout:    contract.ApplyHeartbeatTimeout,
 		RetryPolicy:         retryPolicy(plan.Policy),
 		Summary:             contract.ApplySummary(plan, run),
 	})
