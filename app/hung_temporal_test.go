@@ -70,7 +70,7 @@ func TestServiceKafkaRetriesThroughAHungTemporalProxy(t *testing.T) {
 		}
 	}
 	status := func(id string) enums.WorkflowExecutionStatus {
-		d, err := srv.Client.DescribeWorkflowExecution(ctx, contract.RetryWorkflowID("artist_followers", "production", id), "")
+		d, err := srv.DescribeWorkflow(contract.RetryWorkflowID("artist_followers", "production", id))
 		if err != nil {
 			return enums.WORKFLOW_EXECUTION_STATUS_UNSPECIFIED
 		}
@@ -99,7 +99,7 @@ func TestServiceKafkaRetriesThroughAHungTemporalProxy(t *testing.T) {
 	if !assertEventually(t, func() bool { return len(testenv.Followers(t, ctx, svc.Pool)) == len(ids) }, 30*time.Second) {
 		got := map[string]string{}
 		for _, id := range ids {
-			d, err := srv.Client.DescribeWorkflowExecution(ctx, contract.RetryWorkflowID("artist_followers", "production", id), "")
+			d, err := srv.DescribeWorkflow(contract.RetryWorkflowID("artist_followers", "production", id))
 			if err != nil {
 				got[id] = err.Error()
 				continue
