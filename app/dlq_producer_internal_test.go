@@ -4,27 +4,16 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/causet/projection-retry/config"
 	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/internal/testenv"
 )
-
-// behindPeer is a listener that advertises the hung peer's address, so
-// that every client connection to the broker crosses the peer.
-type behindPeer struct {
-	net.Listener
-	addr net.Addr
-}
-
-func (l behindPeer) Addr() net.Addr { return l.addr }
 
 // The worker's dead-letter producer fails a record it could not write
 // within dlq.WriteWindow, even once its request is on a connection that
@@ -34,16 +23,9 @@ func (l behindPeer) Addr() net.Addr { return l.addr }
 // on the silent connection, then writes the record on a new one once the
 // peer serves it: late, after a retry may have written its own.
 func TestDeadLetterProducerFailsARecordPastItsWindowBehindAHungPeerKafka(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	peer := testenv.NewHungPeer(t, ln.Addr().String())
-	peerAddr, err := net.ResolveTCPAddr("tcp", peer.Addr)
-	require.NoError(t, err)
+	c, peer := testenv.KafkaBehindHungPeer(t)
 	const topic = "causet.projection-dlq.v1"
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic),
-		kfake.ListenFn(func(string, string) (net.Listener, error) { return behindPeer{ln, peerAddr}, nil }))
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	testenv.CreateTopic(t, c.ListenAddrs(), topic, 1)
 
 	cfg := config.Config{KafkaBrokers: c.ListenAddrs(), DLQTopic: topic}
 	s := &Service{Config: cfg, Logger: slog.Default()}
