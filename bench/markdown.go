@@ -170,6 +170,9 @@ func (r *Result) Markdown() string {
 			fmt.Fprintf(&b, " event %d at %s s;", i+1, floats(o, 3))
 		}
 		fmt.Fprintf(&b, " worst lateness %.3f s.\n\n", r.Schedule.LatenessMaxS)
+		if r.Schedule.DeadLetter.Events > 0 {
+			fmt.Fprintf(&b, "What a dead letter of the default schedule cost Temporal (the first event's workflow, its dead letter published): %s.\n\n", r.Schedule.DeadLetter)
+		}
 	}
 	if r.ran("handoff") {
 		fmt.Fprintf(&b, "In flight: bridge RSS %.0f MB (peak %.0f MB) with %d failures handed off and still retrying.\n\n", r.InFlight.RSSMB, r.InFlight.PeakRSSMB, r.InFlight.Failures)

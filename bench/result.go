@@ -199,6 +199,9 @@ type ScheduleRun struct {
 	ObservedS [][]float64 `json:"observedS"`
 	// LatenessMaxS is the worst observed-minus-expected offset.
 	LatenessMaxS float64 `json:"latenessMaxS"`
+	// DeadLetter is what the first event's retry workflow cost Temporal
+	// once it was dead-lettered (empty when not read).
+	DeadLetter HistoryCost `json:"deadLetter"`
 }
 
 // HandoffRun compares the bridge's workflow starts with raw ExecuteWorkflow calls.

@@ -70,7 +70,32 @@ func (b *bench) schedule(ctx context.Context) error {
 		}
 		run.ObservedS = append(run.ObservedS, obs)
 	}
+	// What a dead letter of the default schedule costs Temporal: the first
+	// event's history once its dead letter is published.
+	first := contract.RetryWorkflowID(benchProjection, benchFork, fmt.Sprintf("%s-%07d", prefix, 0))
+	for {
+		var st contract.Status
+		v, err := b.svc.Temporal.Client.QueryWorkflow(ctx, first, "", contract.QueryStatus)
+		if err == nil {
+			err = v.Get(&st)
+		}
+		if err == nil && st.DLQ != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("workflow %s: not dead-lettered a minute after its schedule (last error %v)", first, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	if run.DeadLetter, err = readHistoryCost(ctx, b.svc.Temporal.Client, first); err != nil {
+		return err
+	}
 	b.res.Schedule = run
+	b.progress("a dead letter of the default schedule: %s", run.DeadLetter)
 	b.progress("schedule accuracy: expected %s s, observed %v, worst lateness %.3f s", floats(run.ExpectedS, 0), run.ObservedS, run.LatenessMaxS)
 	return nil
 }
