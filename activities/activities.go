@@ -436,7 +436,11 @@ func (a *Activities) settleClaimAfterFailure(ctx context.Context, workflowID, ru
 	if settle <= 0 {
 		settle = DefaultDeadLetterSettle
 	}
-	if err := a.Heads.ShortenDeadLetterClaim(context.WithoutCancel(ctx), workflowID, runID, replayCount, attempt, settle); err != nil {
+	// The attempt's own context may have ended (its timeout): the claim is
+	// shortened anyway, within a bound of its own.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), databaseProbeTimeout)
+	defer cancel()
+	if err := a.Heads.ShortenDeadLetterClaim(sctx, workflowID, runID, replayCount, attempt, settle); err != nil {
 		a.logger().LogAttrs(ctx, slog.LevelWarn, "could not shorten the claim on a dead letter; the next attempt waits out the whole fence",
 			slog.String("workflowId", workflowID), slog.Any("err", err))
 	}
