@@ -81,26 +81,16 @@ func (p *diesAfterWriting) Publish(ctx context.Context, key []byte, r dlq.Record
 // it and returns where it is, and writes no second one.
 func TestPublishDeadLetterRetriedAfterItsRecordWasNotRememberedWritesNoSecond(t *testing.T) {
 	pool := testenv.Postgres(t)
-	brokers := testenv.Kafka(t)
-	topic := testenv.Topic(t, "causet.projection-dlq.v1")
-	testenv.CreateTopic(t, brokers, topic, 3)
-	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
-	require.NoError(t, err)
-	t.Cleanup(producer.Close)
-	pub := &diesAfterWriting{Publisher: &dlq.Publisher{Client: producer, Topic: topic, Reader: &dlq.ReaderOptions{Brokers: brokers}}}
+	onTopic, topic := dlqPublisher(t)
+	pub := &diesAfterWriting{Publisher: onTopic}
 	// The dead attempt's claim lasts 2 s here: the retry waits it out.
 	acts := &activities.Activities{Publisher: pub, Heads: parking.NewStore(pool), DeadLetterFence: 2 * time.Second}
 	at := deadLetterOnce(t, acts)
 	require.EqualValues(t, 1, pub.calls.Load(), "the retry found the record: it published nothing")
 
-	rd, err := dlq.NewReader(context.Background(), dlq.ReaderOptions{Brokers: brokers, Topic: topic})
-	require.NoError(t, err)
-	defer rd.Close()
-	var items []dlq.Item
-	require.NoError(t, rd.Read(context.Background(), func(it dlq.Item) error { items = append(items, it); return nil }))
-	require.Len(t, items, 1, "one record on the topic")
-	require.Equal(t, contract.DLQCoordinates{Topic: topic, Partition: items[0].Partition, Offset: items[0].Offset}, at, "the first attempt's record")
-	again, done, err := acts.Heads.PublishedDeadLetter(context.Background(), items[0].Record.Workflow.ID, items[0].Record.Workflow.RunID, 1)
+	only := onlyRecord(t, onTopic, topic)
+	require.Equal(t, contract.DLQCoordinates{Topic: topic, Partition: only.Partition, Offset: only.Offset}, at, "the first attempt's record")
+	again, done, err := acts.Heads.PublishedDeadLetter(context.Background(), only.Record.Workflow.ID, only.Record.Workflow.RunID, 1)
 	require.NoError(t, err)
 	require.True(t, done, "remembered once found")
 	require.Equal(t, at, again)
@@ -135,25 +125,15 @@ func (p *writesLate) Publish(ctx context.Context, key []byte, r dlq.Record) (con
 // and writes its own.
 func TestPublishDeadLetterRetryWaitsOutAWriteStillInFlight(t *testing.T) {
 	pool := testenv.Postgres(t)
-	brokers := testenv.Kafka(t)
-	topic := testenv.Topic(t, "causet.projection-dlq.v1")
-	testenv.CreateTopic(t, brokers, topic, 3)
-	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
-	require.NoError(t, err)
-	t.Cleanup(producer.Close)
-	pub := &writesLate{Publisher: &dlq.Publisher{Client: producer, Topic: topic, Reader: &dlq.ReaderOptions{Brokers: brokers}}, late: make(chan error, 1)}
+	onTopic, topic := dlqPublisher(t)
+	pub := &writesLate{Publisher: onTopic, late: make(chan error, 1)}
 	acts := &activities.Activities{Publisher: pub, Heads: parking.NewStore(pool), DeadLetterFence: 3 * time.Second}
 	at := deadLetterOnce(t, acts)
 	require.NoError(t, <-pub.late, "the first attempt's record was written, late")
 	require.EqualValues(t, 1, pub.calls.Load(), "the retry found the late record: it published nothing")
 
-	rd, err := dlq.NewReader(context.Background(), dlq.ReaderOptions{Brokers: brokers, Topic: topic})
-	require.NoError(t, err)
-	defer rd.Close()
-	var items []dlq.Item
-	require.NoError(t, rd.Read(context.Background(), func(it dlq.Item) error { items = append(items, it); return nil }))
-	require.Len(t, items, 1, "one record on the topic")
-	require.Equal(t, contract.DLQCoordinates{Topic: topic, Partition: items[0].Partition, Offset: items[0].Offset}, at, "the late record")
+	only := onlyRecord(t, onTopic, topic)
+	require.Equal(t, contract.DLQCoordinates{Topic: topic, Partition: only.Partition, Offset: only.Offset}, at, "the late record")
 }
 
 // failsFirst refuses its first record, as a broker that is down does, and
@@ -175,13 +155,8 @@ func (p *failsFirst) Publish(ctx context.Context, key []byte, r dlq.Record) (con
 // writes one record.
 func TestPublishDeadLetterRetryAfterAFailedProduceWaitsOnlyTheSettleTime(t *testing.T) {
 	pool := testenv.Postgres(t)
-	brokers := testenv.Kafka(t)
-	topic := testenv.Topic(t, "causet.projection-dlq.v1")
-	testenv.CreateTopic(t, brokers, topic, 3)
-	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
-	require.NoError(t, err)
-	t.Cleanup(producer.Close)
-	pub := &failsFirst{Publisher: &dlq.Publisher{Client: producer, Topic: topic, Reader: &dlq.ReaderOptions{Brokers: brokers}}}
+	onTopic, topic := dlqPublisher(t)
+	pub := &failsFirst{Publisher: onTopic}
 	acts := &activities.Activities{Publisher: pub, Heads: parking.NewStore(pool),
 		DeadLetterFence: 10 * time.Minute, DeadLetterSettle: time.Second}
 	// deadLetterOnce allows 3 attempts and its attempts a minute: a retry
@@ -189,13 +164,33 @@ func TestPublishDeadLetterRetryAfterAFailedProduceWaitsOnlyTheSettleTime(t *test
 	at := deadLetterOnce(t, acts)
 	require.EqualValues(t, 2, pub.calls.Load(), "the retry wrote the record")
 
-	rd, err := dlq.NewReader(context.Background(), dlq.ReaderOptions{Brokers: brokers, Topic: topic})
+	only := onlyRecord(t, onTopic, topic)
+	require.Equal(t, contract.DLQCoordinates{Topic: topic, Partition: only.Partition, Offset: only.Offset}, at)
+}
+
+// dlqPublisher is a publisher on a DLQ topic of the test's own (3
+// partitions) that reads it back for Find.
+func dlqPublisher(t *testing.T) (*dlq.Publisher, string) {
+	t.Helper()
+	brokers := testenv.Kafka(t)
+	topic := testenv.Topic(t, "causet.projection-dlq.v1")
+	testenv.CreateTopic(t, brokers, topic, 3)
+	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
+	require.NoError(t, err)
+	t.Cleanup(producer.Close)
+	return &dlq.Publisher{Client: producer, Topic: topic, Reader: &dlq.ReaderOptions{Brokers: brokers}}, topic
+}
+
+// onlyRecord reads topic and requires exactly one record on it.
+func onlyRecord(t *testing.T, pub *dlq.Publisher, topic string) dlq.Item {
+	t.Helper()
+	rd, err := dlq.NewReader(context.Background(), dlq.ReaderOptions{Brokers: pub.Reader.Brokers, Topic: topic})
 	require.NoError(t, err)
 	defer rd.Close()
 	var items []dlq.Item
 	require.NoError(t, rd.Read(context.Background(), func(it dlq.Item) error { items = append(items, it); return nil }))
 	require.Len(t, items, 1, "one record on the topic")
-	require.Equal(t, contract.DLQCoordinates{Topic: topic, Partition: items[0].Partition, Offset: items[0].Offset}, at)
+	return items[0]
 }
 
 // deadLetterOnce runs acts.PublishDeadLetter from a workflow, with up to 3
