@@ -44,22 +44,7 @@ func TestBridgeKafkaCatchesUpAfterAHungDatabaseProxy(t *testing.T) {
 
 	// Events flow on 20 keys, 2 partitions, all through the hang.
 	const keys, perKey = 20, 40
-	var produced atomic.Int32
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for n := 1; n <= perKey; n++ {
-			for k := range keys {
-				a := fmt.Sprintf("%shung%d", h.prefix, k)
-				if err := h.producer.ProduceSync(h.ctx, envRecord(int32(k%2), sequenced(nth(h, a, n), int64(n)))).FirstErr(); err != nil {
-					t.Error(err)
-					return
-				}
-				produced.Add(1)
-			}
-			time.Sleep(time.Second)
-		}
-	}()
+	_, done := h.produceRounds(t, "hung", keys, perKey)
 	applied := func() int {
 		return h.count(`SELECT count(*) FROM stats_audit WHERE artist_id LIKE $1`, h.prefix+"hung%")
 	}
@@ -75,14 +60,7 @@ func TestBridgeKafkaCatchesUpAfterAHungDatabaseProxy(t *testing.T) {
 	require.Eventually(t, func() bool { return applied() == keys*perKey }, 30*time.Second+time.Until(answered.Add(time.Duration(perKey)*time.Second)),
 		200*time.Millisecond, "caught up within 30 s of the proxy answering (and of the last event): %d of %d", applied(), keys*perKey)
 	t.Logf("caught up %.1f s after the proxy answered new connections", time.Since(answered).Seconds())
-	for k := range keys {
-		a := fmt.Sprintf("%shung%d", h.prefix, k)
-		got := h.audit(a)
-		require.Len(t, got, perKey, a)
-		for i, v := range got {
-			require.EqualValues(t, i+1, v, "%s applied once each, in order: %v", a, got)
-		}
-	}
+	h.requireAppliedOnceInOrder(t, "hung", keys, perKey)
 	require.Empty(t, h.dlqRecordsNow(), "nothing dead-lettered")
 	require.Empty(t, h.workflowsOnQueue(), "no event handed to Temporal")
 	require.Contains(t, h.logs.String(), "silent connection", "an in-flight transaction was ended by the watch")
@@ -103,22 +81,7 @@ func TestBridgeKafkaCatchesUpAfterAHungKafkaProxy(t *testing.T) {
 	h.start(o)
 
 	const keys, perKey = 20, 60
-	var produced atomic.Int32
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for n := 1; n <= perKey; n++ {
-			for k := range keys {
-				a := fmt.Sprintf("%skhung%d", h.prefix, k)
-				if err := h.producer.ProduceSync(h.ctx, envRecord(int32(k%2), sequenced(nth(h, a, n), int64(n)))).FirstErr(); err != nil {
-					t.Error(err)
-					return
-				}
-				produced.Add(1)
-			}
-			time.Sleep(time.Second)
-		}
-	}()
+	produced, done := h.produceRounds(t, "khung", keys, perKey)
 	applied := func() int {
 		return h.count(`SELECT count(*) FROM stats_audit WHERE artist_id LIKE $1`, h.prefix+"khung%")
 	}
@@ -129,20 +92,50 @@ func TestBridgeKafkaCatchesUpAfterAHungKafkaProxy(t *testing.T) {
 	time.Sleep(hangFor)
 	peer.Answer()
 	answered := time.Now()
-	t.Logf("applied %d when the proxy hung, %d of %d produced when it answered again", hungAt, applied(), produced.Load())
-	require.Eventually(t, func() bool { return applied() >= int(produced.Load())-keys }, 30*time.Second, 200*time.Millisecond,
-		"caught up with the backlog within 30 s of the proxy answering: %d of %d", applied(), produced.Load())
+	t.Logf("applied %d when the proxy hung, %d of %d produced when it answered again", hungAt, applied(), produced())
+	require.Eventually(t, func() bool { return applied() >= produced()-keys }, 30*time.Second, 200*time.Millisecond,
+		"caught up with the backlog within 30 s of the proxy answering: %d of %d", applied(), produced())
 	t.Logf("caught up with the backlog %.1f s after the proxy answered new connections", time.Since(answered).Seconds())
 	<-done
 	require.Eventually(t, func() bool { return applied() == keys*perKey }, 30*time.Second, 200*time.Millisecond,
 		"every event applied: %d of %d", applied(), keys*perKey)
+	h.requireAppliedOnceInOrder(t, "khung", keys, perKey)
+	require.Empty(t, h.workflowsOnQueue(), "no event handed to Temporal")
+}
+
+// produceRounds produces, on keys artists named tag0, tag1…, perKey rounds
+// of one sequenced event per key a second apart, on two partitions; done
+// closes after the last, and produced counts what was produced so far.
+func (h *harness) produceRounds(t *testing.T, tag string, keys, perKey int) (produced func() int, done <-chan struct{}) {
+	var n atomic.Int32
+	ch := make(chan struct{})
+	go func() {
+		defer close(ch)
+		for round := 1; round <= perKey; round++ {
+			for k := range keys {
+				a := fmt.Sprintf("%s%s%d", h.prefix, tag, k)
+				if err := h.producer.ProduceSync(h.ctx, envRecord(int32(k%2), sequenced(nth(h, a, round), int64(round)))).FirstErr(); err != nil {
+					t.Error(err)
+					return
+				}
+				n.Add(1)
+			}
+			time.Sleep(time.Second)
+		}
+	}()
+	return func() int { return int(n.Load()) }, ch
+}
+
+// requireAppliedOnceInOrder requires every key of produceRounds to have
+// its perKey events applied once each, in sequence order.
+func (h *harness) requireAppliedOnceInOrder(t *testing.T, tag string, keys, perKey int) {
+	t.Helper()
 	for k := range keys {
-		a := fmt.Sprintf("%skhung%d", h.prefix, k)
+		a := fmt.Sprintf("%s%s%d", h.prefix, tag, k)
 		got := h.audit(a)
 		require.Len(t, got, perKey, a)
 		for i, v := range got {
 			require.EqualValues(t, i+1, v, "%s applied once each, in order: %v", a, got)
 		}
 	}
-	require.Empty(t, h.workflowsOnQueue(), "no event handed to Temporal")
 }
