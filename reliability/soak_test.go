@@ -2,6 +2,7 @@ package reliability
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -21,6 +22,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/causet/projection-retry/contract"
+	"github.com/causet/projection-retry/dlq"
 	"github.com/causet/projection-retry/internal/testenv"
 )
 
@@ -40,7 +42,10 @@ import (
 // once with one retry workflow, no entity applied out of order, nothing
 // left parked or blocked; each process's RSS, goroutines (a worker's less
 // one per cached workflow) and open files are sampled, reported, and must
-// not triple after warm-up.
+// not triple after warm-up. Twice the projection's table is broken as a
+// bad migration breaks it, opening an incident (held under odd seeds' policy
+// hold), and two rollouts are started: every incident and rollout run must
+// end (soak_incidents_test.go).
 //
 // CAUSET_SOAK=1 runs it; CAUSET_SOAK_DURATION (default 8m) is how long the
 // faults go on, CAUSET_SOAK_SEED replays a schedule (it is printed), and
@@ -75,6 +80,11 @@ func TestSoak(t *testing.T) {
 	for k, v := range shortSchedule {
 		s.env[k] = v
 	}
+	incidents, hold := soakIncidents(seed)
+	for k, v := range incidents {
+		s.env[k] = v
+	}
+	r.fig("incident_policy", map[bool]string{true: "hold", false: "dead-letter"}[hold])
 	so := &soak{s: s, ns: ns, dev: dev, rng: rand.New(rand.NewPCG(seed, 0x736f616b)), start: time.Now(), down: map[string]bool{}}
 	for _, name := range []string{"bridge-1", "bridge-2", "worker-1", "worker-2"} {
 		role, _, _ := strings.Cut(name, "-")
@@ -100,9 +110,13 @@ func TestSoak(t *testing.T) {
 	produced := s.producePaced(n, duration, twoPercent, &events)
 	stopSampling := so.sample()
 	rollouts := so.rollOut(seed, duration)
+	fixed := so.breakTable(seed, duration, hold)
+	stopResolving := so.resolveStrayHolds()
+	defer stopResolving()
 	so.nemesis(duration)
 	<-produced
 	so.wg.Wait()
+	fixed()
 	ids := rollouts()
 	so.note("faults over: every process running, PostgreSQL and Temporal up")
 	for _, sl := range so.slots {
@@ -118,16 +132,18 @@ func TestSoak(t *testing.T) {
 		require.Fail(t, "offsets not committed to the end", "%s\ntimeline:\n%s", s.progress(), strings.Join(so.timeline(), "\n"))
 	}
 	evs := events.all()
-	s.waitDrained(r, evs)
-	require.Eventually(t, func() bool {
-		return s.tryCount(`SELECT count(*) FROM causet_parked_events`) == 0 && s.tryCount(`SELECT count(*) FROM causet_blocked_keys`) == 0
-	}, 5*time.Minute, time.Second, "nothing parked or blocked once drained")
+	if !s.waitSettled(r, evs, 10*time.Minute) {
+		so.writeReport(t, nil)
+		require.Fail(t, "not settled: something still parked, blocked, retrying or held", "%s; %d parked, %d blocked; incidents: %s\ntimeline:\n%s",
+			s.progress(), s.parkedCount(), s.blockedKeys(), so.incidentStates(), strings.Join(so.timeline(), "\n"))
+	}
 	r.fig("drain_s", time.Since(drain).Round(time.Second).Seconds())
 	stopSampling()
 	for _, sl := range so.slots {
 		require.False(t, sl.p.exited(), "%s exited by itself:\n%s", sl.name, sl.p.logTail(30))
 	}
 	so.rolloutsEnded(t, r, ids)
+	so.incidentsEnded(t, r, hold)
 	v := s.verify(evs, true, true)
 	r.fig("faults", len(so.faults))
 	for kind, c := range so.counts() {
@@ -583,7 +599,7 @@ func soakSVG(applied []soakSample, faults []soakFault, span time.Duration) strin
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="11">`+"\n", w, h)
 	fmt.Fprintf(&b, `<text x="40" y="14">events applied per second (peak %d); faults below</text>`+"\n", peak)
 	colors := map[string]string{"kill": "#d62728", "pause": "#ff7f0e", "postgres": "#1f77b4", "temporal": "#9467bd",
-		"link": "#7f7f7f", "slow": "#bcbd22"}
+		"link": "#7f7f7f", "slow": "#bcbd22", "break": "#8c564b"}
 	rows := map[string]float64{}
 	for _, f := range faults {
 		if _, ok := rows[f.target]; !ok {
@@ -650,4 +666,34 @@ func TestSoakCheckerCatchesPlantedDefects(t *testing.T) {
 	require.Equal(t, 1, v.doubleApplied, "the effect counted twice is an event applied twice")
 	require.Equal(t, []string{twice.id}, v.examplesDouble)
 	require.Equal(t, 1, v.inversions, "an older event applied after a later one of its entity")
+
+	// A break of the table excuses a dead letter of a succeeding event
+	// with the break's error and no effect, and nothing else: the same
+	// dead letter beside an effect, or a dead letter of another error in
+	// place of one, is still found.
+	s.breaks = &tableBreaks{}
+	s.breaks.add(time.Now().Add(-time.Hour), time.Now())
+	excused, both, other := ok[30], ok[40], ok[50]
+	for _, e := range []evt{excused, other} {
+		_, err = s.pool.Exec(s.ctx, `DELETE FROM rel_effects WHERE event_id = $1`, e.id)
+		require.NoError(t, err)
+	}
+	s.plantDeadLetter(excused, `ERROR: column "ratio" of relation "rel_effects" does not exist (SQLSTATE 42703)`)
+	s.plantDeadLetter(both, `ERROR: column "ratio" of relation "rel_effects" does not exist (SQLSTATE 42703)`)
+	s.plantDeadLetter(other, `ERROR: deadlock detected (SQLSTATE 40P01)`)
+	v = s.verify(evs, true, true)
+	require.Equal(t, 1, v.brokenDeadLettered, "the break's dead letter without an effect is excused")
+	require.Equal(t, 2, v.lost, "a dead letter of another error does not excuse a missing effect")
+	require.ElementsMatch(t, []string{lost.id, other.id}, v.examplesLost)
+	require.Equal(t, 2, v.dlqUnexpect, "a dead letter beside an effect, and one of another error, are unexpected")
+}
+
+// plantDeadLetter writes a DLQ record of e failed with msg.
+func (s *stack) plantDeadLetter(e evt, msg string) {
+	s.t.Helper()
+	raw := json.RawMessage(s.record(e).Value)
+	rec, err := dlq.Record{SchemaVersion: dlq.SchemaVersion, Event: &raw, ProjectionName: relProjection, EntityID: e.entity, ForkID: "production",
+		Error: msg, ErrorKind: "sql", DeadLetteredAt: time.Now()}.KafkaRecord(s.dlqTopic, []byte(e.entity))
+	require.NoError(s.t, err)
+	require.NoError(s.t, s.producer.ProduceSync(s.ctx, rec).FirstErr())
 }

@@ -91,6 +91,9 @@ type stack struct {
 	producer   *kgo.Client
 	partitions int32
 	ordering   ordering
+	// breaks, when set, are the times rel_effects was broken (verify
+	// accepts what a break may leave).
+	breaks *tableBreaks
 	// env overrides for every process started from this stack.
 	env map[string]string
 }

@@ -3,6 +3,7 @@ package reliability
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -22,6 +23,10 @@ type verdict struct {
 	examplesLost, examplesDouble, exDLQMiss []string
 	examplesUnexpected, examplesInversions  []string
 	examplesDLQDup                          []string
+	// brokenDeadLettered counts succeeding events a break of the table
+	// left dead-lettered and unapplied; brokenWorkflows the retry
+	// workflows of succeeding events started within a break (s.breaks).
+	brokenDeadLettered, brokenWorkflows int
 }
 
 // verify checks effects, ledger, workflows and DLQ against the events.
@@ -33,11 +38,28 @@ type verdict struct {
 // parked and released by the bridge, so an event of a blocked entity that
 // had a workflow of its own is counted apart (workflowsBehind): it is the
 // cost entity order must not have.
+//
+// When the stack's table was broken (s.breaks), a succeeding event may
+// instead be dead-lettered with the break's error and never applied, and
+// may have a retry workflow started within a break: see tableBreaks.
 func (s *stack) verify(events []evt, checkWF, checkDLQ bool) verdict {
 	s.t.Helper()
 	v := verdict{ordering: s.ordering}
 	v.produced = len(events)
 	app := s.appliedIn(relProjection)
+	var dead []dlqEntry
+	if checkDLQ || s.breaks.count() > 0 {
+		dead = s.readDLQ()
+	}
+	// brokenDL: succeeding events whose dead letter is the break's, unapplied.
+	brokenDL := map[string]bool{}
+	if s.breaks.count() > 0 {
+		for _, d := range dead {
+			if isBreakError(d.rec.Error) && app[d.eventID] == 0 {
+				brokenDL[d.eventID] = true
+			}
+		}
+	}
 	failing := map[string]bool{}
 	firstFailure := map[string]int64{} // entity -> sequence of its first failing event
 	byWF := map[string]evt{}           // retry workflow ID -> its event
@@ -60,6 +82,8 @@ func (s *stack) verify(events []evt, checkWF, checkDLQ bool) verdict {
 		}
 		v.succeeded++
 		switch n := app[e.id]; {
+		case n == 0 && brokenDL[e.id]:
+			v.brokenDeadLettered++
 		case n == 0:
 			v.lost++
 			if len(v.examplesLost) < 5 {
@@ -86,8 +110,12 @@ func (s *stack) verify(events []evt, checkWF, checkDLQ bool) verdict {
 	}
 	if checkWF {
 		runs := map[string]int{}
+		started := map[string]time.Time{} // the first run's start
 		for _, e := range s.workflowsOnQueue(contract.RetryWorkflowName) {
 			runs[e.ID]++
+			if t, ok := started[e.ID]; !ok || e.Start.Before(t) {
+				started[e.ID] = e.Start
+			}
 		}
 		v.workflows = len(runs)
 		for _, n := range runs {
@@ -104,6 +132,8 @@ func (s *stack) verify(events []evt, checkWF, checkDLQ bool) verdict {
 			e, known := byWF[id]
 			switch {
 			case known && e.fails:
+			case known && s.breaks.covers(started[id]):
+				v.brokenWorkflows++
 			case known && entityFailed(firstFailure, e):
 				v.workflowsBehind++
 				if len(v.examplesUnexpected) < 5 {
@@ -120,7 +150,7 @@ func (s *stack) verify(events []evt, checkWF, checkDLQ bool) verdict {
 	if checkDLQ {
 		counts := map[string]int{}
 		where := map[string][]string{}
-		for _, d := range s.readDLQ() {
+		for _, d := range dead {
 			counts[d.eventID]++
 			run := ""
 			if d.rec.Workflow != nil {
@@ -137,7 +167,7 @@ func (s *stack) verify(events []evt, checkWF, checkDLQ bool) verdict {
 					v.examplesDLQDup = append(v.examplesDLQDup, id+": "+strings.Join(where[id], ", "))
 				}
 			}
-			if !failing[id] {
+			if !failing[id] && !brokenDL[id] {
 				v.dlqUnexpect += n
 			}
 		}
@@ -175,6 +205,10 @@ func (r *result) verdict(v verdict, checkWF, checkDLQ bool) {
 	r.fig("ledger_rows", v.ledger)
 	r.fig("failing_applied", v.appliedFailing)
 	r.fig("order_inversions", v.inversions)
+	if v.brokenDeadLettered+v.brokenWorkflows > 0 {
+		r.fig("dead_lettered_by_break", v.brokenDeadLettered)
+		r.fig("workflows_of_break", v.brokenWorkflows)
+	}
 	if checkWF {
 		r.fig("workflows", v.workflows)
 		r.fig("missing_workflows", v.missingWF)
@@ -190,7 +224,7 @@ func (r *result) verdict(v verdict, checkWF, checkDLQ bool) {
 	require.Zero(t, v.lost, "lost events, e.g. %v", v.examplesLost)
 	require.Zero(t, v.doubleApplied, "double-applied events, e.g. %v", v.examplesDouble)
 	require.Zero(t, v.appliedFailing, "failing events have no effect")
-	require.Equal(t, v.succeeded, v.ledger, "one ledger row per successful event")
+	require.Equal(t, v.succeeded-v.brokenDeadLettered, v.ledger, "one ledger row per applied event")
 	if v.ordering == orderingEntity {
 		require.Zero(t, v.inversions, "an entity's events applied out of sequence order (entity:inversions) %v", v.examplesInversions)
 	}
