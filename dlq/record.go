@@ -314,3 +314,42 @@ func (p *Publisher) Publish(ctx context.Context, key []byte, r Record) (contract
 	}
 	return contract.DLQCoordinates{Topic: got.Topic, Partition: got.Partition, Offset: got.Offset}, nil
 }
+
+// Keyed is a dead letter with its record key, for PublishAll.
+type Keyed struct {
+	Key    []byte
+	Record Record
+}
+
+// PublishAll writes rs in one produce and returns, for each, where it
+// landed or why it was not written. Records of one key land in the order
+// given. A caller trying again passes only the failed ones.
+func (p *Publisher) PublishAll(ctx context.Context, rs []Keyed) ([]contract.DLQCoordinates, []error) {
+	at := make([]contract.DLQCoordinates, len(rs))
+	errs := make([]error, len(rs))
+	recs := make([]*kgo.Record, 0, len(rs))
+	index := make(map[*kgo.Record]int, len(rs))
+	group := p.group()
+	for i, k := range rs {
+		rec, err := k.Record.kafkaRecord(p.Topic, k.Key, group)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		if !k.Record.DeadLetteredAt.IsZero() {
+			rec.Timestamp = k.Record.DeadLetteredAt
+		}
+		rec.Context = ctx
+		recs = append(recs, rec)
+		index[rec] = i
+	}
+	for _, res := range p.Client.ProduceSync(ctx, recs...) {
+		i := index[res.Record]
+		if res.Err != nil {
+			errs[i] = fmt.Errorf("publish dead letter to %s: %w", p.Topic, res.Err)
+			continue
+		}
+		at[i] = contract.DLQCoordinates{Topic: res.Record.Topic, Partition: res.Record.Partition, Offset: res.Record.Offset}
+	}
+	return at, errs
+}

@@ -1,8 +1,10 @@
 package starter
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -242,6 +244,45 @@ func sourceOf(rec *kgo.Record) contract.Source {
 // committed. False when stopped first.
 func (h *handoffs) deadLetterPoison(rec *kgo.Record, cause error) bool {
 	return h.publishDeadLetter(h.recordLog(rec), "poison record", rec.Key, dlq.PoisonRecord(rec.Value, cause, sourceOf(rec), time.Now()))
+}
+
+// publishDeadLetters writes rs to the DLQ in one produce, trying again
+// with capped backoff the ones Kafka refused, so a hold of thousands of
+// events is dead-lettered in a few produces rather than one round trip
+// each. logs[i] is rs[i]'s logger. False when stopped first.
+func (h *handoffs) publishDeadLetters(logs []*slog.Logger, what string, rs []dlq.Keyed) bool {
+	left := make([]int, len(rs))
+	for i := range left {
+		left[i] = i
+	}
+	ok := h.until(h.log, "kafka", fmt.Sprintf("cannot dead-letter %d %ss", len(rs), what), func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, h.opts.StartTimeout)
+		defer cancel()
+		try := make([]dlq.Keyed, len(left))
+		for j, i := range left {
+			try[j] = rs[i]
+		}
+		at, errs := h.dlq.PublishAll(ctx, try)
+		var failed []int
+		var first error
+		for j, i := range left {
+			if errs[j] != nil {
+				failed = append(failed, i)
+				first = cmp.Or(first, errs[j])
+				continue
+			}
+			r := rs[i].Record
+			h.m.deadLettered.WithLabelValues(r.ProjectionName, r.ErrorKind).Inc()
+			logs[i].Warn(what+" dead-lettered", "event", "projection_dead_lettered", "errorKind", r.ErrorKind,
+				"error", r.Error, "dlqTopic", at[j].Topic, "dlqPartition", at[j].Partition, "dlqOffset", at[j].Offset)
+		}
+		left = failed
+		if first != nil {
+			return fmt.Errorf("%d of %d not written: %w", len(failed), len(try), first)
+		}
+		return nil
+	})
+	return ok
 }
 
 // publishDeadLetter writes r to the DLQ, retrying with capped backoff while

@@ -2,6 +2,7 @@ package starter
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -434,14 +435,20 @@ func (r *orderedRouter) deadLetterParked(keys []parking.Blocked) (more, ok bool)
 	}
 	now := time.Now().UTC()
 	seqs := make([]int64, 0, len(rows))
+	letters := make([]dlq.Keyed, 0, len(rows))
+	logs := make([]*slog.Logger, 0, len(rows))
 	for _, row := range rows {
 		in := row.Retry
 		dl := bridgeLetter(in, now, "held by incident "+headOf[parking.KeyOf(in)]+", dead-lettered by the dead-letter-all signal")
-		if !p.publishDeadLetter(p.parkedLog(in), "held event", in.Key, dlq.RunRecord(dl, now)) {
-			return false, false
-		}
+		letters = append(letters, dlq.Keyed{Key: in.Key, Record: dlq.RunRecord(dl, now)})
+		logs = append(logs, p.parkedLog(in))
 		seqs = append(seqs, row.Seq)
-		r.inc.CountDeadLettered(in.Projection)
+	}
+	if !p.publishDeadLetters(logs, "held event", letters) {
+		return false, false
+	}
+	for _, row := range rows {
+		r.inc.CountDeadLettered(row.Retry.Projection)
 	}
 	var drained []parking.Key
 	if !p.until(p.log, "database", "cannot delete dead-lettered parked events", func(ctx context.Context) error {
