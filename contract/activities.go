@@ -38,6 +38,14 @@ type ApplyInput struct {
 	Restarted bool `json:"restarted,omitempty"`
 }
 
+// MaxLostAttempts bounds the last attempts of one run that are lost with
+// their worker (the server timed them out on their heartbeat: the worker
+// was killed, stopped, cut off from Temporal, or Temporal was down) and
+// tried again rather than counted: past it a lost attempt counts as timed
+// out, so an event that kills every worker it runs on is still
+// dead-lettered.
+const MaxLostAttempts = 3
+
 // ApplyOutput is ApplyProjection's result on success.
 type ApplyOutput struct {
 	IRVersion int  `json:"irVersion"`

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
@@ -155,6 +156,8 @@ type retryRun struct {
 	toldLane    bool
 	// force is the last replay's "force": apply even past later events.
 	force bool
+	// lost counts the attempts lost with their worker and tried again.
+	lost int
 }
 
 func (r *retryRun) setState(ctx workflow.Context, s contract.State) error {
@@ -281,6 +284,16 @@ func (r *retryRun) runSchedule(ctx workflow.Context, plan config.Plan, run int, 
 		}
 		return r.runSchedule(ctx, plan.From(next), run, time.Time{})
 	}
+	if lost, earlier, ok := lostAttempt(err); ok && r.lost < contract.MaxLostAttempts &&
+		workflow.GetVersion(ctx, "lost-last-attempt-is-no-attempt", workflow.DefaultVersion, 1) == 1 {
+		// The schedule's last attempt went with its worker before it
+		// reported: not the event's failure, and nothing else would try the
+		// event again. It counts as none and is tried again at once. (An
+		// earlier attempt lost so is retried by the server as the next one.)
+		r.lost++
+		r.status.Attempts = append(r.status.Attempts, earlier...)
+		return r.runSchedule(ctx, plan.From(lost), run, time.Time{})
+	}
 	r.status.Attempts = append(r.status.Attempts, failedAttempts(ctx, err, run, plan.FirstActivityAttempt)...)
 	if n := len(r.status.Attempts); n > 0 && r.status.Attempts[n-1].IRVersion != 0 {
 		r.status.IRVersion = r.status.Attempts[n-1].IRVersion
@@ -312,6 +325,26 @@ func (r *retryRun) awaitDatabase(ctx workflow.Context) bool {
 			return false
 		}
 	}
+}
+
+// lostAttempt reports an activity whose last attempt was lost with its
+// worker: the server timed it out on its heartbeat. It returns the lost
+// attempt's overall number and the attempts reported before it (from the
+// heartbeat details, where each attempt records itself as it starts).
+func lostAttempt(err error) (number int, earlier []contract.Attempt, ok bool) {
+	var timeoutErr *temporal.TimeoutError
+	if !errors.As(err, &timeoutErr) || timeoutErr.TimeoutType() != enumspb.TIMEOUT_TYPE_HEARTBEAT || !timeoutErr.HasLastHeartbeatDetails() {
+		return 0, nil, false
+	}
+	var attempts []contract.Attempt
+	if timeoutErr.LastHeartbeatDetails(&attempts) != nil {
+		return 0, nil, false
+	}
+	n := len(attempts)
+	if n == 0 || attempts[n-1].ErrorKind != "" {
+		return 0, nil, false
+	}
+	return attempts[n-1].Number, attempts[:n-1], true
 }
 
 // failedAttempts recovers every attempt of a failed activity: the activity

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -415,10 +416,12 @@ var errHang = errors.New("attempt hangs")
 type hangingApplier struct {
 	fakeApplier
 	hang map[int32]bool
+	// always hangs every attempt.
+	always bool
 }
 
 func (f *hangingApplier) ApplyWith(ctx context.Context, name string, ev event.Envelope, opts projection.ApplyOptions) (projection.Result, error) {
-	if f.hang[activity.GetInfo(ctx).Attempt] {
+	if f.always || f.hang[activity.GetInfo(ctx).Attempt] {
 		panic(errHang)
 	}
 	return f.fakeApplier.ApplyWith(ctx, name, ev, opts)
@@ -454,7 +457,17 @@ func (l *lastHeartbeat) record(ctx context.Context, details []any) {
 // previous attempt's failure.
 func newTimeoutHarness(t *testing.T, failures int, hang ...int32) *harness {
 	t.Helper()
-	applier := &hangingApplier{
+	h, _ := newTimeoutHarnessOf(t, enumspb.TIMEOUT_TYPE_START_TO_CLOSE, failures, hang...)
+	return h
+}
+
+// newTimeoutHarnessOf is newTimeoutHarness with the server's timeout of a
+// hung attempt: START_TO_CLOSE (it ran too long) or HEARTBEAT (its worker
+// stopped answering). hang with no attempts hangs every one. It returns the
+// applier too, and counts the activity's executions in its calls.
+func newTimeoutHarnessOf(t *testing.T, timeout enumspb.TimeoutType, failures int, hang ...int32) (*harness, *hangingApplier) {
+	t.Helper()
+	applier := &hangingApplier{always: len(hang) == 0,
 		fakeApplier: fakeApplier{failures: failures, err: errors.New(`column "followed_at" of relation "artist_followers" does not exist`)},
 		hang:        map[int32]bool{},
 	}
@@ -478,7 +491,7 @@ func newTimeoutHarness(t *testing.T, failures int, hang ...int32) *harness {
 					details = append(details, at)
 				}
 				mu.Lock()
-				err = temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_START_TO_CLOSE, lastErr[id], details...)
+				err = temporal.NewTimeoutError(timeout, lastErr[id], details...)
 				mu.Unlock()
 			}
 			if err != nil {
@@ -492,7 +505,7 @@ func newTimeoutHarness(t *testing.T, failures int, hang ...int32) *harness {
 	h := newHarnessApply(t, a, publisher, apply)
 	h.applier = &applier.fakeApplier
 	h.env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{testenv.OnHeartbeat(beats.record)}})
-	return h
+	return h, applier
 }
 
 // An attempt that times out returns no error details; the run still keeps
@@ -545,6 +558,48 @@ func TestTimedOutAttemptBeforeSuccessIsKept(t *testing.T) {
 	require.Equal(t, "attempt timed out after 1m0s", s.Attempts[1].Error)
 	require.False(t, s.Attempts[1].StartedAt.IsZero())
 	require.Empty(t, s.Attempts[2].Error)
+}
+
+// The schedule's last attempt, lost with its worker (the server times it
+// out on its heartbeat: the worker was killed, stopped or cut off, or
+// Temporal was down), is not the event's failure: it counts as none and is
+// tried again, and the event applies. An earlier attempt lost so counts as
+// timed out, and the server goes on with the next.
+func TestLastAttemptLostWithItsWorkerIsTriedAgain(t *testing.T) {
+	h, applier := newTimeoutHarnessOf(t, enumspb.TIMEOUT_TYPE_HEARTBEAT, 3, 2, 5) // 1, 3, 4 fail; 2 and 5 are lost
+	s := h.run(t, input(config.ModeWorkflow, config.DefaultRetry()))
+	require.Equal(t, contract.StateSucceeded, s.State)
+	require.Empty(t, h.publisher.records, "nothing dead-lettered")
+	require.Equal(t, 4, applier.calls, "attempts 1, 3 and 4 failed, 5 tried again applied")
+	require.Len(t, s.Attempts, 5)
+	for i, a := range s.Attempts {
+		require.Equal(t, i+1, a.Number)
+	}
+	require.Equal(t, "attempt timed out after 1m0s", s.Attempts[1].Error, "a middle attempt lost counts")
+	require.Empty(t, s.Attempts[4].Error, "the last attempt, tried again, applied")
+}
+
+// An event whose every attempt is lost (one that kills each worker it runs
+// on) still ends: the last attempt is tried again at most
+// contract.MaxLostAttempts times, then counts as timed out and the event is
+// dead-lettered.
+func TestAttemptsLostEveryTimeStillDeadLetter(t *testing.T) {
+	h, applier := newTimeoutHarnessOf(t, enumspb.TIMEOUT_TYPE_HEARTBEAT, 0)
+	var executions atomic.Int32
+	h.env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
+		if info.ActivityType.Name == contract.ApplyProjectionActivity {
+			executions.Add(1)
+		}
+	})
+	h.env.ExecuteWorkflow(contract.RetryWorkflowName, input(config.ModeWorkflow, config.DefaultRetry()))
+	require.NoError(t, h.env.GetWorkflowError())
+	require.Len(t, h.publisher.records, 1)
+	rec := h.publisher.records[0]
+	require.Equal(t, "attempt timed out after 1m0s", rec.Error)
+	require.Len(t, rec.Attempts, 5)
+	require.Equal(t, 5, rec.Attempts[4].Number)
+	require.Zero(t, applier.calls)
+	require.EqualValues(t, 5+contract.MaxLostAttempts, executions.Load(), "five attempts, the last tried again %d times", contract.MaxLostAttempts)
 }
 
 // Under CAUSET_INCIDENT_POLICY=hold a run whose schedule runs out with the
