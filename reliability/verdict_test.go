@@ -22,11 +22,14 @@ type verdict struct {
 	dlq, dlqDup, dlqMissing, dlqUnexpect    int
 	examplesLost, examplesDouble, exDLQMiss []string
 	examplesUnexpected, examplesInversions  []string
-	examplesDLQDup                          []string
+	examplesDLQDup, examplesDLQUnexpected   []string
 	// brokenDeadLettered counts succeeding events a break of the table
 	// left dead-lettered and unapplied; brokenWorkflows the retry
 	// workflows of succeeding events started within a break (s.breaks).
 	brokenDeadLettered, brokenWorkflows int
+	// lostDeadLetters are the DLQ records of examplesLost, when a break
+	// (s.breaks) had the DLQ read.
+	lostDeadLetters []string
 }
 
 // verify checks effects, ledger, workflows and DLQ against the events.
@@ -88,6 +91,11 @@ func (s *stack) verify(events []evt, checkWF, checkDLQ bool) verdict {
 			v.lost++
 			if len(v.examplesLost) < 5 {
 				v.examplesLost = append(v.examplesLost, e.id)
+				for _, d := range dead {
+					if d.eventID == e.id {
+						v.lostDeadLetters = append(v.lostDeadLetters, fmt.Sprintf("%s: %s after %d attempts (%s)", e.id, d.rec.ErrorKind, len(d.rec.Attempts), oneLine(d.rec.Error)))
+					}
+				}
 			}
 		case n > 1:
 			v.doubleApplied += n - 1
@@ -150,6 +158,7 @@ func (s *stack) verify(events []evt, checkWF, checkDLQ bool) verdict {
 	if checkDLQ {
 		counts := map[string]int{}
 		where := map[string][]string{}
+		why := map[string][]string{}
 		for _, d := range dead {
 			counts[d.eventID]++
 			run := ""
@@ -158,6 +167,7 @@ func (s *stack) verify(events []evt, checkWF, checkDLQ bool) verdict {
 			}
 			where[d.eventID] = append(where[d.eventID], fmt.Sprintf("p%d@%d (run %s, replay %d, dead-lettered %s)",
 				d.partition, d.offset, run, d.rec.ReplayCount, d.rec.DeadLetteredAt.Format("15:04:05.000")))
+			why[d.eventID] = append(why[d.eventID], fmt.Sprintf("%s after %d attempts, run %s: %s", d.rec.ErrorKind, len(d.rec.Attempts), run, oneLine(d.rec.Error)))
 		}
 		for id, n := range counts {
 			v.dlq += n
@@ -169,6 +179,9 @@ func (s *stack) verify(events []evt, checkWF, checkDLQ bool) verdict {
 			}
 			if !failing[id] && !brokenDL[id] {
 				v.dlqUnexpect += n
+				if len(v.examplesDLQUnexpected) < 5 {
+					v.examplesDLQUnexpected = append(v.examplesDLQUnexpected, fmt.Sprintf("%s (applied %d): %s", id, app[id], strings.Join(why[id], "; ")))
+				}
 			}
 		}
 		for id := range failing {
@@ -221,7 +234,7 @@ func (r *result) verdict(v verdict, checkWF, checkDLQ bool) {
 		r.fig("dlq_missing", v.dlqMissing)
 		r.fig("dlq_unexpected", v.dlqUnexpect)
 	}
-	require.Zero(t, v.lost, "lost events, e.g. %v", v.examplesLost)
+	require.Zero(t, v.lost, "lost events, e.g. %v (their dead letters: %v)", v.examplesLost, v.lostDeadLetters)
 	require.Zero(t, v.doubleApplied, "double-applied events, e.g. %v", v.examplesDouble)
 	require.Zero(t, v.appliedFailing, "failing events have no effect")
 	require.Equal(t, v.succeeded-v.brokenDeadLettered, v.ledger, "one ledger row per applied event")
@@ -237,6 +250,6 @@ func (r *result) verdict(v verdict, checkWF, checkDLQ bool) {
 	if checkDLQ {
 		require.Zero(t, v.dlqDup, "DLQ records twice: %v", v.examplesDLQDup)
 		require.Zero(t, v.dlqMissing, "failing events missing from the DLQ, e.g. %v", v.exDLQMiss)
-		require.Zero(t, v.dlqUnexpect, "DLQ records of events that should not be there")
+		require.Zero(t, v.dlqUnexpect, "DLQ records of events that should not be there, e.g. %v", v.examplesDLQUnexpected)
 	}
 }
