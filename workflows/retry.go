@@ -284,7 +284,7 @@ func (r *retryRun) runSchedule(ctx workflow.Context, plan config.Plan, run int, 
 		}
 		return r.runSchedule(ctx, plan.From(next), run, time.Time{})
 	}
-	if lost, earlier, ok := lostAttempt(err); ok && r.lost < contract.MaxLostAttempts &&
+	if earlier, ok := lostAttempt(err, len(plan.Offsets)); ok && r.lost < contract.MaxLostAttempts &&
 		workflow.GetVersion(ctx, "lost-last-attempt-is-no-attempt", workflow.DefaultVersion, 1) == 1 {
 		// The schedule's last attempt went with its worker before it
 		// reported: not the event's failure, and nothing else would try the
@@ -292,7 +292,7 @@ func (r *retryRun) runSchedule(ctx workflow.Context, plan config.Plan, run int, 
 		// earlier attempt lost so is retried by the server as the next one.)
 		r.lost++
 		r.status.Attempts = append(r.status.Attempts, earlier...)
-		return r.runSchedule(ctx, plan.From(lost), run, time.Time{})
+		return r.runSchedule(ctx, plan.From(len(plan.Offsets)), run, time.Time{})
 	}
 	r.status.Attempts = append(r.status.Attempts, failedAttempts(ctx, err, run, plan.FirstActivityAttempt)...)
 	if n := len(r.status.Attempts); n > 0 && r.status.Attempts[n-1].IRVersion != 0 {
@@ -328,23 +328,25 @@ func (r *retryRun) awaitDatabase(ctx workflow.Context) bool {
 }
 
 // lostAttempt reports an activity whose last attempt was lost with its
-// worker: the server timed it out on its heartbeat. It returns the lost
-// attempt's overall number and the attempts reported before it (from the
-// heartbeat details, where each attempt records itself as it starts).
-func lostAttempt(err error) (number int, earlier []contract.Attempt, ok bool) {
+// worker: the server timed it out on its heartbeat (which it retries but
+// for the schedule's last attempt, so that is the one lost). It returns the
+// attempts before it, from the heartbeat details where each attempt records
+// itself as it starts (a lost attempt may have gone before it recorded).
+func lostAttempt(err error, last int) (earlier []contract.Attempt, ok bool) {
 	var timeoutErr *temporal.TimeoutError
-	if !errors.As(err, &timeoutErr) || timeoutErr.TimeoutType() != enumspb.TIMEOUT_TYPE_HEARTBEAT || !timeoutErr.HasLastHeartbeatDetails() {
-		return 0, nil, false
+	if !errors.As(err, &timeoutErr) || timeoutErr.TimeoutType() != enumspb.TIMEOUT_TYPE_HEARTBEAT {
+		return nil, false
 	}
 	var attempts []contract.Attempt
-	if timeoutErr.LastHeartbeatDetails(&attempts) != nil {
-		return 0, nil, false
+	if timeoutErr.HasLastHeartbeatDetails() && timeoutErr.LastHeartbeatDetails(&attempts) != nil {
+		attempts = nil // a decode failure only loses the earlier attempts' history
 	}
-	n := len(attempts)
-	if n == 0 || attempts[n-1].ErrorKind != "" {
-		return 0, nil, false
+	for _, a := range attempts {
+		if a.Number < last {
+			earlier = append(earlier, a)
+		}
 	}
-	return attempts[n-1].Number, attempts[:n-1], true
+	return contract.SettleUnreported(earlier), true
 }
 
 // failedAttempts recovers every attempt of a failed activity: the activity

@@ -418,6 +418,9 @@ type hangingApplier struct {
 	hang map[int32]bool
 	// always hangs every attempt.
 	always bool
+	// unstarted are attempts lost before the activity ran (before it
+	// recorded itself in its heartbeat).
+	unstarted map[int32]bool
 }
 
 func (f *hangingApplier) ApplyWith(ctx context.Context, name string, ev event.Envelope, opts projection.ApplyOptions) (projection.Result, error) {
@@ -500,6 +503,9 @@ func newTimeoutHarnessOf(t *testing.T, timeout enumspb.TimeoutType, failures int
 				mu.Unlock()
 			}
 		}()
+		if applier.unstarted[activity.GetInfo(ctx).Attempt] {
+			panic(errHang)
+		}
 		return a.ApplyProjection(ctx, in)
 	}
 	h := newHarnessApply(t, a, publisher, apply)
@@ -577,6 +583,22 @@ func TestLastAttemptLostWithItsWorkerIsTriedAgain(t *testing.T) {
 	}
 	require.Equal(t, "attempt timed out after 1m0s", s.Attempts[1].Error, "a middle attempt lost counts")
 	require.Empty(t, s.Attempts[4].Error, "the last attempt, tried again, applied")
+}
+
+// A last attempt lost before it ran (its worker went as it took the task,
+// before the attempt recorded itself) is tried again too.
+func TestLastAttemptLostBeforeItRanIsTriedAgain(t *testing.T) {
+	h, applier := newTimeoutHarnessOf(t, enumspb.TIMEOUT_TYPE_HEARTBEAT, 3, 99)
+	applier.unstarted = map[int32]bool{4: true} // inline mode: the activity's 4th attempt is the 5th
+	s := h.run(t, input(config.ModeInline, config.DefaultRetry()))
+	require.Equal(t, contract.StateSucceeded, s.State)
+	require.Empty(t, h.publisher.records, "nothing dead-lettered")
+	require.Equal(t, 4, applier.calls, "attempts 2-4 failed, 5 tried again applied")
+	require.Len(t, s.Attempts, 5)
+	for i, a := range s.Attempts {
+		require.Equal(t, i+1, a.Number)
+	}
+	require.Empty(t, s.Attempts[4].Error)
 }
 
 // An event whose every attempt is lost (one that kills each worker it runs
