@@ -291,6 +291,9 @@ func (r *retryRun) runSchedule(ctx workflow.Context, plan config.Plan, run int, 
 		// event again. It counts as none and is tried again at once. (An
 		// earlier attempt lost so is retried by the server as the next one.)
 		r.lost++
+		workflow.GetLogger(ctx).Warn("the last attempt was lost with its worker: it counts as none and is tried again",
+			"event", "projection_attempt_lost", "projectionName", r.in.Projection, "eventId", r.in.Event.EventID,
+			"retryAttempt", len(plan.Offsets), "lost", r.lost)
 		r.status.Attempts = append(r.status.Attempts, earlier...)
 		return r.runSchedule(ctx, plan.From(len(plan.Offsets)), run, time.Time{})
 	}
