@@ -14,12 +14,17 @@ import (
 // rather than an effect — the promise is "applied once or dead-lettered",
 // and for these events either is right — and may have had a retry
 // workflow of its own. verify accepts that of an event, and only that: when
-// its dead letters carry the missing column's error and it has no effect,
+// its dead letters carry the missing column's error (or name a break's
+// incident the operator dead-lettered, whose records may repeat) and it
+// has no effect,
 // or when its retry workflow started within a break (or breakSlack after
 // one: a start waits out a Temporal outage).
 type tableBreaks struct {
 	mu    sync.Mutex
 	spans []breakSpan
+	// deadLettered are the break's incidents an operator dead-lettered
+	// (dead-letter-all): their held events' dead letters name them.
+	deadLettered []string
 }
 
 type breakSpan struct{ from, to time.Time }
@@ -62,6 +67,31 @@ func (b *tableBreaks) covers(at time.Time) bool {
 // isBreakError reports whether an attempt's error is the renamed column's.
 func isBreakError(msg string) bool {
 	return strings.Contains(msg, `column "`+brokenColumn+`"`)
+}
+
+// deadLetteredAll records that the operator dead-lettered the break's
+// incident id.
+func (b *tableBreaks) deadLetteredAll(id string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.deadLettered = append(b.deadLettered, id)
+}
+
+// byDeadLetterAll reports whether a dead letter's error is that of an
+// event held by a break's incident the operator dead-lettered (CONTRACT
+// §12: such a record may repeat, never go missing).
+func (b *tableBreaks) byDeadLetterAll(msg string) bool {
+	if b == nil {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, id := range b.deadLettered {
+		if strings.HasPrefix(msg, "held by incident "+id+",") {
+			return true
+		}
+	}
+	return false
 }
 
 // renameColumn renames one of rel_effects' columns, within 5 s.

@@ -686,6 +686,24 @@ func TestSoakCheckerCatchesPlantedDefects(t *testing.T) {
 	require.Equal(t, 2, v.lost, "a dead letter of another error does not excuse a missing effect")
 	require.ElementsMatch(t, []string{lost.id, other.id}, v.examplesLost)
 	require.Equal(t, 2, v.dlqUnexpect, "a dead letter beside an effect, and one of another error, are unexpected")
+
+	// An event held by a break's incident that the operator dead-lettered:
+	// its record may repeat, and is excused once the incident is known.
+	const incidentID = "projection-incident:rel_effects:00000000000000aa"
+	held := ok[60]
+	_, err = s.pool.Exec(s.ctx, `DELETE FROM rel_effects WHERE event_id = $1`, held.id)
+	require.NoError(t, err)
+	for range 2 {
+		s.plantDeadLetter(held, "held by incident "+incidentID+", dead-lettered by the dead-letter-all signal")
+	}
+	v = s.verify(evs, true, true)
+	require.Equal(t, 3, v.lost, "unexcused before the operator's dead-letter-all is known")
+	s.breaks.deadLetteredAll(incidentID)
+	v = s.verify(evs, true, true)
+	require.Equal(t, 2, v.lost)
+	require.Equal(t, 2, v.brokenDeadLettered)
+	require.Equal(t, 1, v.dlqRepeated, "its second record is a repeat, not a duplicate")
+	require.Zero(t, v.dlqDup)
 }
 
 // plantDeadLetter writes a DLQ record of e failed with msg.

@@ -27,6 +27,8 @@ type verdict struct {
 	// left dead-lettered and unapplied; brokenWorkflows the retry
 	// workflows of succeeding events started within a break (s.breaks).
 	brokenDeadLettered, brokenWorkflows int
+	// dlqRepeated counts the repeats of dead-letter-all records.
+	dlqRepeated int
 	// lostDeadLetters are the DLQ records of examplesLost, when a break
 	// (s.breaks) had the DLQ read.
 	lostDeadLetters []string
@@ -56,9 +58,15 @@ func (s *stack) verify(events []evt, checkWF, checkDLQ bool) verdict {
 	}
 	// brokenDL: succeeding events whose dead letter is the break's, unapplied.
 	brokenDL := map[string]bool{}
+	// heldDL: events the operator's dead-letter-all of a break's incident
+	// dead-lettered; such a record has no retry workflow (CONTRACT §12).
+	heldDL := map[string]bool{}
 	if s.breaks.count() > 0 {
 		for _, d := range dead {
-			if isBreakError(d.rec.Error) && app[d.eventID] == 0 {
+			if s.breaks.byDeadLetterAll(d.rec.Error) {
+				heldDL[d.eventID] = true
+			}
+			if (isBreakError(d.rec.Error) || s.breaks.byDeadLetterAll(d.rec.Error)) && app[d.eventID] == 0 {
 				brokenDL[d.eventID] = true
 			}
 		}
@@ -132,7 +140,7 @@ func (s *stack) verify(events []evt, checkWF, checkDLQ bool) verdict {
 			}
 		}
 		for id := range failing {
-			if runs[wfID(id)] == 0 {
+			if runs[wfID(id)] == 0 && !heldDL[id] {
 				v.missingWF++
 			}
 		}
@@ -159,7 +167,15 @@ func (s *stack) verify(events []evt, checkWF, checkDLQ bool) verdict {
 		counts := map[string]int{}
 		where := map[string][]string{}
 		why := map[string][]string{}
+		repeated := map[string]int{}
 		for _, d := range dead {
+			if s.breaks.byDeadLetterAll(d.rec.Error) {
+				repeated[d.eventID]++
+				if repeated[d.eventID] > 1 {
+					v.dlqRepeated++ // a dead-letter-all record may repeat (CONTRACT §12)
+					continue
+				}
+			}
 			counts[d.eventID]++
 			run := ""
 			if d.rec.Workflow != nil {
@@ -221,6 +237,7 @@ func (r *result) verdict(v verdict, checkWF, checkDLQ bool) {
 	if v.brokenDeadLettered+v.brokenWorkflows > 0 {
 		r.fig("dead_lettered_by_break", v.brokenDeadLettered)
 		r.fig("workflows_of_break", v.brokenWorkflows)
+		r.fig("dead_letter_all_repeats", v.dlqRepeated)
 	}
 	if checkWF {
 		r.fig("workflows", v.workflows)
