@@ -23,8 +23,10 @@ import (
 // way and an incident opens. Seeds alternate the policy: odd seeds run
 // CAUSET_INCIDENT_POLICY=hold (the break's events are parked and released
 // in entity order once the probe sees the fix; the second break is a
-// reopen of the same fingerprint, or, on a coin of the seed, is resolved
-// by the operator with `causet incidents resolve` as the fix lands), even
+// reopen of the same fingerprint; on coins of the seed the operator
+// dead-letters the first hold halfway through its break, which the failure
+// going on reopens, and resolves the second with `causet incidents
+// resolve` as the fix lands), even
 // seeds the default dead-letter (every event keeps its own schedule, and
 // one caught by the break may be dead-lettered: verify accepts that of it
 // and nothing more). The incident window is 10 s with a threshold of 50,
@@ -33,7 +35,7 @@ import (
 // only after a long backlog; a hold of those, which no fix ends, is
 // resolved by the operator (its events then take their own schedules).
 // Afterwards every incident run must have ended, no row may still hold,
-// release or dead-letter, and each break must have opened an incident.
+// release or dead-letter, and the breaks must have opened an incident.
 
 // soakIncidents is the soak's incident settings for the seed.
 func soakIncidents(seed uint64) (env map[string]string, hold bool) {
