@@ -65,7 +65,7 @@ func (so *soak) breakTable(seed uint64, d time.Duration, hold bool) (fixed func(
 			if !so.untilRenamed(brokenColumn, brokenColumn+"_moved", 2*time.Minute) {
 				continue
 			}
-			so.note("rel_effects broken: column %s renamed for %s", brokenColumn, long)
+			so.note("rel_effects broken: column %s renamed for %s", brokenColumn, long.Round(100*time.Millisecond))
 			if deadLetterAll {
 				// The operator gives up on the hold before the fix: its events
 				// are dead-lettered, and the failure going on reopens it.
