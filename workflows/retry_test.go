@@ -574,14 +574,21 @@ func TestTimedOutAttemptBeforeSuccessIsKept(t *testing.T) {
 func TestLastAttemptLostWithItsWorkerIsTriedAgain(t *testing.T) {
 	h, applier := newTimeoutHarnessOf(t, enumspb.TIMEOUT_TYPE_HEARTBEAT, 3, 2, 5) // 1, 3, 4 fail; 2 and 5 are lost
 	s := h.run(t, input(config.ModeWorkflow, config.DefaultRetry()))
+	requireAppliedByTheFifthAttempt(t, h, s)
+	require.Equal(t, 4, applier.calls, "attempts 1, 3 and 4 failed, 5 tried again applied")
+	require.Equal(t, "attempt timed out after 1m0s", s.Attempts[1].Error, "a middle attempt lost counts")
+}
+
+// requireAppliedByTheFifthAttempt: the run succeeded at its 5th attempt,
+// every attempt numbered in order, nothing dead-lettered.
+func requireAppliedByTheFifthAttempt(t *testing.T, h *harness, s contract.Status) {
+	t.Helper()
 	require.Equal(t, contract.StateSucceeded, s.State)
 	require.Empty(t, h.publisher.records, "nothing dead-lettered")
-	require.Equal(t, 4, applier.calls, "attempts 1, 3 and 4 failed, 5 tried again applied")
 	require.Len(t, s.Attempts, 5)
 	for i, a := range s.Attempts {
 		require.Equal(t, i+1, a.Number)
 	}
-	require.Equal(t, "attempt timed out after 1m0s", s.Attempts[1].Error, "a middle attempt lost counts")
 	require.Empty(t, s.Attempts[4].Error, "the last attempt, tried again, applied")
 }
 
@@ -591,14 +598,8 @@ func TestLastAttemptLostBeforeItRanIsTriedAgain(t *testing.T) {
 	h, applier := newTimeoutHarnessOf(t, enumspb.TIMEOUT_TYPE_HEARTBEAT, 3, 99)
 	applier.unstarted = map[int32]bool{4: true} // inline mode: the activity's 4th attempt is the 5th
 	s := h.run(t, input(config.ModeInline, config.DefaultRetry()))
-	require.Equal(t, contract.StateSucceeded, s.State)
-	require.Empty(t, h.publisher.records, "nothing dead-lettered")
+	requireAppliedByTheFifthAttempt(t, h, s)
 	require.Equal(t, 4, applier.calls, "attempts 2-4 failed, 5 tried again applied")
-	require.Len(t, s.Attempts, 5)
-	for i, a := range s.Attempts {
-		require.Equal(t, i+1, a.Number)
-	}
-	require.Empty(t, s.Attempts[4].Error)
 }
 
 // An event whose every attempt is lost (one that kills each worker it runs
