@@ -271,10 +271,7 @@ func (h *handoffs) publishDeadLetters(logs []*slog.Logger, what string, rs []dlq
 				first = cmp.Or(first, errs[j])
 				continue
 			}
-			r := rs[i].Record
-			h.m.deadLettered.WithLabelValues(r.ProjectionName, r.ErrorKind).Inc()
-			logs[i].Warn(what+" dead-lettered", "event", "projection_dead_lettered", "errorKind", r.ErrorKind,
-				"error", r.Error, "dlqTopic", at[j].Topic, "dlqPartition", at[j].Partition, "dlqOffset", at[j].Offset)
+			h.deadLettered(logs[i], what, rs[i].Record, at[j])
 		}
 		left = failed
 		if first != nil {
@@ -297,9 +294,14 @@ func (h *handoffs) publishDeadLetter(log *slog.Logger, what string, key []byte, 
 		return err
 	})
 	if ok {
-		h.m.deadLettered.WithLabelValues(r.ProjectionName, r.ErrorKind).Inc()
-		log.Warn(what+" dead-lettered", "event", "projection_dead_lettered", "errorKind", r.ErrorKind,
-			"error", r.Error, "dlqTopic", at.Topic, "dlqPartition", at.Partition, "dlqOffset", at.Offset)
+		h.deadLettered(log, what, r, at)
 	}
 	return ok
+}
+
+// deadLettered counts and logs a dead letter written at at.
+func (h *handoffs) deadLettered(log *slog.Logger, what string, r dlq.Record, at contract.DLQCoordinates) {
+	h.m.deadLettered.WithLabelValues(r.ProjectionName, r.ErrorKind).Inc()
+	log.Warn(what+" dead-lettered", "event", "projection_dead_lettered", "errorKind", r.ErrorKind,
+		"error", r.Error, "dlqTopic", at.Topic, "dlqPartition", at.Partition, "dlqOffset", at.Offset)
 }
