@@ -5,7 +5,6 @@ import (
 	"errors"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -141,21 +140,9 @@ func (so *soak) decideHolds(breaks bool, decision, reason string) {
 // the break's: per-event failures that a backlog counted past the
 // threshold, which no fix ends.
 func (so *soak) resolveStrayHolds() (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-done:
-				return
-			case <-time.After(5 * time.Second):
-			}
-			so.decideHolds(false, "resolve", "soak: failures of single events, not systemic")
-		}
-	}()
-	return func() { close(done); wg.Wait() }
+	return every(5*time.Second, func() {
+		so.decideHolds(false, "resolve", "soak: failures of single events, not systemic")
+	})
 }
 
 // incidentsEnded requires, once drained, every incident run to have ended

@@ -471,51 +471,58 @@ func (so *soak) outage(kind, name string, hold time.Duration, stop, start func()
 // sample records, every 5 s until stopped, how many events are applied and
 // each process's RSS, goroutines and open files.
 func (so *soak) sample() (stop func()) {
+	return every(5*time.Second, func() {
+		at := so.since()
+		if n := so.s.tryCount(`SELECT count(*) FROM rel_effects`); n >= 0 {
+			so.mu.Lock()
+			so.applied = append(so.applied, soakSample{at, int64(n)})
+			so.mu.Unlock()
+		}
+		for _, sl := range so.slots {
+			if !sl.mu.TryLock() {
+				continue // a fault has it
+			}
+			if rss, _ := sl.p.memKB(); rss > 0 {
+				sl.mem = append(sl.mem, soakSample{at, rss})
+			}
+			// From the process's own /metrics (the Go and process
+			// collectors). A worker keeps a goroutine per workflow in its
+			// cache (the dead letters open for their replay window grow
+			// it by design, up to the cache's size): those are not counted.
+			if n := sl.p.metric("go_goroutines"); n > 0 {
+				if cached := sl.p.metric("temporal_sticky_cache_size"); cached > 0 {
+					n -= cached
+				}
+				// The two gauges are read apart: a cache that grew
+				// between them can make the difference negative, a
+				// sample that means nothing.
+				if n >= 0 {
+					sl.goroutines = append(sl.goroutines, soakSample{at, int64(n)})
+				}
+			}
+			if n := sl.p.metric("process_open_fds"); n > 0 {
+				sl.fds = append(sl.fds, soakSample{at, int64(n)})
+			}
+			sl.mu.Unlock()
+		}
+	})
+}
+
+// every runs fn every interval, in a goroutine, until stop returns.
+func every(interval time.Duration, fn func()) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(5 * time.Second)
+		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
 			select {
 			case <-done:
 				return
 			case <-t.C:
-			}
-			at := so.since()
-			if n := so.s.tryCount(`SELECT count(*) FROM rel_effects`); n >= 0 {
-				so.mu.Lock()
-				so.applied = append(so.applied, soakSample{at, int64(n)})
-				so.mu.Unlock()
-			}
-			for _, sl := range so.slots {
-				if !sl.mu.TryLock() {
-					continue // a fault has it
-				}
-				if rss, _ := sl.p.memKB(); rss > 0 {
-					sl.mem = append(sl.mem, soakSample{at, rss})
-				}
-				// From the process's own /metrics (the Go and process
-				// collectors). A worker keeps a goroutine per workflow in its
-				// cache (the dead letters open for their replay window grow
-				// it by design, up to the cache's size): those are not counted.
-				if n := sl.p.metric("go_goroutines"); n > 0 {
-					if cached := sl.p.metric("temporal_sticky_cache_size"); cached > 0 {
-						n -= cached
-					}
-					// The two gauges are read apart: a cache that grew
-					// between them can make the difference negative, a
-					// sample that means nothing.
-					if n >= 0 {
-						sl.goroutines = append(sl.goroutines, soakSample{at, int64(n)})
-					}
-				}
-				if n := sl.p.metric("process_open_fds"); n > 0 {
-					sl.fds = append(sl.fds, soakSample{at, int64(n)})
-				}
-				sl.mu.Unlock()
+				fn()
 			}
 		}
 	}()
