@@ -30,6 +30,17 @@ import (
 // fault caused, plus how long the fault took to detect and how long the
 // system took to catch up after the link healed.
 
+// gateLinkScenario is gate for scenarios 17-22, which run side by side
+// (scripts/reliability.sh: -parallel 3) once the scenarios that stop the
+// shared PostgreSQL are done: each has its own test hosts, Kafka,
+// topics, database and task queue, and most of its time is the fault's hold.
+func gateLinkScenario(t *testing.T) profile {
+	t.Helper()
+	p := gate(t)
+	t.Parallel()
+	return p
+}
+
 // onePercent: 1 % failing heads, each followed by three events of its
 // entity, and one failing follower per ten heads.
 var onePercent = mix{every: 100, follow: 3, failsBehind: 10}
@@ -255,7 +266,7 @@ func workerPollFailed(_ []*proc, w *proc, since time.Time) bool {
 
 // Scenario 17: the bridge's link to PostgreSQL drops every packet for 60 s.
 func TestReliability17BridgePostgresBlackhole(t *testing.T) {
-	p := gate(t)
+	p := gateLinkScenario(t)
 	runLinkFault(t, p, linkFault{name: "blackhole_bridge_postgres", hold: pick(p, 45*time.Second, 60*time.Second),
 		apply: func(ns *netStack, bs []*testenv.Host, _ *testenv.Host) func() {
 			return bs[0].Cut(ns.pgPort, testenv.Both)
@@ -269,7 +280,7 @@ func TestReliability17BridgePostgresBlackhole(t *testing.T) {
 // other, what it still holds in flight must not be applied twice, and once
 // it has lost its partitions it applies nothing more.
 func TestReliability18BridgeKafkaBlackhole(t *testing.T) {
-	p := gate(t)
+	p := gateLinkScenario(t)
 	runLinkFault(t, p, linkFault{name: "blackhole_bridge_kafka", bridges: 2, hold: 60 * time.Second,
 		apply: func(ns *netStack, bs []*testenv.Host, _ *testenv.Host) func() {
 			return bs[0].Cut(ns.kafkaPort, testenv.Both)
@@ -286,7 +297,7 @@ func TestReliability18BridgeKafkaBlackhole(t *testing.T) {
 // Scenario 19: the worker's link to Temporal drops every packet for 60 s
 // while failing events have attempts scheduled.
 func TestReliability19WorkerTemporalBlackhole(t *testing.T) {
-	p := gate(t)
+	p := gateLinkScenario(t)
 	runLinkFault(t, p, linkFault{name: "blackhole_worker_temporal", hold: pick(p, 45*time.Second, 60*time.Second),
 		apply: func(ns *netStack, _ []*testenv.Host, w *testenv.Host) func() {
 			return w.Cut(ns.temporalPort, testenv.Both)
@@ -298,7 +309,7 @@ func TestReliability19WorkerTemporalBlackhole(t *testing.T) {
 // Scenario 20: every link slow (1 Mbit/s each way, up to 200 ms queued)
 // and lossy (5 % of packets each way) for 2 minutes.
 func TestReliability20SlowLossyLinks(t *testing.T) {
-	p := gate(t)
+	p := gateLinkScenario(t)
 	runLinkFault(t, p, linkFault{name: "slow_lossy_links", hold: pick(p, time.Minute, 2*time.Minute),
 		apply: func(_ *netStack, bs []*testenv.Host, w *testenv.Host) func() {
 			var heals []func()
@@ -317,7 +328,7 @@ func TestReliability20SlowLossyLinks(t *testing.T) {
 // Scenario 21: a one-way partition between the bridge and PostgreSQL for
 // 60 s: its packets arrive, the replies are dropped.
 func TestReliability21OneWayPartition(t *testing.T) {
-	p := gate(t)
+	p := gateLinkScenario(t)
 	runLinkFault(t, p, linkFault{name: "one_way_bridge_postgres", hold: pick(p, 45*time.Second, 60*time.Second),
 		apply: func(ns *netStack, bs []*testenv.Host, _ *testenv.Host) func() {
 			return bs[0].Cut(ns.pgPort, testenv.In)
@@ -335,7 +346,7 @@ func TestReliability21OneWayPartition(t *testing.T) {
 // none hangs and none is a 200 that the ledger lacks; re-submitted after the
 // heal, each intent is recorded once.
 func TestReliability22WritePathSilentLinks(t *testing.T) {
-	p := gate(t)
+	p := gateLinkScenario(t)
 	r := newResult(t, "writepath_silent_links/entity")
 	const hold = 60 * time.Second
 	before, during, cut := pick(p, 1000, 2000), pick(p, 2000, 5000), pick(p, 300, 1000)
