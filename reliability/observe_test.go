@@ -217,3 +217,15 @@ func (s *stack) waitDLQCount(n int64, within time.Duration) int64 {
 	}
 	return got
 }
+
+// groupLag is the consumer group's lag on the events topic, within 3 s;
+// false when Kafka does not answer.
+func (s *stack) groupLag() (int64, bool) {
+	ctx, cancel := context.WithTimeout(s.ctx, 3*time.Second)
+	defer cancel()
+	lags, err := kadm.NewClient(s.producer).Lag(ctx, s.group)
+	if err != nil || lags.Error() != nil {
+		return 0, false
+	}
+	return lags[s.group].Lag.TotalByTopic()[s.topic].Lag, true
+}

@@ -257,13 +257,21 @@ func (s *stack) waitSettled(r *result, evs []evt, within time.Duration) bool {
 	}
 	var last [2]int64
 	stable := time.Time{}
+	said := time.Now()
 	for end := time.Now().Add(within); time.Now().Before(end); time.Sleep(time.Second) {
 		var dl int64
 		for _, e := range s.endOffsets(s.dlqTopic) {
 			dl += e
 		}
 		now := [2]int64{int64(s.tryCount(`SELECT count(*) FROM rel_effects`)), dl}
-		if now != last || dl < int64(failing) || s.parkedCount() != 0 || s.blockedKeys() != 0 || open() != 0 {
+		parked, blocked, runs := s.parkedCount(), s.blockedKeys(), open()
+		if now != last || dl < int64(failing) || parked != 0 || blocked != 0 || runs != 0 {
+			if time.Since(said) >= time.Minute {
+				// What a long wait waits for, in the log as it goes.
+				s.t.Logf("not settled yet: %d effects, %d dead letters for %d failing events, %d parked, %d blocked keys, %d retry runs open (-1: unknown)",
+					now[0], dl, failing, parked, blocked, runs)
+				said = time.Now()
+			}
 			last, stable = now, time.Time{}
 			continue
 		}

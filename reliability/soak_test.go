@@ -13,11 +13,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 
@@ -26,13 +29,15 @@ import (
 	"github.com/causet/projection-retry/internal/testenv"
 )
 
-// The soak (`make soak`, RELIABILITY.md "Soak"): the read path as a user
+// The soak (`make soak`, RELIABILITY.md "Soak"): the system as a user
 // runs it — two bridges and two workers on one group and task queue, a
-// paced stream with 2 % of events failing on keys that also carry events
-// that succeed — while a nemesis, drawn from a seed, injects faults that
-// overlap: kill -9 and SIGSTOP/SIGCONT of any bridge or worker (a stop can
+// paced stream written straight to Kafka with 2 % of events failing on keys
+// that also carry events that succeed, and the write path (runtime, relay,
+// HTTP clients: soak_writepath_test.go) feeding two more projections —
+// while a nemesis, drawn from a seed, injects faults that overlap: kill -9
+// and SIGSTOP/SIGCONT of any process (a stop can
 // outlast the group's 15 s session: a zombie bridge that wakes up fenced),
-// PostgreSQL and Temporal stopped and started, and, as each process runs
+// PostgreSQL, Kafka and Temporal stopped and started, and, as each process runs
 // on a test host of its own (testenv.Network), its link to PostgreSQL,
 // Kafka or Temporal cut without a word (both ways, or one way: requests
 // that vanish, or replies that do — a peer that accepts and never
@@ -45,7 +50,8 @@ import (
 // not triple after warm-up. Twice the projection's table is broken as a
 // bad migration breaks it, opening an incident (held under odd seeds' policy
 // hold), and two rollouts are started: every incident and rollout run must
-// end (soak_incidents_test.go).
+// end (soak_incidents_test.go). Once settled, the operator replays the
+// breaks' dead letters (soak_replays_test.go).
 //
 // CAUSET_SOAK=1 runs it; CAUSET_SOAK_DURATION (default 8m) is how long the
 // faults go on, CAUSET_SOAK_SEED replays a schedule (it is printed), and
@@ -75,7 +81,10 @@ func TestSoak(t *testing.T) {
 
 	dev := startTemporalDev(t)
 	nw := testenv.NewNetwork(t)
-	ns := onHosts(t, newStack(t, stackOptions{partitions: 6, temporal: dev.hostPort, brokers: nw.Kafka()}), nw)
+	kafka := nw.KafkaCluster()
+	w := newWritePath(t, stackOptions{partitions: 6, temporal: dev.hostPort, brokers: kafka.ListenAddrs()})
+	w.direct = directEvent
+	ns := onHosts(t, w.stack, nw)
 	s := ns.stack
 	for k, v := range shortSchedule {
 		s.env[k] = v
@@ -86,11 +95,13 @@ func TestSoak(t *testing.T) {
 	}
 	r.fig("incident_policy", map[bool]string{true: "hold", false: "dead-letter"}[hold])
 	so := &soak{s: s, ns: ns, dev: dev, rng: rand.New(rand.NewPCG(seed, 0x736f616b)), start: time.Now(), down: map[string]bool{}}
+	so.stopKafka, so.startKafka = kafkaSwitch(kafka)
 	for _, name := range []string{"bridge-1", "bridge-2", "worker-1", "worker-2"} {
 		role, _, _ := strings.Cut(name, "-")
 		h := nw.Host(name)
 		so.slots = append(so.slots, &soakSlot{name: name, host: h, run: func() *proc { return s.startOn(h, role, nil, role) }})
 	}
+	so.writePathSlots(w, nw)
 	// Every process is up (past its start-up checks) before the first
 	// fault: a start that a fault fails is the supervisor's to repeat, and
 	// only a restart has one.
@@ -108,6 +119,7 @@ func TestSoak(t *testing.T) {
 	n := int(duration.Seconds()) * rate
 	var events eventLog
 	produced := s.producePaced(n, duration, twoPercent, &events)
+	clients := so.submitIntents(w, seed, duration)
 	stopSampling := so.sample()
 	rollouts := so.rollOut(seed, duration)
 	fixed := so.breakTable(seed, duration, hold)
@@ -118,7 +130,8 @@ func TestSoak(t *testing.T) {
 	so.wg.Wait()
 	fixed()
 	ids := rollouts()
-	so.note("faults over: every process running, PostgreSQL and Temporal up")
+	clients.answerAll(t, so, 5*time.Minute)
+	so.note("faults over: every process running, PostgreSQL, Kafka and Temporal up")
 	for _, sl := range so.slots {
 		// A killed process was started again by its fault: one that is gone
 		// now exited by itself.
@@ -144,6 +157,7 @@ func TestSoak(t *testing.T) {
 	}
 	so.rolloutsEnded(t, r, ids)
 	so.incidentsEnded(t, r, hold)
+	so.replayBreakDeadLetters(t, r, evs)
 	v := s.verify(evs, true, true)
 	r.fig("faults", len(so.faults))
 	for kind, c := range so.counts() {
@@ -152,6 +166,7 @@ func TestSoak(t *testing.T) {
 	so.writeReport(t, &v)
 	t.Logf("timeline:\n%s", strings.Join(so.timeline(), "\n"))
 	r.verdict(v, true, true) // also: one dedupe ledger row per applied event, no more
+	so.writePathHolds(t, r, clients)
 	so.checkGrowth(t, r)
 }
 
@@ -248,7 +263,28 @@ type soak struct {
 	faults  []soakFault
 	notes   []string
 	applied []soakSample
-	down    map[string]bool // the kinds of outage under way
+	// lag samples the group's lag: records on the events topic past its
+	// committed offsets (none while Kafka does not answer).
+	lag  []soakSample
+	down map[string]bool // the kinds of outage under way
+	// stopKafka and startKafka stop and start the Kafka broker (kafkaSwitch).
+	stopKafka, startKafka func()
+}
+
+// kafkaSwitch returns what stops and starts the kfake broker: stopped,
+// it closes the connection of every request it receives, as a broker
+// that is down refuses them, and keeps its topics, offsets and groups for
+// when it is started again, as a restarted broker keeps its log.
+func kafkaSwitch(c *kfake.Cluster) (stop, start func()) {
+	var down atomic.Bool
+	c.Control(func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if !down.Load() {
+			return nil, nil, false
+		}
+		return nil, errors.New("soak: Kafka stopped"), true
+	})
+	return func() { down.Store(true) }, func() { down.Store(false) }
 }
 
 // soakSlot is a process the nemesis may kill or stop; mu is held while a
@@ -316,7 +352,7 @@ func (so *soak) nemesis(d time.Duration) {
 	for time.Now().Before(end) {
 		gap := time.Duration(5+so.rng.IntN(21)) * time.Second
 		hold := time.Duration(3+so.rng.IntN(28)) * time.Second // a stop or outage: 3-30 s
-		kind := so.rng.IntN(8)
+		kind := so.rng.IntN(9)
 		slot := so.slots[so.rng.IntN(len(so.slots))]
 		switch kind {
 		case 0, 1:
@@ -334,6 +370,8 @@ func (so *soak) nemesis(d time.Duration) {
 			so.cut(slot, so.rng.IntN(3), testenv.Direction(so.rng.IntN(3)), time.Duration(3+so.rng.IntN(43))*time.Second)
 		case 7:
 			so.slowLink(slot, hold)
+		case 8:
+			so.outage("kafka", "Kafka", min(hold, 20*time.Second), so.stopKafka, so.startKafka)
 		}
 		time.Sleep(min(gap, time.Until(end)))
 	}
@@ -442,7 +480,7 @@ func (so *soak) pause(sl *soakSlot, hold time.Duration) {
 	}()
 }
 
-// outage stops a server (kind: "postgres" or "temporal") for hold, one
+// outage stops a server (kind: "postgres", "temporal" or "kafka") for hold, one
 // outage of each kind at a time.
 func (so *soak) outage(kind, name string, hold time.Duration, stop, start func()) {
 	so.mu.Lock()
@@ -476,6 +514,11 @@ func (so *soak) sample() (stop func()) {
 		if n := so.s.tryCount(`SELECT count(*) FROM rel_effects`); n >= 0 {
 			so.mu.Lock()
 			so.applied = append(so.applied, soakSample{at, int64(n)})
+			so.mu.Unlock()
+		}
+		if lag, ok := so.s.groupLag(); ok {
+			so.mu.Lock()
+			so.lag = append(so.lag, soakSample{at, lag})
 			so.mu.Unlock()
 		}
 		for _, sl := range so.slots {
@@ -567,6 +610,7 @@ func (so *soak) writeReport(t *testing.T, v *verdict) {
 	so.mu.Lock()
 	faults := append([]soakFault(nil), so.faults...)
 	applied := append([]soakSample(nil), so.applied...)
+	lag := append([]soakSample(nil), so.lag...)
 	so.mu.Unlock()
 
 	var b strings.Builder
@@ -576,6 +620,10 @@ func (so *soak) writeReport(t *testing.T, v *verdict) {
 		fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|\n")
 		fmt.Fprintf(&b, "| %d | %d | %d | %d | %d | %d | %d | %d | %d | %d |\n\n", v.produced, v.succeeded, v.failing, v.lost, v.doubleApplied,
 			v.dlq, v.dlqDup, v.workflows, v.dupWorkflows, v.inversions)
+		if v.brokenDeadLettered+v.replayApplied+v.replayRefused > 0 {
+			fmt.Fprintf(&b, "Left by the table's breaks and the operator's replay: %d dead-lettered and not applied (%d of them refused by the replay), %d applied by the replay, %d neither applied nor refused.\n\n",
+				v.brokenDeadLettered, v.replayRefused, v.replayApplied, v.replayUnresolved)
+		}
 	} else {
 		b.WriteString("The run did not drain: see the timeline.\n\n")
 	}
@@ -583,14 +631,15 @@ func (so *soak) writeReport(t *testing.T, v *verdict) {
 	b.WriteString(strings.Join(so.timeline(), "\n"))
 	b.WriteString("\n```\n")
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "soak-report.md"), []byte(b.String()), 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "soak-timeline.svg"), []byte(soakSVG(applied, faults, so.since())), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "soak-timeline.svg"), []byte(soakSVG(applied, lag, faults, so.since())), 0o644))
 	t.Logf("soak report: %s", filepath.Join(dir, "soak-report.md"))
 }
 
-// soakSVG draws events applied per second over time, with a bar per fault.
-func soakSVG(applied []soakSample, faults []soakFault, span time.Duration) string {
+// soakSVG draws the events applied per second and the group's lag over
+// time, each scaled to its own peak, with a bar per fault.
+func soakSVG(applied, lag []soakSample, faults []soakFault, span time.Duration) string {
 	const w, h, top = 900.0, 300.0, 20.0
-	x := func(d time.Duration) float64 { return 40 + (w-60)*d.Seconds()/max(span.Seconds(), 1) }
+	x := func(d time.Duration) float64 { return 110 + (w-130)*d.Seconds()/max(span.Seconds(), 1) } // fault names on the left
 	var rates []soakSample
 	var peak int64 = 1
 	for i := 1; i < len(applied); i++ {
@@ -604,9 +653,13 @@ func soakSVG(applied []soakSample, faults []soakFault, span time.Duration) strin
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="11">`+"\n", w, h)
-	fmt.Fprintf(&b, `<text x="40" y="14">events applied per second (peak %d); faults below</text>`+"\n", peak)
+	var lagPeak int64 = 1
+	for _, l := range lag {
+		lagPeak = max(lagPeak, l.v)
+	}
+	fmt.Fprintf(&b, `<text x="110" y="14"><tspan fill="#2ca02c">events applied per second (peak %d)</tspan>, <tspan fill="#e377c2">the group's lag in records (peak %d)</tspan>; faults below</text>`+"\n", peak, lagPeak)
 	colors := map[string]string{"kill": "#d62728", "pause": "#ff7f0e", "postgres": "#1f77b4", "temporal": "#9467bd",
-		"link": "#7f7f7f", "slow": "#bcbd22", "break": "#8c564b"}
+		"link": "#7f7f7f", "slow": "#bcbd22", "break": "#8c564b", "kafka": "#17becf"}
 	rows := map[string]float64{}
 	for _, f := range faults {
 		if _, ok := rows[f.target]; !ok {
@@ -619,6 +672,11 @@ func soakSVG(applied []soakSample, faults []soakFault, span time.Duration) strin
 		pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(r.at), chartBottom-(chartBottom-top)*float64(r.v)/float64(peak)))
 	}
 	fmt.Fprintf(&b, `<polyline fill="none" stroke="#2ca02c" stroke-width="1.5" points="%s"/>`+"\n", strings.Join(pts, " "))
+	pts = pts[:0]
+	for _, l := range lag {
+		pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(l.at), chartBottom-(chartBottom-top)*float64(l.v)/float64(lagPeak)))
+	}
+	fmt.Fprintf(&b, `<polyline fill="none" stroke="#e377c2" stroke-width="1" points="%s"/>`+"\n", strings.Join(pts, " "))
 	for target, row := range rows {
 		fmt.Fprintf(&b, `<text x="0" y="%.1f">%s</text>`+"\n", chartBottom+24+14*row, target)
 	}
@@ -633,8 +691,9 @@ func soakSVG(applied []soakSample, faults []soakFault, span time.Duration) strin
 
 // The soak's checker catches what it is there to catch: after a clean run
 // it finds nothing, then each defect planted in the read model — an event
-// lost, an event applied twice, an entity's event applied after a later one
-// — is found and named.
+// lost, an event applied twice, an entity's event applied after a later one,
+// a replayed dead letter neither applied nor refused, or both — is found and
+// named, and what a break or a replay may leave is excused and nothing more.
 func TestSoakCheckerCatchesPlantedDefects(t *testing.T) {
 	if os.Getenv("CAUSET_SOAK") == "" {
 		t.Skip("the soak runs with CAUSET_SOAK=1 (make soak)")
@@ -711,14 +770,53 @@ func TestSoakCheckerCatchesPlantedDefects(t *testing.T) {
 	require.Equal(t, 2, v.brokenDeadLettered)
 	require.Equal(t, 1, v.dlqRepeated, "its second record is a repeat, not a duplicate")
 	require.Zero(t, v.dlqDup)
+
+	// The operator's replay of three events the breaks dead-lettered: one
+	// it applied, one it refused, one it left neither applied nor refused —
+	// only the last is found.
+	replayedApplied, replayedRefused, neither := ok[70], ok[80], ok[90]
+	for _, e := range []evt{replayedRefused, neither} {
+		_, err = s.pool.Exec(s.ctx, `DELETE FROM rel_effects WHERE event_id = $1`, e.id)
+		require.NoError(t, err)
+	}
+	replay := &dlqReplay{selected: map[string]bool{}, appliedBefore: map[string]bool{}}
+	for _, e := range []evt{replayedApplied, replayedRefused, neither} {
+		s.plantDeadLetter(e, `ERROR: column "ratio" of relation "rel_effects" does not exist (SQLSTATE 42703)`)
+		replay.selected[e.id] = true
+	}
+	time.Sleep(10 * time.Millisecond)
+	replay.at = time.Now()
+	s.replay = replay
+	s.plantDeadLetterOfKind(replayedRefused, "invalid_event", "replay refused: rel_effects already applied a later event of entity "+replayedRefused.entity)
+	v = s.verify(evs, true, true)
+	require.Equal(t, 1, v.replayApplied, "applied by the replay")
+	require.Equal(t, 1, v.replayRefused, "refused by the replay")
+	require.Equal(t, 1, v.replayUnresolved, "neither applied nor refused")
+	require.Equal(t, 3, v.lost)
+	require.Contains(t, v.examplesLost, neither.id+" (replayed: neither applied nor refused)")
+	require.Equal(t, 1, v.replayDeadLetters, "the refusal is the replay's dead letter, not a duplicate")
+	require.Zero(t, v.dlqDup)
+	require.Equal(t, 2, v.dlqUnexpect, "the break's dead letter of the event the replay applied is expected")
+
+	// A replayed event both applied and refused has two outcomes.
+	s.plantDeadLetterOfKind(replayedApplied, "invalid_event", "replay refused: rel_effects already applied a later event of entity "+replayedApplied.entity)
+	v = s.verify(evs, true, true)
+	require.Equal(t, 2, v.replayUnresolved)
+	require.Contains(t, v.examplesDouble, replayedApplied.id+" (replayed: applied and refused)")
 }
 
-// plantDeadLetter writes a DLQ record of e failed with msg.
+// plantDeadLetter writes a DLQ record of e failed with msg, of kind sql.
 func (s *stack) plantDeadLetter(e evt, msg string) {
+	s.t.Helper()
+	s.plantDeadLetterOfKind(e, "sql", msg)
+}
+
+// plantDeadLetterOfKind writes a DLQ record of e failed with msg, of kind.
+func (s *stack) plantDeadLetterOfKind(e evt, kind, msg string) {
 	s.t.Helper()
 	raw := json.RawMessage(s.record(e).Value)
 	rec, err := dlq.Record{SchemaVersion: dlq.SchemaVersion, Event: &raw, ProjectionName: relProjection, EntityID: e.entity, ForkID: "production",
-		Error: msg, ErrorKind: "sql", DeadLetteredAt: time.Now()}.KafkaRecord(s.dlqTopic, []byte(e.entity))
+		Error: msg, ErrorKind: kind, DeadLetteredAt: time.Now()}.KafkaRecord(s.dlqTopic, []byte(e.entity))
 	require.NoError(s.t, err)
 	require.NoError(s.t, s.producer.ProduceSync(s.ctx, rec).FirstErr())
 }

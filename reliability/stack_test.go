@@ -94,6 +94,9 @@ type stack struct {
 	// breaks, when set, are the times rel_effects was broken (verify
 	// accepts what a break may leave).
 	breaks *tableBreaks
+	// replay, when set, is the operator's replay of the breaks' dead
+	// letters (verify holds each event it selected to applied or refused).
+	replay *dlqReplay
 	// env overrides for every process started from this stack.
 	env map[string]string
 }

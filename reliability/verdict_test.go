@@ -32,6 +32,12 @@ type verdict struct {
 	// lostDeadLetters are the DLQ records of examplesLost, when a break
 	// (s.breaks) had the DLQ read.
 	lostDeadLetters []string
+	// The operator's replay (s.replay): events it applied, events it
+	// refused (their entity had applied a later one), events it left
+	// neither applied nor refused (counted lost too), and the dead letters
+	// and retry runs it wrote or started.
+	replayApplied, replayRefused, replayUnresolved int
+	replayDeadLetters, replayWorkflows             int
 }
 
 // verify checks effects, ledger, workflows and DLQ against the events.
@@ -66,9 +72,17 @@ func (s *stack) verify(events []evt, checkWF, checkDLQ bool) verdict {
 			if s.breaks.byDeadLetterAll(d.rec.Error) {
 				heldDL[d.eventID] = true
 			}
-			if (isBreakError(d.rec.Error) || s.breaks.byDeadLetterAll(d.rec.Error)) && app[d.eventID] == 0 {
+			// A replayed event may have been applied by the replay.
+			unapplied := app[d.eventID] == 0 || (s.replay.has(d.eventID) && !s.replay.appliedBefore[d.eventID])
+			if (isBreakError(d.rec.Error) || s.breaks.byDeadLetterAll(d.rec.Error)) && unapplied {
 				brokenDL[d.eventID] = true
 			}
+		}
+	}
+	refused := map[string]bool{}
+	for _, d := range dead {
+		if s.replay.has(d.eventID) && s.replay.after(d.rec.DeadLetteredAt) && refusedByReplay(d.rec.ErrorKind, d.rec.Error) {
+			refused[d.eventID] = true
 		}
 	}
 	failing := map[string]bool{}
@@ -93,8 +107,25 @@ func (s *stack) verify(events []evt, checkWF, checkDLQ bool) verdict {
 		}
 		v.succeeded++
 		switch n := app[e.id]; {
+		case n > 0 && refused[e.id]:
+			v.replayUnresolved++
+			v.doubleApplied++ // two outcomes of one event
+			if len(v.examplesDouble) < 5 {
+				v.examplesDouble = append(v.examplesDouble, e.id+" (replayed: applied and refused)")
+			}
+		case n == 0 && brokenDL[e.id] && s.replay.has(e.id) && !refused[e.id]:
+			v.replayUnresolved++
+			v.lost++
+			if len(v.examplesLost) < 5 {
+				v.examplesLost = append(v.examplesLost, e.id+" (replayed: neither applied nor refused)")
+			}
 		case n == 0 && brokenDL[e.id]:
 			v.brokenDeadLettered++
+			if s.replay.has(e.id) {
+				v.replayRefused++
+			}
+		case n == 1 && brokenDL[e.id] && s.replay.has(e.id):
+			v.replayApplied++
 		case n == 0:
 			v.lost++
 			if len(v.examplesLost) < 5 {
@@ -127,7 +158,14 @@ func (s *stack) verify(events []evt, checkWF, checkDLQ bool) verdict {
 	if checkWF {
 		runs := map[string]int{}
 		started := map[string]time.Time{} // the first run's start
+		replayRuns := map[string]int{}
 		for _, e := range s.workflowsOnQueue(contract.RetryWorkflowName) {
+			if ev, ok := byWF[e.ID]; ok && s.replay.has(ev.id) && s.replay.after(e.Start) {
+				// A run the replay started (a dead-letter-all record has
+				// none to signal).
+				replayRuns[e.ID]++
+				continue
+			}
 			runs[e.ID]++
 			if t, ok := started[e.ID]; !ok || e.Start.Before(t) {
 				started[e.ID] = e.Start
@@ -135,6 +173,12 @@ func (s *stack) verify(events []evt, checkWF, checkDLQ bool) verdict {
 		}
 		v.workflows = len(runs)
 		for _, n := range runs {
+			if n > 1 {
+				v.dupWorkflows += n - 1
+			}
+		}
+		for _, n := range replayRuns {
+			v.replayWorkflows += n
 			if n > 1 {
 				v.dupWorkflows += n - 1
 			}
@@ -168,7 +212,20 @@ func (s *stack) verify(events []evt, checkWF, checkDLQ bool) verdict {
 		where := map[string][]string{}
 		why := map[string][]string{}
 		repeated := map[string]int{}
+		replayed := map[string]int{}
 		for _, d := range dead {
+			if s.replay.has(d.eventID) && s.replay.after(d.rec.DeadLetteredAt) {
+				// The replay's own: one at most (a refusal, or a failing
+				// event failing again).
+				v.replayDeadLetters++
+				if replayed[d.eventID]++; replayed[d.eventID] > 1 {
+					v.dlqDup++
+					if len(v.examplesDLQDup) < 5 {
+						v.examplesDLQDup = append(v.examplesDLQDup, d.eventID+": replayed, dead-lettered again more than once")
+					}
+				}
+				continue
+			}
 			if s.breaks.byDeadLetterAll(d.rec.Error) {
 				repeated[d.eventID]++
 				if repeated[d.eventID] > 1 {
@@ -234,10 +291,15 @@ func (r *result) verdict(v verdict, checkWF, checkDLQ bool) {
 	r.fig("ledger_rows", v.ledger)
 	r.fig("failing_applied", v.appliedFailing)
 	r.fig("order_inversions", v.inversions)
-	if v.brokenDeadLettered+v.brokenWorkflows > 0 {
+	if v.brokenDeadLettered+v.brokenWorkflows+v.replayApplied > 0 {
 		r.fig("dead_lettered_by_break", v.brokenDeadLettered)
 		r.fig("workflows_of_break", v.brokenWorkflows)
 		r.fig("dead_letter_all_repeats", v.dlqRepeated)
+		r.fig("replay_applied", v.replayApplied)
+		r.fig("replay_refused", v.replayRefused)
+		r.fig("replay_unresolved", v.replayUnresolved)
+		r.fig("replay_dead_letters", v.replayDeadLetters)
+		r.fig("replay_workflows", v.replayWorkflows)
 	}
 	if checkWF {
 		r.fig("workflows", v.workflows)
@@ -251,6 +313,7 @@ func (r *result) verdict(v verdict, checkWF, checkDLQ bool) {
 		r.fig("dlq_missing", v.dlqMissing)
 		r.fig("dlq_unexpected", v.dlqUnexpect)
 	}
+	require.Zero(t, v.replayUnresolved, "replayed dead letters neither applied nor refused")
 	require.Zero(t, v.lost, "lost events, e.g. %v (their dead letters: %v)", v.examplesLost, v.lostDeadLetters)
 	require.Zero(t, v.doubleApplied, "double-applied events, e.g. %v", v.examplesDouble)
 	require.Zero(t, v.appliedFailing, "failing events have no effect")

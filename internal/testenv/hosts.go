@@ -284,6 +284,13 @@ func pipe(dst, src net.Conn) {
 // cannot be forwarded like the others.
 func (n *Network) Kafka() []string {
 	n.t.Helper()
+	return n.KafkaCluster().ListenAddrs()
+}
+
+// KafkaCluster is Kafka, returning the cluster itself (for its fault
+// injection: Cluster.Control).
+func (n *Network) KafkaCluster() *kfake.Cluster {
+	n.t.Helper()
 	c, err := kfake.NewCluster(
 		kfake.NumBrokers(1),
 		kfake.AllowAutoTopicCreation(),
@@ -294,7 +301,7 @@ func (n *Network) Kafka() []string {
 		n.t.Fatalf("testenv: start kfake on %s: %v", ServiceIP, err)
 	}
 	n.t.Cleanup(c.Close)
-	return c.ListenAddrs()
+	return c
 }
 
 func run(stdin, name string, args ...string) (string, error) {
