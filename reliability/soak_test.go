@@ -771,9 +771,10 @@ func TestSoakCheckerCatchesPlantedDefects(t *testing.T) {
 	require.Equal(t, 1, v.dlqRepeated, "its second record is a repeat, not a duplicate")
 	require.Zero(t, v.dlqDup)
 
-	// The operator's replay of three events the breaks dead-lettered: one
-	// it applied, one it refused, one it left neither applied nor refused —
-	// only the last is found.
+	// The operator's replay of three events the breaks dead-lettered and a
+	// failing one: one it applied, one it refused, one it left neither
+	// applied nor refused, and the failing one, found until its replay
+	// dead-letters it again — only the third is found in the end.
 	replayedApplied, replayedRefused, neither := ok[70], ok[80], ok[90]
 	for _, e := range []evt{replayedRefused, neither} {
 		_, err = s.pool.Exec(s.ctx, `DELETE FROM rel_effects WHERE event_id = $1`, e.id)
@@ -784,17 +785,23 @@ func TestSoakCheckerCatchesPlantedDefects(t *testing.T) {
 		s.plantDeadLetter(e, `ERROR: column "ratio" of relation "rel_effects" does not exist (SQLSTATE 42703)`)
 		replay.selected[e.id] = true
 	}
+	// A failing event the replay selected (its dead letter is the run's).
+	failingReplayed := evs[slices.IndexFunc(evs, func(e evt) bool { return e.fails })]
+	replay.selected[failingReplayed.id] = true
 	time.Sleep(10 * time.Millisecond)
 	replay.at = time.Now()
 	s.replay = replay
 	s.plantDeadLetterOfKind(replayedRefused, "invalid_event", "replay refused: rel_effects already applied a later event of entity "+replayedRefused.entity)
+	v = s.verify(evs, true, true)
+	require.Equal(t, 2, v.replayUnresolved, "neither applied nor refused; a failing event not dead-lettered again: %v", v.examplesReplay)
+	s.plantDeadLetterOfKind(failingReplayed, "ir_eval", "on.REL_EVENT.columns.ratio: division by zero")
 	v = s.verify(evs, true, true)
 	require.Equal(t, 1, v.replayApplied, "applied by the replay")
 	require.Equal(t, 1, v.replayRefused, "refused by the replay")
 	require.Equal(t, 1, v.replayUnresolved, "neither applied nor refused")
 	require.Equal(t, 3, v.lost)
 	require.Contains(t, v.examplesLost, neither.id+" (replayed: neither applied nor refused)")
-	require.Equal(t, 1, v.replayDeadLetters, "the refusal is the replay's dead letter, not a duplicate")
+	require.Equal(t, 2, v.replayDeadLetters, "the refusal and the failing event's second dead letter are the replay's, not duplicates")
 	require.Zero(t, v.dlqDup)
 	require.Equal(t, 2, v.dlqUnexpect, "the break's dead letter of the event the replay applied is expected")
 

@@ -38,6 +38,7 @@ type verdict struct {
 	// and retry runs it wrote or started.
 	replayApplied, replayRefused, replayUnresolved int
 	replayDeadLetters, replayWorkflows             int
+	examplesReplay                                 []string
 }
 
 // verify checks effects, ledger, workflows and DLQ against the events.
@@ -109,12 +110,14 @@ func (s *stack) verify(events []evt, checkWF, checkDLQ bool) verdict {
 		switch n := app[e.id]; {
 		case n > 0 && refused[e.id]:
 			v.replayUnresolved++
+			v.examplesReplay = append(v.examplesReplay, e.id+": applied and refused")
 			v.doubleApplied++ // two outcomes of one event
 			if len(v.examplesDouble) < 5 {
 				v.examplesDouble = append(v.examplesDouble, e.id+" (replayed: applied and refused)")
 			}
 		case n == 0 && brokenDL[e.id] && s.replay.has(e.id) && !refused[e.id]:
 			v.replayUnresolved++
+			v.examplesReplay = append(v.examplesReplay, e.id+": neither applied nor refused")
 			v.lost++
 			if len(v.examplesLost) < 5 {
 				v.examplesLost = append(v.examplesLost, e.id+" (replayed: neither applied nor refused)")
@@ -258,6 +261,12 @@ func (s *stack) verify(events []evt, checkWF, checkDLQ bool) verdict {
 			}
 		}
 		for id := range failing {
+			if s.replay.has(id) && replayed[id] == 0 {
+				// A failing event replayed fails again: its replay must
+				// dead-letter it again.
+				v.replayUnresolved++
+				v.examplesReplay = append(v.examplesReplay, id+": a failing event replayed and not dead-lettered again")
+			}
 			if counts[id] == 0 {
 				v.dlqMissing++
 				if len(v.exDLQMiss) < 5 {
@@ -313,7 +322,7 @@ func (r *result) verdict(v verdict, checkWF, checkDLQ bool) {
 		r.fig("dlq_missing", v.dlqMissing)
 		r.fig("dlq_unexpected", v.dlqUnexpect)
 	}
-	require.Zero(t, v.replayUnresolved, "replayed dead letters neither applied nor refused")
+	require.Zero(t, v.replayUnresolved, "replayed dead letters without an end, e.g. %v", v.examplesReplay[:min(len(v.examplesReplay), 5)])
 	require.Zero(t, v.lost, "lost events, e.g. %v (their dead letters: %v)", v.examplesLost, v.lostDeadLetters)
 	require.Zero(t, v.doubleApplied, "double-applied events, e.g. %v", v.examplesDouble)
 	require.Zero(t, v.appliedFailing, "failing events have no effect")
