@@ -90,8 +90,9 @@ clean:
 reliability: tools
 	scripts/reliability.sh
 
-# Soak (RELIABILITY.md "Soak"): two bridges and two workers under faults
-# drawn from a seed for DURATION, then the checker; SEED replays a schedule.
+# Soak (RELIABILITY.md "Soak"): two bridges, two workers, the runtime and
+# the relay under faults drawn from a seed for DURATION, then the checker;
+# SEED replays a schedule.
 DURATION ?= 8m
 soak: tools
 	CAUSET_SOAK=1 CAUSET_SOAK_DURATION=$(DURATION) $(if $(SEED),CAUSET_SOAK_SEED=$(SEED)) \
