@@ -638,7 +638,14 @@ func (so *soak) writeReport(t *testing.T, v *verdict) {
 // soakSVG draws the events applied per second and the group's lag over
 // time, each scaled to its own peak, with a bar per fault.
 func soakSVG(applied, lag []soakSample, faults []soakFault, span time.Duration) string {
-	const w, h, top = 900.0, 300.0, 20.0
+	const w, top = 900.0, 20.0
+	rows := map[string]float64{} // a row of bars per fault target
+	for _, f := range faults {
+		if _, ok := rows[f.target]; !ok {
+			rows[f.target] = float64(len(rows))
+		}
+	}
+	h := 280 + 14*float64(len(rows))                                                               // the chart keeps its height however many rows
 	x := func(d time.Duration) float64 { return 110 + (w-130)*d.Seconds()/max(span.Seconds(), 1) } // fault names on the left
 	var rates []soakSample
 	var peak int64 = 1
@@ -660,12 +667,6 @@ func soakSVG(applied, lag []soakSample, faults []soakFault, span time.Duration) 
 	fmt.Fprintf(&b, `<text x="110" y="14"><tspan fill="#2ca02c">events applied per second (peak %d)</tspan>, <tspan fill="#e377c2">the group's lag in records (peak %d)</tspan>; faults below</text>`+"\n", peak, lagPeak)
 	colors := map[string]string{"kill": "#d62728", "pause": "#ff7f0e", "postgres": "#1f77b4", "temporal": "#9467bd",
 		"link": "#7f7f7f", "slow": "#bcbd22", "break": "#8c564b", "kafka": "#17becf"}
-	rows := map[string]float64{}
-	for _, f := range faults {
-		if _, ok := rows[f.target]; !ok {
-			rows[f.target] = float64(len(rows))
-		}
-	}
 	chartBottom := h - 20 - 14*float64(len(rows))
 	var pts []string
 	for _, r := range rates {
