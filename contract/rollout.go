@@ -138,7 +138,9 @@ type RolloutProgress struct {
 	WouldApply int `json:"wouldApply"`
 	WouldFail  int `json:"wouldFail"`
 	OutOfOrder int `json:"outOfOrder"`
-	// Replayed dead letters were signalled or restarted; Applied and
+	// Replayed dead letters were signalled or restarted (or found
+	// replaying or applied since the check: a batch retried after a kill
+	// finds so the one it had sent); Applied and
 	// Failing count the affected events settled after the deploy (applied,
 	// or dead-lettered again), Pending those not settled yet.
 	Replayed int `json:"replayed"`

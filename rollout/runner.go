@@ -275,6 +275,12 @@ func (r *Runner) ReplayBatch(ctx context.Context, in contract.ReplayFailingInput
 		switch res.Outcome {
 		case dlq.Signalled, dlq.Restarted:
 			out.Replayed++
+		case dlq.AlreadyDone:
+			// Dead-lettered at the check, replaying or applied now: the
+			// replay an attempt of this batch sent before it was cut off
+			// (a worker killed after the signal, before its heartbeat
+			// recorded it), which this attempt finds.
+			out.Replayed++
 		case dlq.Refused:
 			out.Refused++
 		case dlq.Failed:
