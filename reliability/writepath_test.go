@@ -434,10 +434,7 @@ func (w *writePath) checkIntents(ins []client.Intent, outs []wpOutcome) intentCh
 			continue
 		case o.res.Status == client.ResultSuccess:
 			c.success++
-			var ids []string
-			for _, e := range o.res.Events {
-				ids = append(ids, e.EventID)
-			}
+			ids := eventIDs(o.res)
 			if ok && (ri.status != ledger.RecordedSucceeded || !reflect.DeepEqual(ids, ri.events) || len(ids) != 1) {
 				c.mismatch++
 				c.example("%s: answered SUCCESS with %v, ledger %s with %v", in.IntentID, ids, ri.status, ri.events)
