@@ -175,8 +175,13 @@ start() {
 	echo "$datadir" >"$DATADIR_FILE"
 	write_config "$datadir"
 	local cluster_id
-	cluster_id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
-	if ! java_cmd kafka.tools.StorageTool format -t "$cluster_id" -c "$RUN/server.properties" >"$RUN/format.log" 2>&1; then
+	# A URL-safe base64 ID may start with '-', which the tool's argument parser
+	# takes for an option; Kafka's own IDs never do, so draw again until it doesn't.
+	cluster_id="-"
+	while [[ $cluster_id == -* ]]; do
+		cluster_id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
+	done
+	if ! java_cmd kafka.tools.StorageTool format --cluster-id="$cluster_id" -c "$RUN/server.properties" >"$RUN/format.log" 2>&1; then
 		cat "$RUN/format.log" >&2
 		die "formatting storage failed"
 	fi
