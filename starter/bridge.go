@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -174,6 +175,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 			}
 		})
 		b.adjustPauses()
+		b.reclaimFenced(ctx)
 		if time.Since(lastCommit) >= b.opts.CommitInterval {
 			b.commit(ctx, b.owned())
 			lastCommit = time.Now()
@@ -324,6 +326,112 @@ func (b *Bridge) lost(_ context.Context, cl *kgo.Client, m map[string][]int32) {
 	if len(m) > 0 {
 		b.log.Warn("partitions lost: nothing committed for them", "partitions", fmt.Sprint(m))
 	}
+}
+
+// reclaimFenced restarts the fenced partitions the group still assigns to
+// this bridge. The claim that fenced such a partition came from a bridge
+// the group no longer gives it to — one stopped or killed while its claim
+// was in flight — so no revoke will come, and waiting for one would stop
+// the partition for good. The partition claims again (a newer epoch: the
+// late claimant, should it wake, is fenced in turn), loads its keys and
+// resumes after what it finished. A bridge the group cannot answer (cut
+// from Kafka) or that the group has given the partition to another member
+// keeps waiting; it asks again, less often, up to once a session timeout.
+// Called from the poll loop before AllowRebalance, where no revoke runs, so
+// the answer holds while it acts on it.
+func (b *Bridge) reclaimFenced(ctx context.Context) {
+	now := time.Now()
+	var due []*partition
+	for _, p := range b.owned() {
+		if p.reclaimDue(now) {
+			due = append(due, p)
+		}
+	}
+	if len(due) == 0 {
+		return
+	}
+	actx, cancel := context.WithTimeout(ctx, reclaimAskTimeout)
+	ours, err := b.assignedByGroup(actx)
+	cancel()
+	for _, p := range due {
+		if err != nil || !ours[p.id] {
+			reason := "the group gives it to another member"
+			if err != nil {
+				reason = err.Error()
+			}
+			p.log.Debug("fenced partition not reclaimed", "reason", reason)
+			p.reclaimLater(now, b.opts.SessionTimeout)
+			continue
+		}
+		b.restart(p)
+	}
+}
+
+// reclaimAskTimeout bounds the poll loop's wait for the group's answer.
+const reclaimAskTimeout = 5 * time.Second
+
+// assignedByGroup returns the partitions of the topic the group's
+// coordinator assigns to this bridge now; an error when it cannot say (the
+// coordinator is out of reach, the group is rebalancing).
+func (b *Bridge) assignedByGroup(ctx context.Context) (map[int32]bool, error) {
+	member, _ := b.cl.GroupMetadata()
+	if member == "" {
+		return nil, errors.New("not a member of the group")
+	}
+	groups, err := kadm.NewClient(b.cl).DescribeGroups(ctx, b.opts.Group)
+	if err == nil {
+		err = groups.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("describe the group: %w", err)
+	}
+	g, ok := groups[b.opts.Group]
+	if !ok {
+		return nil, errors.New("describe the group: no answer for it")
+	}
+	if g.State != "Stable" {
+		return nil, fmt.Errorf("the group is %s", g.State)
+	}
+	ours := map[int32]bool{}
+	for _, m := range g.Members {
+		if m.MemberID != member {
+			continue
+		}
+		if a, ok := m.Assigned.AsConsumer(); ok {
+			for _, t := range a.Topics {
+				if t.Topic == b.opts.Topic {
+					for _, id := range t.Partitions {
+						ours[id] = true
+					}
+				}
+			}
+		}
+	}
+	return ours, nil
+}
+
+// restart replaces a fenced partition with a new one that claims it again,
+// and fetches it again from after what the old one finished: what the old
+// one had queued is dropped with it.
+func (b *Bridge) restart(old *partition) {
+	old.wait()
+	from, rewind := old.resumeAt()
+	b.mu.Lock()
+	k := topicPartition{old.topic, old.id}
+	if b.parts[k] != old {
+		b.mu.Unlock()
+		return
+	}
+	p := newPartition(b, old.topic, old.id)
+	b.parts[k] = p
+	b.mu.Unlock()
+	if rewind {
+		b.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{old.topic: {old.id: from}})
+	}
+	b.cl.ResumeFetchPartitions(map[string][]int32{old.topic: {old.id}})
+	b.m.reclaimed.Inc()
+	p.log.Warn("fenced partition still this bridge's in the group: claimed again, fetching again",
+		"event", "bridge_partition_reclaimed", "fromOffset", from.Offset)
 }
 
 // commit commits the finished offsets of parts with a generation-checked

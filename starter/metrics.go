@@ -22,6 +22,7 @@ type metrics struct {
 	parkedOldest prometheus.Gauge
 	parkBound    prometheus.Counter
 	fenced       prometheus.Counter
+	reclaimed    prometheus.Counter
 	unblocked    *prometheus.CounterVec // label via: released|dead_lettered
 	blockedKeys  prometheus.Gauge
 	heldInline   prometheus.Counter
@@ -62,6 +63,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "park_bound_waits_total", Help: "Times a partition waited before a batch because a key's parked events reached CAUSET_PARKED_MAX_PER_KEY or the partition's CAUSET_PARKED_MAX_PER_PARTITION."}),
 		fenced: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "partitions_fenced_total", Help: "Partitions this bridge stopped writing for because another bridge had claimed them since it took them (CAUSET_ORDERING=entity)."}),
+		reclaimed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "partitions_reclaimed_total", Help: "Fenced partitions this bridge claimed again because the group still assigned them to it: the claim that fenced them came from a bridge that no longer had them (CAUSET_ORDERING=entity)."}),
 		unblocked: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "keys_unblocked_total", Help: "Blocked keys cleared once their parked events were released (via=released) or dead-lettered with their incident (via=dead_lettered)."}, []string{"via"}),
 		blockedKeys: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
@@ -70,7 +73,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "held_total", Help: "(projection, event) pairs held back from inline apply because their key was blocked."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.parkedEvents, m.parkedNow, m.parkedOldest, m.parkBound, m.fenced, m.unblocked, m.blockedKeys, m.heldInline)
+		reg.MustRegister(m.parkedEvents, m.parkedNow, m.parkedOldest, m.parkBound, m.fenced, m.reclaimed, m.unblocked, m.blockedKeys, m.heldInline)
 		reg.MustRegister(m.consumed, m.applied, m.skipped, m.failed, m.handedOff, m.handoffRetry,
 			m.deadLettered, m.outages, m.inflight, m.lag, m.committed)
 	}

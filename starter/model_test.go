@@ -41,7 +41,9 @@ import (
 // letter), and faults while they flow: heads terminated from outside,
 // dead letters replayed (after their entity moved on: refused) or
 // discarded, the bridge killed (its group's offsets lost, so everything is
-// read again), a second bridge joining and leaving (a rebalance, fenced).
+// read again), a second bridge joining and leaving (a rebalance, fenced),
+// a claim landing after the bridge that made it was killed (the live owner
+// fenced by a bridge the group no longer knows: it must claim back).
 // Even seeds hold failures in incidents (opened, reopened, resolved and
 // dead-lettered at random); every third seed rolls the projection out
 // while the failures go on (no failing allowed: its check may stop it) and
@@ -166,6 +168,17 @@ END $$`)
 		oo.Registerer = prometheus.NewRegistry()
 		return h.start(oo)
 	}
+	// Killed bridges' late claims draw from a generator of their own, so
+	// the seeds' other draws stay as they were: one lands at a random step
+	// of every seed, more at 2 % of the steps.
+	lateRng := rand.New(rand.NewPCG(seed, 0x6361757365740002))
+	lateClaimAt := lateRng.IntN(len(events))
+	lateClaim := func() {
+		id := partitionOf(artists[lateRng.IntN(len(artists))])
+		m.note("a killed bridge's claim of partition %d lands", id)
+		_, err := parking.Claim(h.ctx, h.pool, o.Group, h.topic, id, "killed-bridge")
+		require.NoError(t, err)
+	}
 	rolloutAt := -1
 	if rollsOut {
 		rolloutAt = rng.IntN(len(events))
@@ -226,6 +239,11 @@ END $$`)
 				m.note("%s %s", action, id)
 				_ = h.temporal.Client.SignalWorkflow(h.ctx, id, "", action, contract.OperatorSignal{Identity: "model", Reason: "seed " + strconv.FormatUint(seed, 10)})
 			}
+		case x < 0.26 && x >= 0.24:
+			// A claim that lands after its bridge was killed (in flight at
+			// the kill): the partition's live owner is fenced by a bridge
+			// the group no longer knows, and must claim it back.
+			lateClaim()
 		case x < 0.20:
 			if head := modelDeadLetteredRun(h, rng); head != "" {
 				action := contract.SignalReplay
@@ -235,6 +253,9 @@ END $$`)
 				m.note("%s %s", action, head)
 				_ = h.temporal.Client.SignalWorkflow(h.ctx, head, "", action, contract.OperatorSignal{Identity: "model", Reason: "seed " + strconv.FormatUint(seed, 10)})
 			}
+		}
+		if i == lateClaimAt {
+			lateClaim()
 		}
 		if i == rolloutAt {
 			var err error

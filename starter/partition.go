@@ -51,8 +51,14 @@ type partition struct {
 	qbytes    int64 // keys and values of queue
 	segs      []*segment
 	done      kgo.EpochOffset // everything before done.Offset is finished
+	first     kgo.EpochOffset // the first record queued, offset -1 before one
 	committed int64           // last offset committed by this bridge, -1 if none
 	fencedOut bool            // another bridge claimed the partition (fenced)
+	// reclaimAt is when the bridge next asks the group whether a fenced
+	// partition is still its own (Bridge.reclaimFenced); reclaimWait the
+	// wait after that, doubling up to the session timeout.
+	reclaimAt   time.Time
+	reclaimWait time.Duration
 }
 
 func newPartition(b *Bridge, topic string, id int32) *partition {
@@ -64,6 +70,7 @@ func newPartition(b *Bridge, topic string, id int32) *partition {
 		tracer: recordTracer{topic: topic, id: id},
 		wake:   make(chan struct{}, 1),
 		done:   kgo.EpochOffset{Epoch: -1, Offset: -1},
+		first:  kgo.EpochOffset{Epoch: -1, Offset: -1},
 
 		committed: -1,
 	}
@@ -84,11 +91,16 @@ func (p *partition) stop() {
 
 // fenced stops a partition another bridge has claimed since this one took
 // it (parking.ErrFenced): it writes nothing more for it, commits no offset
-// past what it finished, and waits for the group to take it away.
+// past what it finished, and waits for the group to take it away — or to
+// say, when asked, that it is still this bridge's (Bridge.reclaimFenced).
 func (p *partition) fenced(err error) {
 	p.mu.Lock()
 	first := !p.fencedOut
-	p.fencedOut = true
+	if first {
+		p.fencedOut = true
+		p.reclaimWait = firstReclaimWait
+		p.reclaimAt = time.Now().Add(p.reclaimWait)
+	}
 	p.mu.Unlock()
 	if first {
 		p.m.fenced.Inc()
@@ -96,6 +108,26 @@ func (p *partition) fenced(err error) {
 			"event", "bridge_partition_fenced", "error", err.Error())
 	}
 	p.cancel()
+}
+
+// firstReclaimWait is how long a fenced partition waits before the bridge
+// first asks the group whose it is.
+const firstReclaimWait = time.Second
+
+// reclaimDue says whether the bridge should ask the group, at now, whether
+// the fenced partition is still its own.
+func (p *partition) reclaimDue(now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.fencedOut && !now.Before(p.reclaimAt)
+}
+
+// reclaimLater sets the next time to ask: the wait doubles up to most.
+func (p *partition) reclaimLater(now time.Time, most time.Duration) {
+	p.mu.Lock()
+	p.reclaimWait = min(2*p.reclaimWait, most)
+	p.reclaimAt = now.Add(p.reclaimWait)
+	p.mu.Unlock()
 }
 
 // wait waits for the worker, its hand-offs and sweeper checks after the
@@ -114,6 +146,9 @@ func (p *partition) enqueue(recs []*kgo.Record) int {
 		size += recordBytes(r)
 	}
 	p.mu.Lock()
+	if p.first.Offset < 0 && len(recs) > 0 {
+		p.first = kgo.EpochOffset{Epoch: recs[0].LeaderEpoch, Offset: recs[0].Offset}
+	}
 	p.queue = append(p.queue, recs...)
 	p.qbytes += size
 	n := len(p.queue)
@@ -159,6 +194,19 @@ func (p *partition) take() []*kgo.Record {
 		case <-p.wake:
 		}
 	}
+}
+
+// resumeAt is where a partition that replaces this one fetches from: after
+// what this one finished, else its first record; ok is false when it was
+// given no record.
+func (p *partition) resumeAt() (kgo.EpochOffset, bool) {
+	done, _ := p.committable()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if done.Offset >= 0 {
+		return done, true
+	}
+	return p.first, p.first.Offset >= 0
 }
 
 // committable returns the offset to commit, if it is past the last commit.
