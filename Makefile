@@ -9,7 +9,10 @@
 #                    against a real broker at KAFKA_BROKERS (see kafka-start)
 #   make lint        gofmt, go vet, staticcheck, workflowcheck
 #   make build       bin/causet
-#   make kafka-start / kafka-stop   local Apache Kafka (KRaft) on 127.0.0.1:9092
+#   make kafka-start / kafka-stop   local Apache Kafka (KRaft) on 127.0.0.1:9092,
+#                    and SASL_SSL (SCRAM-SHA-512, ACLs) on 127.0.0.1:9094
+#   make test-kafka-secured  reliability scenario 24: every causet process on
+#                    the broker's SASL_SSL listener, a user and ACLs of its own
 #   make model       the park/release model test over SEEDS seeds (default
 #                    1000; SEED=n replays one), real bridge, worker, Temporal
 #                    dev server and PostgreSQL; make test runs 10
@@ -24,8 +27,10 @@ GOTESTFLAGS          ?= -race -count=1
 KAFKA_TEST_PATTERN   ?= Kafka
 KAFKA_PORT           ?= 9092
 KAFKA_BROKERS        ?= 127.0.0.1:$(KAFKA_PORT)
+# What a client of the broker's SASL_SSL listener needs (kafka-start writes it).
+KAFKA_SECURE_ENV     ?= $(CURDIR)/.cache/kafka/run-$(KAFKA_PORT)/secure.env
 
-.PHONY: all dev tools test test-kafka lint build release kafka-start kafka-stop kafka-status clean reliability model soak
+.PHONY: all dev tools test test-kafka test-kafka-secured lint build release kafka-start kafka-stop kafka-status clean reliability model soak
 
 all: lint test build
 
@@ -51,6 +56,10 @@ test: tools
 
 test-kafka: tools
 	KAFKA_BROKERS=$(KAFKA_BROKERS) $(GOTESTSUM) $(GOTESTFLAGS) -run '$(KAFKA_TEST_PATTERN)' $(SLOW_PACKAGES) ./...
+
+test-kafka-secured: tools
+	CAUSET_RELIABILITY=short KAFKA_BROKERS=$(KAFKA_BROKERS) KAFKA_SECURE_ENV=$(KAFKA_SECURE_ENV) \
+		$(GO) test -count=1 -v -run '^TestReliability24SecuredKafka$$' ./reliability/
 
 lint:
 	@files=$$(gofmt -l $$(find . -name '*.go' -not -path './.cache/*' -not -path './bin/*')); \

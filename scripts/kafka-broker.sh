@@ -13,9 +13,25 @@
 #   KAFKA_CONTROLLER_PORT  CONTROLLER listener port (default KAFKA_PORT+1)
 #   KAFKA_HEAP_OPTS        JVM heap (default -Xms256m -Xmx512m)
 #   KAFKA_START_TIMEOUT    seconds to wait for the broker (default 90)
+#   KAFKA_SECURE_PORT      SASL_SSL listener port (default KAFKA_PORT+2)
 #
 # The broker stores its data in a fresh temp dir that `stop` removes, so every
 # start is a clean cluster. Clients use KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT.
+#
+# Two listeners for clients:
+#   PLAINTEXT on KAFKA_PORT        no authentication; its principal (ANONYMOUS)
+#                                  is a super user: for tests that set up
+#                                  topics and for local development only.
+#   SASL_SSL on KAFKA_SECURE_PORT  TLS with a certificate from a CA made at
+#                                  start, SCRAM-SHA-512 users made at start,
+#                                  and the StandardAuthorizer: a principal may
+#                                  do what its ACLs allow and nothing else (no
+#                                  ACL: refused). Users: admin (super user),
+#                                  causet-bridge, causet-worker, causet-relay,
+#                                  causet-ops, each with a random password.
+# start writes what a client of the SASL_SSL listener needs to
+# .cache/kafka/run-$KAFKA_PORT/secure.env (its brokers, CA file and the
+# users' passwords) and prints KAFKA_SECURE_ENV=<that file>.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -26,6 +42,8 @@ KAFKA_PORT="${KAFKA_PORT:-9092}"
 KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-$((KAFKA_PORT + 1))}"
 KAFKA_HEAP_OPTS="${KAFKA_HEAP_OPTS:--Xms256m -Xmx512m}"
 KAFKA_START_TIMEOUT="${KAFKA_START_TIMEOUT:-90}"
+KAFKA_SECURE_PORT="${KAFKA_SECURE_PORT:-$((KAFKA_PORT + 2))}"
+SECURE_USERS=(admin causet-bridge causet-worker causet-relay causet-ops)
 
 CACHE="$ROOT/.cache/kafka/$KAFKA_VERSION"
 LIBS="$CACHE/libs"
@@ -33,6 +51,8 @@ RUN="$ROOT/.cache/kafka/run-$KAFKA_PORT"
 PIDFILE="$RUN/kafka.pid"
 LOGFILE="$RUN/kafka.log"
 DATADIR_FILE="$RUN/datadir"
+TLS_DIR="$RUN/tls"
+SECURE_ENV="$RUN/secure.env"
 
 log() { printf 'kafka-broker: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
@@ -107,17 +127,46 @@ port_open() {
 	(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
 
+# make_tls makes a CA and the broker's certificate (127.0.0.1 and localhost),
+# valid for two days, and the broker's PKCS12 keystore; the password is $1.
+make_tls() {
+	local pass=$1
+	need openssl "install OpenSSL"
+	rm -rf "$TLS_DIR"
+	mkdir -p "$TLS_DIR"
+	(
+		cd "$TLS_DIR"
+		openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj "/CN=causet test CA" 2>/dev/null
+		openssl req -newkey rsa:2048 -nodes -keyout broker.key -out broker.csr -subj "/CN=localhost" 2>/dev/null
+		printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >broker.ext
+		openssl x509 -req -in broker.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out broker.pem -days 2 -extfile broker.ext 2>/dev/null
+		openssl pkcs12 -export -in broker.pem -inkey broker.key -certfile ca.pem -name broker -out broker.p12 -passout "pass:$pass"
+		rm -f ca.key broker.csr broker.ext ca.srl
+	) || die "making the TLS certificates failed"
+}
+
+# random_password prints 32 hex characters.
+random_password() { openssl rand -hex 16; }
+
 write_config() {
-	local datadir=$1
+	local datadir=$1 keystore_pass=$2
 	cat >"$RUN/server.properties" <<PROPS
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$KAFKA_CONTROLLER_PORT
-listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT,SASL_SSL://127.0.0.1:$KAFKA_SECURE_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,SASL_SSL://127.0.0.1:$KAFKA_SECURE_PORT
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL
 inter.broker.listener.name=PLAINTEXT
+sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.ssl.keystore.type=PKCS12
+listener.name.sasl_ssl.ssl.keystore.location=$TLS_DIR/broker.p12
+listener.name.sasl_ssl.ssl.keystore.password=$keystore_pass
+listener.name.sasl_ssl.ssl.key.password=$keystore_pass
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:admin;User:ANONYMOUS
 log.dirs=$datadir
 num.partitions=3
 default.replication.factor=1
@@ -166,6 +215,9 @@ start() {
 	if port_open "$KAFKA_PORT"; then
 		die "port $KAFKA_PORT is already in use by another process (set KAFKA_PORT)"
 	fi
+	if port_open "$KAFKA_SECURE_PORT"; then
+		die "port $KAFKA_SECURE_PORT is already in use by another process (set KAFKA_SECURE_PORT)"
+	fi
 	fetch_jars
 	local t0=$SECONDS
 	mkdir -p "$RUN"
@@ -173,7 +225,28 @@ start() {
 	local datadir
 	datadir="$(mktemp -d "${TMPDIR:-/tmp}/causet-kafka.XXXXXX")"
 	echo "$datadir" >"$DATADIR_FILE"
-	write_config "$datadir"
+	local keystore_pass
+	keystore_pass="$(random_password)"
+	make_tls "$keystore_pass"
+	write_config "$datadir" "$keystore_pass"
+	# SCRAM credentials are written into the cluster's metadata as it is
+	# formatted; their passwords go to secure.env (readable by its owner only).
+	local -a scram=()
+	(
+		umask 077
+		{
+			echo "KAFKA_SECURE_BROKERS=127.0.0.1:$KAFKA_SECURE_PORT"
+			echo "KAFKA_SECURE_CA_FILE=$TLS_DIR/ca.pem"
+			echo "KAFKA_SECURE_MECHANISM=SCRAM-SHA-512"
+		} >"$SECURE_ENV"
+	)
+	local user pass var
+	for user in "${SECURE_USERS[@]}"; do
+		pass="$(random_password)"
+		scram+=(--add-scram "SCRAM-SHA-512=[name=$user,password=$pass]")
+		var="${user#causet-}"
+		echo "KAFKA_SECURE_PASSWORD_${var^^}=$pass" >>"$SECURE_ENV"
+	done
 	local cluster_id
 	# A URL-safe base64 ID may start with '-', which the tool's argument parser
 	# takes for an option; Kafka's own IDs never do, so draw again until it doesn't.
@@ -181,7 +254,7 @@ start() {
 	while [[ $cluster_id == -* ]]; do
 		cluster_id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
 	done
-	if ! java_cmd kafka.tools.StorageTool format --cluster-id="$cluster_id" -c "$RUN/server.properties" >"$RUN/format.log" 2>&1; then
+	if ! java_cmd kafka.tools.StorageTool format --cluster-id="$cluster_id" -c "$RUN/server.properties" "${scram[@]}" >"$RUN/format.log" 2>&1; then
 		cat "$RUN/format.log" >&2
 		die "formatting storage failed"
 	fi
@@ -197,9 +270,10 @@ start() {
 			tail -n 60 "$LOGFILE" >&2
 			die "broker exited during start-up (log: $LOGFILE)"
 		fi
-		if port_open "$KAFKA_PORT" && grep -q 'Kafka Server started' "$LOGFILE"; then
-			log "started Kafka $KAFKA_VERSION (pid $(cat "$PIDFILE")) on 127.0.0.1:$KAFKA_PORT in $((SECONDS - t0))s; log: $LOGFILE"
+		if port_open "$KAFKA_PORT" && port_open "$KAFKA_SECURE_PORT" && grep -q 'Kafka Server started' "$LOGFILE"; then
+			log "started Kafka $KAFKA_VERSION (pid $(cat "$PIDFILE")) on 127.0.0.1:$KAFKA_PORT (PLAINTEXT) and 127.0.0.1:$KAFKA_SECURE_PORT (SASL_SSL) in $((SECONDS - t0))s; log: $LOGFILE"
 			echo "KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT"
+			echo "KAFKA_SECURE_ENV=$SECURE_ENV"
 			return 0
 		fi
 		sleep 0.5
@@ -239,6 +313,7 @@ stop() {
 		esac
 		rm -f "$DATADIR_FILE"
 	fi
+	rm -rf "$TLS_DIR" "$SECURE_ENV"
 	log "stopped"
 }
 
