@@ -191,7 +191,10 @@ func TestReliability24SecuredKafka(t *testing.T) {
 	ins := w.gen.slice(0, pick(p, 300, 1000))
 	var outs []wpOutcome
 	submitted := make(chan struct{})
-	go func() { defer close(submitted); outs = submitPaced(w.ctx, w.client(wpCallers), ins, wpCallers, 10*time.Second) }()
+	go func() {
+		defer close(submitted)
+		outs = submitPaced(w.ctx, w.client(wpCallers), ins, wpCallers, 10*time.Second)
+	}()
 	var events eventLog
 	s.produceRange(0, n, mix{every: 25, follow: 2}, &events)
 	<-submitted
