@@ -11,8 +11,13 @@
 #   make build       bin/causet
 #   make kafka-start / kafka-stop   local Apache Kafka (KRaft) on 127.0.0.1:9092,
 #                    and SASL_SSL (SCRAM-SHA-512, ACLs) on 127.0.0.1:9094
-#   make test-kafka-secured  reliability scenario 24: every causet process on
-#                    the broker's SASL_SSL listener, a user and ACLs of its own
+#   make temporal-cluster-start / -stop  a production-shaped Temporal on
+#                    127.0.0.1:17233: frontend, history, matching and worker
+#                    processes, PostgreSQL persistence and SQL visibility
+#   make test-cluster  reliability scenarios 24 and 25 beside both: every
+#                    process on the broker's SASL_SSL listener with a user and
+#                    ACLs of its own, on the Temporal cluster; history killed
+#                    mid-backoff, matching restarted under load
 #   make model       the park/release model test over SEEDS seeds (default
 #                    1000; SEED=n replays one), real bridge, worker, Temporal
 #                    dev server and PostgreSQL; make test runs 10
@@ -29,8 +34,11 @@ KAFKA_PORT           ?= 9092
 KAFKA_BROKERS        ?= 127.0.0.1:$(KAFKA_PORT)
 # What a client of the broker's SASL_SSL listener needs (kafka-start writes it).
 KAFKA_SECURE_ENV     ?= $(CURDIR)/.cache/kafka/run-$(KAFKA_PORT)/secure.env
+TEMPORAL_CLUSTER_PORT ?= 17233
+# Where the Temporal cluster is (temporal-cluster-start writes it).
+TEMPORAL_CLUSTER_ENV ?= $(CURDIR)/.cache/temporal-cluster/run-$(TEMPORAL_CLUSTER_PORT)/cluster.env
 
-.PHONY: all dev tools test test-kafka test-kafka-secured lint build release kafka-start kafka-stop kafka-status clean reliability model soak
+.PHONY: all dev tools test test-kafka test-cluster temporal-cluster-start temporal-cluster-stop lint build release kafka-start kafka-stop kafka-status clean reliability model soak
 
 all: lint test build
 
@@ -57,9 +65,16 @@ test: tools
 test-kafka: tools
 	KAFKA_BROKERS=$(KAFKA_BROKERS) $(GOTESTSUM) $(GOTESTFLAGS) -run '$(KAFKA_TEST_PATTERN)' $(SLOW_PACKAGES) ./...
 
-test-kafka-secured: tools
+test-cluster: tools
 	CAUSET_RELIABILITY=short KAFKA_BROKERS=$(KAFKA_BROKERS) KAFKA_SECURE_ENV=$(KAFKA_SECURE_ENV) \
-		$(GO) test -count=1 -v -run '^TestReliability24SecuredKafka$$' ./reliability/
+		TEMPORAL_CLUSTER_ENV=$(TEMPORAL_CLUSTER_ENV) \
+		$(GO) test -count=1 -v -timeout 20m -run '^TestReliability(24SecuredKafka|25TemporalCluster)$$' ./reliability/
+
+temporal-cluster-start: tools
+	TEMPORAL_CLUSTER_PORT=$(TEMPORAL_CLUSTER_PORT) scripts/temporal-cluster.sh start
+
+temporal-cluster-stop:
+	TEMPORAL_CLUSTER_PORT=$(TEMPORAL_CLUSTER_PORT) scripts/temporal-cluster.sh stop
 
 lint:
 	@files=$$(gofmt -l $$(find . -name '*.go' -not -path './.cache/*' -not -path './bin/*')); \

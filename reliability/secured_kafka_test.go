@@ -156,7 +156,12 @@ func TestReliability24SecuredKafka(t *testing.T) {
 	p := gate(t)
 	k := securedKafkaFromEnv(t)
 	r := newResult(t, "secured_kafka/entity")
-	w := newWritePath(t, stackOptions{partitions: 3})
+	o := stackOptions{partitions: 3}
+	if c, ok := temporalClusterFromEnv(t); ok {
+		// Beside the production-shaped Temporal when it runs (CI).
+		o.temporal, o.namespace = c.address, c.namespace
+	}
+	w := newWritePath(t, o)
 	w.direct = directEvent
 	s := w.stack
 	s.env = map[string]string{"CAUSET_DLQ_HOLD_ENTITY": "true"}

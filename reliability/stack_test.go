@@ -109,6 +109,8 @@ type stackOptions struct {
 	brokers []string
 	// temporal: host:port of a Temporal frontend; when empty, testenv.Temporal.
 	temporal string
+	// namespace on that frontend; when empty, default.
+	namespace string
 	// topicConfig for the events and DLQ topics (e.g. max.message.bytes).
 	topicConfig map[string]*string
 	// producerOpts are extra options for the test's producer.
@@ -156,7 +158,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	if o.temporal == "" {
 		s.temporal = testenv.Temporal(t)
 	} else {
-		s.temporal = dialTemporal(t, o.temporal)
+		s.temporal = dialTemporal(t, o.temporal, o.namespace)
 	}
 	s.taskQueue = testenv.TaskQueue(t)
 
@@ -169,9 +171,15 @@ func newStack(t *testing.T, o stackOptions) *stack {
 }
 
 // dialTemporal connects to a Temporal frontend of the scenario's own, as
-// the bridge and the worker do (package app), in namespace default.
-func dialTemporal(t *testing.T, hostPort string) testenv.TemporalServer {
+// the bridge and the worker do (package app), in namespace (default when
+// empty).
+func dialTemporal(t *testing.T, hostPort, namespace string) testenv.TemporalServer {
 	t.Helper()
+	if namespace != "" {
+		t.Setenv("TEMPORAL_ADDRESS", hostPort)
+		t.Setenv("TEMPORAL_NAMESPACE", namespace)
+		hostPort = "" // read from TEMPORAL_*, as a process beside a cluster does
+	}
 	tc, err := app.DialTemporal(context.Background(), quietSlog(), app.TemporalOptions{HostPort: hostPort})
 	require.NoError(t, err)
 	t.Cleanup(tc.Close)

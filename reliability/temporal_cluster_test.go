@@ -1,0 +1,202 @@
+package reliability
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+
+	"github.com/causet/projection-retry/contract"
+)
+
+// temporalCluster is the production-shaped Temporal of
+// scripts/temporal-cluster.sh: frontend, history, matching and worker as
+// four processes, PostgreSQL persistence and SQL visibility, 4 history
+// shards, the namespace and search attributes made with `temporal operator`.
+type temporalCluster struct {
+	address, namespace, port string
+	script                   string
+}
+
+// temporalClusterFromEnv reads the file TEMPORAL_CLUSTER_ENV names (written
+// by `scripts/temporal-cluster.sh start`); without it, ok is false.
+func temporalClusterFromEnv(t *testing.T) (temporalCluster, bool) {
+	t.Helper()
+	path := os.Getenv("TEMPORAL_CLUSTER_ENV")
+	if path == "" {
+		return temporalCluster{}, false
+	}
+	f, err := os.Open(path)
+	require.NoError(t, err, "TEMPORAL_CLUSTER_ENV")
+	defer f.Close()
+	var c temporalCluster
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		key, value, _ := strings.Cut(sc.Text(), "=")
+		switch key {
+		case "TEMPORAL_ADDRESS":
+			c.address = value
+		case "TEMPORAL_NAMESPACE":
+			c.namespace = value
+		case "TEMPORAL_CLUSTER_PORT":
+			c.port = value
+		}
+	}
+	require.NoError(t, sc.Err())
+	require.NotEmpty(t, c.address, "%s: no TEMPORAL_ADDRESS", path)
+	c.script, err = filepath.Abs("../scripts/temporal-cluster.sh")
+	require.NoError(t, err)
+	return c, true
+}
+
+// requireTemporalCluster is temporalClusterFromEnv, skipping without one.
+func requireTemporalCluster(t *testing.T) temporalCluster {
+	t.Helper()
+	c, ok := temporalClusterFromEnv(t)
+	if !ok {
+		t.Skip("needs the production-shaped Temporal: `scripts/temporal-cluster.sh start` prints TEMPORAL_CLUSTER_ENV; set it")
+	}
+	return c
+}
+
+// service runs `scripts/temporal-cluster.sh <verb> <service>`.
+func (c temporalCluster) service(t *testing.T, verb, service string) {
+	t.Helper()
+	cmd := exec.Command(c.script, verb, service)
+	cmd.Env = append(os.Environ(), "TEMPORAL_CLUSTER_PORT="+c.port)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s %s: %s", verb, service, out)
+}
+
+// Scenario 25: beside a production-shaped Temporal cluster. Its history
+// service is killed (kill -9) while three events wait in the backoff before
+// their fourth attempt, and started again: the attempts keep the schedule's
+// times (0, 1, 3, 7, 15 s) within a few seconds and each event is
+// dead-lettered once with five attempts. Then its matching service is
+// restarted while 2 % failing events flow: every event is applied once or
+// dead-lettered, none twice, no workflow twice.
+func TestReliability25TemporalCluster(t *testing.T) {
+	p := gate(t)
+	c := requireTemporalCluster(t)
+	t.Run("history killed mid-backoff", func(t *testing.T) { clusterHistoryKill(t, c) })
+	t.Run("matching restarted under load", func(t *testing.T) { clusterMatchingRestart(t, p, c) })
+}
+
+func clusterHistoryKill(t *testing.T, c temporalCluster) {
+	r := newResult(t, "cluster_history_kill9/entity")
+	s := newStack(t, stackOptions{partitions: 3, temporal: c.address, namespace: c.namespace})
+	// The default schedule: attempts at 0, 1, 3, 7, 15 s.
+	w := s.worker(nil)
+	b := s.bridge(nil)
+	var events eventLog
+	s.produceRange(0, 300, mix{every: 100, follow: 3}, &events)
+	var failing []string
+	for _, e := range events.all() {
+		if e.fails {
+			failing = append(failing, e.id)
+		}
+	}
+	require.Len(t, failing, 3)
+	// In the backoff before overall attempt 4 (activity attempt 3), due 4 s
+	// after attempt 3.
+	inBackoff := func() (bool, string) {
+		for _, id := range failing {
+			d := s.describe(wfID(id))
+			if d == nil || len(d.PendingActivities) != 1 {
+				return false, fmt.Sprintf("%s: %v", id, d)
+			}
+			pa := d.PendingActivities[0]
+			if pa.Attempt != 3 || pa.State != enumspb.PENDING_ACTIVITY_STATE_SCHEDULED || pa.NextAttemptScheduleTime == nil ||
+				time.Until(pa.NextAttemptScheduleTime.AsTime()) < 2*time.Second {
+				return false, fmt.Sprintf("%s: %v", id, pa)
+			}
+		}
+		return true, ""
+	}
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		ok, last := inBackoff()
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("workflows never reached the backoff after attempt 3; last status %s\nbridge:\n%s\nworker:\n%s",
+				last, b.logTail(10), w.logTail(10))
+		}
+	}
+	killed := time.Now()
+	c.service(t, "kill", "history")
+	c.service(t, "start-service", "history")
+	r.fig("history_down_s", durS(time.Since(killed)))
+
+	got := s.waitDLQCount(int64(len(failing)), 3*time.Minute)
+	r.fig("dlq_end_offset", got)
+	time.Sleep(2 * time.Second)
+	schedule := []float64{1, 3, 7, 15}
+	perEvent := map[string]int{}
+	for _, d := range s.readDLQ() {
+		perEvent[d.eventID]++
+		nums := []int{}
+		for _, a := range d.rec.Attempts {
+			nums = append(nums, a.Number)
+		}
+		require.Equal(t, []int{1, 2, 3, 4, 5}, nums, "attempts of %s", d.eventID)
+		offsets := []string{}
+		for i := 1; i < len(d.rec.Attempts); i++ {
+			off := d.rec.Attempts[i].StartedAt.Sub(d.rec.Attempts[0].StartedAt).Seconds()
+			offsets = append(offsets, fmt.Sprintf("%.1f", off))
+			require.InDelta(t, schedule[i-1], off, 5, "attempt %d of %s: %.1f s after the first, the schedule says %.0f s",
+				i+1, d.eventID, off, schedule[i-1])
+		}
+		r.fig("attempt_offsets_s_"+strings.TrimPrefix(d.eventID, s.prefix+"-"), strings.Join(offsets, ","))
+	}
+	for _, id := range failing {
+		require.Equal(t, 1, perEvent[id], "one dead letter for %s", id)
+		st, err := s.status(wfID(id))
+		require.NoError(t, err)
+		require.Equal(t, contract.StateDeadLettered, st.State)
+	}
+	require.False(t, b.exited(), "bridge exited:\n%s", b.logTail(30))
+	require.False(t, w.exited(), "worker exited:\n%s", w.logTail(30))
+	s.waitApplied(events.all(), time.Minute)
+	v := s.verify(events.all(), true, true)
+	r.verdict(v, true, true)
+}
+
+func clusterMatchingRestart(t *testing.T, p profile, c temporalCluster) {
+	r := newResult(t, "cluster_matching_restart/entity")
+	s := newStack(t, stackOptions{partitions: 6, temporal: c.address, namespace: c.namespace})
+	s.env = shortSchedule
+	w := s.worker(nil)
+	b := s.bridge(nil)
+	n := pick(p, 2000, 10000)
+	var events eventLog
+	produced := s.producePaced(n, 20*time.Second, twoPercent, &events)
+	time.Sleep(8 * time.Second)
+	restarted := time.Now()
+	c.service(t, "restart", "matching")
+	r.fig("matching_restart_s", durS(time.Since(restarted)))
+	<-produced
+	require.True(t, s.waitCommittedToEnd(5*time.Minute), "offsets not committed to the end: %s", s.progress())
+	evs := events.all()
+	failing := 0
+	for _, e := range evs {
+		if e.fails {
+			failing++
+		}
+	}
+	r.fig("dlq_end_offset", s.waitDLQCount(int64(failing), 5*time.Minute))
+	s.waitApplied(evs, 5*time.Minute)
+	time.Sleep(2 * time.Second)
+	require.False(t, b.exited(), "bridge exited:\n%s", b.logTail(30))
+	require.False(t, w.exited(), "worker exited:\n%s", w.logTail(30))
+	v := s.verify(evs, true, true)
+	r.fig("events", n)
+	r.verdict(v, true, true)
+}
