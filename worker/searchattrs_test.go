@@ -74,6 +74,25 @@ func TestEnsureSearchAttributesPrintsCommandsWhenRefused(t *testing.T) {
 	}, lines[1:])
 }
 
+// On SQL visibility a namespace holds at most 3 custom Int attributes: one
+// that has an Int of its own has no room for the rollout's three, and the
+// commands would fail too. The error says so and what to do instead (the
+// server's message as Temporal v1.29's SQL visibility words it).
+func TestEnsureSearchAttributesNoRoomInTheVisibilityStore(t *testing.T) {
+	f := &fakeOperator{
+		existing: map[string]enumspb.IndexedValueType{"OrderTotal": enumspb.INDEXED_VALUE_TYPE_INT},
+		addErr:   status.Error(codes.FailedPrecondition, "Unable to create search attributes: cannot have more than 3 search attribute of type Int."),
+	}
+	err := EnsureSearchAttributes(context.Background(), f, "orders")
+	require.Error(t, err)
+	msg := err.Error()
+	require.NotContains(t, msg, "\n", "one line: the create commands would fail as well")
+	require.Contains(t, msg, `are missing in namespace "orders" and there is no room for them`)
+	require.Contains(t, msg, "cannot have more than 3 search attribute of type Int")
+	require.Contains(t, msg, "Causet needs 7 Keyword and 3 Int custom search attributes")
+	require.Contains(t, msg, "give Causet a namespace of its own")
+}
+
 func TestEnsureSearchAttributesNothingToDo(t *testing.T) {
 	f := &fakeOperator{existing: map[string]enumspb.IndexedValueType{}, addErr: status.Error(codes.PermissionDenied, "no")}
 	for _, n := range contract.SearchAttributeNames {

@@ -151,6 +151,15 @@ type MissingSearchAttributesError struct {
 
 func (e *MissingSearchAttributesError) Error() string {
 	var b strings.Builder
+	if e.Cause != nil && strings.Contains(e.Cause.Error(), "cannot have more than") {
+		// The visibility store's per-type limit: creating them by hand fails too.
+		fmt.Fprintf(&b, "search attributes %s are missing in namespace %q and there is no room for them (%v): "+
+			"Causet needs %d Keyword and %d Int custom search attributes, and SQL visibility (PostgreSQL, MySQL, SQLite) "+
+			"allows 10 Keyword and 3 Int per namespace; give Causet a namespace of its own (temporal operator namespace create) "+
+			"or remove attributes this namespace no longer uses",
+			strings.Join(e.Missing, ", "), e.Namespace, e.Cause, len(contract.SearchAttributeNames), len(contract.IntSearchAttributeNames))
+		return b.String()
+	}
 	fmt.Fprintf(&b, "search attributes %s are missing in namespace %q and could not be added (%v); create them with:",
 		strings.Join(e.Missing, ", "), e.Namespace, e.Cause)
 	for _, name := range e.Missing {
