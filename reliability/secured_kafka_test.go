@@ -18,7 +18,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/causet/projection-retry/contract"
-	"github.com/causet/projection-retry/internal/testenv"
 )
 
 // securedKafka is the SASL_SSL listener of the real broker
@@ -30,7 +29,9 @@ import (
 // SASL_SSL listener as a user of its own.
 type securedKafka struct {
 	brokers, caFile string
-	passwords       map[string]string // user → password
+	// plaintext is the same broker's PLAINTEXT listener: the harness's.
+	plaintext []string
+	passwords map[string]string // user → password
 }
 
 // The users the broker script creates, one per kind of causet process.
@@ -46,8 +47,8 @@ const (
 func securedKafkaFromEnv(t *testing.T) securedKafka {
 	t.Helper()
 	path := os.Getenv("KAFKA_SECURE_ENV")
-	if path == "" || !testenv.IsRealKafka() {
-		t.Skip("needs the real broker's SASL_SSL listener: `scripts/kafka-broker.sh start` prints KAFKA_BROKERS and KAFKA_SECURE_ENV; set both")
+	if path == "" {
+		t.Skip("needs the real broker's SASL_SSL listener: `scripts/kafka-broker.sh start` prints KAFKA_SECURE_ENV; set it")
 	}
 	f, err := os.Open(path)
 	require.NoError(t, err, "KAFKA_SECURE_ENV")
@@ -64,12 +65,15 @@ func securedKafkaFromEnv(t *testing.T) securedKafka {
 			k.brokers = value
 		case key == "KAFKA_SECURE_CA_FILE":
 			k.caFile = value
+		case key == "KAFKA_PLAINTEXT_BROKERS":
+			k.plaintext = strings.Split(value, ",")
 		case strings.HasPrefix(key, "KAFKA_SECURE_PASSWORD_"):
 			k.passwords["causet-"+strings.ToLower(strings.TrimPrefix(key, "KAFKA_SECURE_PASSWORD_"))] = value
 		}
 	}
 	require.NoError(t, sc.Err())
 	require.NotEmpty(t, k.brokers, "%s: no KAFKA_SECURE_BROKERS", path)
+	require.NotEmpty(t, k.plaintext, "%s: no KAFKA_PLAINTEXT_BROKERS", path)
 	require.FileExists(t, k.caFile)
 	for _, u := range []string{kafkaUserBridge, kafkaUserWorker, kafkaUserRelay, kafkaUserOps} {
 		require.NotEmpty(t, k.passwords[u], "%s: no password for %s", path, u)
@@ -155,8 +159,9 @@ func (s *stack) causetAs(extra map[string]string, args ...string) (stdout, stder
 func TestReliability24SecuredKafka(t *testing.T) {
 	p := gate(t)
 	k := securedKafkaFromEnv(t)
+	t.Parallel() // beside scenarios 17-22 and 25: nothing shared is stopped
 	r := newResult(t, "secured_kafka/entity")
-	o := stackOptions{partitions: 3}
+	o := stackOptions{partitions: 3, brokers: k.plaintext}
 	if c, ok := temporalClusterFromEnv(t); ok {
 		// Beside the production-shaped Temporal when it runs (CI).
 		o.temporal, o.namespace = c.address, c.namespace
@@ -240,6 +245,14 @@ func TestReliability24SecuredKafka(t *testing.T) {
 	require.Zero(t, code, "%s%s", out, stderr)
 	idm := regexp.MustCompile(`rollout (projection-rollout:` + relProjection + `:2:[0-9a-f]{12}) \(run`).FindStringSubmatch(out)
 	require.NotNil(t, idm, "the command names the rollout's ID:\n%s", out)
+	// The ID is the projection, version and document: a namespace that
+	// outlives its database (a cluster kept across runs of this test) has
+	// the rollout of an earlier run, which the command finds, done.
+	desc, err := s.temporal.Client.DescribeWorkflowExecution(s.ctx, idm[1], "")
+	require.NoError(t, err)
+	require.False(t, desc.WorkflowExecutionInfo.StartTime.AsTime().Before(start),
+		"%s is an earlier run's rollout (started %s): this namespace outlived that run's database; start the Temporal cluster afresh",
+		idm[1], desc.WorkflowExecutionInfo.StartTime.AsTime())
 	var final contract.RolloutProgress
 	require.NoError(t, s.temporal.Client.GetWorkflow(s.ctx, idm[1], "").Get(s.ctx, &final), "worker log:\n%s", wk.logTail(30))
 	r.fig("rollout_state", final.State)

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.temporal.io/sdk/client"
 
 	"github.com/causet/projection-retry/app"
 	"github.com/causet/projection-retry/internal/testenv"
@@ -176,9 +177,10 @@ func newStack(t *testing.T, o stackOptions) *stack {
 func dialTemporal(t *testing.T, hostPort, namespace string) testenv.TemporalServer {
 	t.Helper()
 	if namespace != "" {
-		t.Setenv("TEMPORAL_ADDRESS", hostPort)
-		t.Setenv("TEMPORAL_NAMESPACE", namespace)
-		hostPort = "" // read from TEMPORAL_*, as a process beside a cluster does
+		c, err := client.DialContext(context.Background(), client.Options{HostPort: hostPort, Namespace: namespace, Logger: quietLogger()})
+		require.NoError(t, err)
+		t.Cleanup(c.Close)
+		return testenv.TemporalServer{HostPort: hostPort, Namespace: namespace, Client: c}
 	}
 	tc, err := app.DialTemporal(context.Background(), quietSlog(), app.TemporalOptions{HostPort: hostPort})
 	require.NoError(t, err)

@@ -79,12 +79,13 @@ func (c temporalCluster) service(t *testing.T, verb, service string) {
 // service is killed (kill -9) while three events wait in the backoff before
 // their fourth attempt, and started again: the attempts keep the schedule's
 // times (0, 1, 3, 7, 15 s) within a few seconds and each event is
-// dead-lettered once with five attempts. Then its matching service is
+// dead-lettered once, at attempt 5. Then its matching service is
 // restarted while 2 % failing events flow: every event is applied once or
 // dead-lettered, none twice, no workflow twice.
 func TestReliability25TemporalCluster(t *testing.T) {
 	p := gate(t)
 	c := requireTemporalCluster(t)
+	t.Parallel() // beside scenarios 17-22 and 24: nothing shared is stopped
 	t.Run("history killed mid-backoff", func(t *testing.T) { clusterHistoryKill(t, c) })
 	t.Run("matching restarted under load", func(t *testing.T) { clusterMatchingRestart(t, p, c) })
 }
@@ -138,24 +139,32 @@ func clusterHistoryKill(t *testing.T, c temporalCluster) {
 	got := s.waitDLQCount(int64(len(failing)), 3*time.Minute)
 	r.fig("dlq_end_offset", got)
 	time.Sleep(2 * time.Second)
-	schedule := []float64{1, 3, 7, 15}
+	// Attempt n is due at schedule[n-1] s after the first.
+	schedule := []float64{0, 1, 3, 7, 15}
 	perEvent := map[string]int{}
+	unrecorded := 0
 	for _, d := range s.readDLQ() {
 		perEvent[d.eventID]++
-		nums := []int{}
-		for _, a := range d.rec.Attempts {
-			nums = append(nums, a.Number)
-		}
-		require.Equal(t, []int{1, 2, 3, 4, 5}, nums, "attempts of %s", d.eventID)
+		// Every attempt the record lists keeps its time; the schedule ends
+		// at attempt 5. An attempt whose failure report history lost as it
+		// restarted is run but not listed (its number is skipped): counted.
+		require.NotEmpty(t, d.rec.Attempts)
+		require.Equal(t, 1, d.rec.Attempts[0].Number, "attempts of %s", d.eventID)
+		require.Equal(t, 5, d.rec.Attempts[len(d.rec.Attempts)-1].Number, "attempts of %s", d.eventID)
 		offsets := []string{}
-		for i := 1; i < len(d.rec.Attempts); i++ {
-			off := d.rec.Attempts[i].StartedAt.Sub(d.rec.Attempts[0].StartedAt).Seconds()
-			offsets = append(offsets, fmt.Sprintf("%.1f", off))
-			require.InDelta(t, schedule[i-1], off, 5, "attempt %d of %s: %.1f s after the first, the schedule says %.0f s",
-				i+1, d.eventID, off, schedule[i-1])
+		for i, a := range d.rec.Attempts {
+			if i > 0 {
+				require.Greater(t, a.Number, d.rec.Attempts[i-1].Number, "attempts of %s", d.eventID)
+				unrecorded += a.Number - d.rec.Attempts[i-1].Number - 1
+			}
+			off := a.StartedAt.Sub(d.rec.Attempts[0].StartedAt).Seconds()
+			offsets = append(offsets, fmt.Sprintf("%d@%.1f", a.Number, off))
+			require.InDelta(t, schedule[a.Number-1], off, 5, "attempt %d of %s: %.1f s after the first, the schedule says %.0f s",
+				a.Number, d.eventID, off, schedule[a.Number-1])
 		}
-		r.fig("attempt_offsets_s_"+strings.TrimPrefix(d.eventID, s.prefix+"-"), strings.Join(offsets, ","))
+		r.fig("attempts_s_"+strings.TrimPrefix(d.eventID, s.prefix+"-"), strings.Join(offsets, ","))
 	}
+	r.fig("attempts_unrecorded", unrecorded)
 	for _, id := range failing {
 		require.Equal(t, 1, perEvent[id], "one dead letter for %s", id)
 		st, err := s.status(wfID(id))

@@ -31,7 +31,8 @@
 #                                  causet-ops, each with a random password.
 # start writes what a client of the SASL_SSL listener needs to
 # .cache/kafka/run-$KAFKA_PORT/secure.env (its brokers, CA file and the
-# users' passwords) and prints KAFKA_SECURE_ENV=<that file>.
+# users' passwords, and the PLAINTEXT listener for a test harness) and prints
+# KAFKA_SECURE_ENV=<that file>.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -236,6 +237,7 @@ start() {
 		umask 077
 		{
 			echo "KAFKA_SECURE_BROKERS=127.0.0.1:$KAFKA_SECURE_PORT"
+			echo "KAFKA_PLAINTEXT_BROKERS=127.0.0.1:$KAFKA_PORT"
 			echo "KAFKA_SECURE_CA_FILE=$TLS_DIR/ca.pem"
 			echo "KAFKA_SECURE_MECHANISM=SCRAM-SHA-512"
 		} >"$SECURE_ENV"

@@ -8,18 +8,23 @@
 #                                     in both orderings where it applies (entity,
 #                                     the default, and none), + 8 security tests
 #                                     + the two fuzzers; about an hour on 2 cores
-#   scripts/reliability.sh --short    CI profile: scenarios 1-3 and 9-22 in the
+#   scripts/reliability.sh --short    CI profile: scenarios 1-3 and 9-25 in the
 #                                     default configuration (entity ordering), 7
-#                                     in both, smaller sizes, + the fuzzers; ~17 min
+#                                     in both, smaller sizes, + the fuzzers; ~14 min
 #
-# Scenarios 17-22 run three at a time (-parallel 3) after the others: most
-# of their time is a fault's hold, each has hosts, Kafka, topics, database
-# and task queue of its own, and none stops a shared service.
+# Scenarios 17-22, 24 and 25 run side by side (-parallel 8) after the
+# others: most of their time is a fault's hold or a wait, each has hosts,
+# Kafka, topics, database and task queue of its own, and none stops a shared
+# service. 24 and 25 need the real broker's SASL_SSL listener
+# (KAFKA_SECURE_ENV, scripts/kafka-broker.sh) and the Temporal cluster
+# (TEMPORAL_CLUSTER_ENV, scripts/temporal-cluster.sh); without them they
+# skip, saying so.
 #
 # Environment: FUZZTIME (default 30s), RELIABILITY_RUN (a -run pattern that
-# replaces the profile's), CAUSET_RELIABILITY_ORDERINGS (e.g. "entity,none":
-# the orderings to run, instead of the profile's), GO (default go). The last
-# line of the output is exactly:
+# replaces the profile's), RELIABILITY_PARALLEL (default 8),
+# CAUSET_RELIABILITY_ORDERINGS (e.g. "entity,none": the orderings to run,
+# instead of the profile's), GO (default go). The last line of the output is
+# exactly:
 #
 #   reliability: scenarios=<n> passed=<n> lost=<n> double_applied=<n> duplicate_workflows=<n>
 #
@@ -29,18 +34,19 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
 FUZZTIME=${FUZZTIME:-30s}
+PARALLEL=${RELIABILITY_PARALLEL:-8}
 profile=full
 case "${1:-}" in
   --short) profile=short ;;
   --full | "") profile=full ;;
-  -h | --help) sed -n '2,21p' "$0"; exit 0 ;;
+  -h | --help) sed -n '2,/^set /{/^#/p}' "$0"; exit 0 ;;
   *) echo "usage: $0 [--short|--full]" >&2; exit 2 ;;
 esac
 
 # Which orderings each scenario runs is decided by the tests from the
 # profile: in the short profile the default (entity), and both for 7.
 if [[ $profile == short ]]; then
-  run=${RELIABILITY_RUN:-'^TestReliability(1BridgeKill9|2WorkerKill9DuringBackoff|3PostgresOutage|7BadInput|9HotKey|10ReleaseDuringRebalance|11WritePathRelayKill9|12WritePathKafkaOutage|13WritePathPostgresOutage|14IncidentHold|15WritePathPoisonRow|16LongReader|17BridgePostgresBlackhole|18BridgeKafkaBlackhole|19WorkerTemporalBlackhole|20SlowLossyLinks|21OneWayPartition|22WritePathSilentLinks|23RolloutKill9)$'}
+  run=${RELIABILITY_RUN:-'^TestReliability(1BridgeKill9|2WorkerKill9DuringBackoff|3PostgresOutage|7BadInput|9HotKey|10ReleaseDuringRebalance|11WritePathRelayKill9|12WritePathKafkaOutage|13WritePathPostgresOutage|14IncidentHold|15WritePathPoisonRow|16LongReader|17BridgePostgresBlackhole|18BridgeKafkaBlackhole|19WorkerTemporalBlackhole|20SlowLossyLinks|21OneWayPartition|22WritePathSilentLinks|23RolloutKill9|24SecuredKafka|25TemporalCluster)$'}
   timeout=50m
 else
   run=${RELIABILITY_RUN:-'^TestReliability'}
@@ -93,7 +99,7 @@ fi
 
 say "== scenarios: go test -run '$run' ./reliability/ (profile $profile)"
 CAUSET_RELIABILITY=1 CAUSET_RELIABILITY_PROFILE=$profile CAUSET_BIN="$work/causet" \
-  $GO test -count=1 -v -timeout "$timeout" -parallel 3 -run "$run" ./reliability/ 2>&1 | tee -a "$log"
+  $GO test -count=1 -v -timeout "$timeout" -parallel "$PARALLEL" -run "$run" ./reliability/ 2>&1 | tee -a "$log"
 rc=${PIPESTATUS[0]}
 
 # Aggregate the RELIABILITY lines (the tests print each line twice: once in

@@ -253,7 +253,14 @@ kill_service() {
 	local s=$1
 	grpc_port "$s" >/dev/null
 	if running "$s"; then
-		kill -KILL "$(cat "$(pidfile "$s")")" 2>/dev/null || true
+		local pid i
+		pid="$(cat "$(pidfile "$s")")"
+		kill -KILL "$pid" 2>/dev/null || true
+		# Gone before this returns: its ports free for the next one.
+		for i in $(seq 1 100); do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.05
+		done
 		log "killed $s (kill -9)"
 	fi
 	rm -f "$(pidfile "$s")"
