@@ -248,11 +248,11 @@ func TestReliability24SecuredKafka(t *testing.T) {
 	// The ID is the projection, version and document: a namespace that
 	// outlives its database (a cluster kept across runs of this test) has
 	// the rollout of an earlier run, which the command finds, done.
-	desc, err := s.temporal.Client.DescribeWorkflowExecution(s.ctx, idm[1], "")
+	desc, err := s.temporal.Client.DescribeWorkflow(s.ctx, idm[1], "")
 	require.NoError(t, err)
-	require.False(t, desc.WorkflowExecutionInfo.StartTime.AsTime().Before(start),
+	require.False(t, desc.WorkflowStartTime.Before(start),
 		"%s is an earlier run's rollout (started %s): this namespace outlived that run's database; start the Temporal cluster afresh",
-		idm[1], desc.WorkflowExecutionInfo.StartTime.AsTime())
+		idm[1], desc.WorkflowStartTime)
 	var final contract.RolloutProgress
 	require.NoError(t, s.temporal.Client.GetWorkflow(s.ctx, idm[1], "").Get(s.ctx, &final), "worker log:\n%s", wk.logTail(30))
 	r.fig("rollout_state", final.State)
