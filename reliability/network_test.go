@@ -31,7 +31,7 @@ import (
 // system took to catch up after the link healed.
 
 // gateLinkScenario is gate for scenarios 17-22, which run side by side
-// (scripts/reliability.sh: -parallel 3) once the scenarios that stop the
+// with 24 and 25 (scripts/reliability.sh: -parallel 8) once the scenarios that stop the
 // shared PostgreSQL are done: each has its own test hosts, Kafka,
 // topics, database and task queue, and most of its time is the fault's hold.
 func gateLinkScenario(t *testing.T) profile {
