@@ -49,6 +49,9 @@ type Bridge struct {
 	parts map[topicPartition]*partition
 	wg    sync.WaitGroup // the sweeper (ordering entity)
 
+	// anyFenced: a partition may be fenced (reclaimFenced has work).
+	anyFenced atomic.Bool
+
 	pollMu     sync.Mutex
 	pollCancel context.CancelFunc
 
@@ -340,9 +343,16 @@ func (b *Bridge) lost(_ context.Context, cl *kgo.Client, m map[string][]int32) {
 // Called from the poll loop before AllowRebalance, where no revoke runs, so
 // the answer holds while it acts on it.
 func (b *Bridge) reclaimFenced(ctx context.Context) {
+	// Every poll comes here: without a fenced partition it costs one load.
+	if !b.anyFenced.Swap(false) {
+		return
+	}
 	now := time.Now()
 	var due []*partition
 	for _, p := range b.owned() {
+		if p.isFenced() {
+			b.anyFenced.Store(true) // still one to ask about
+		}
 		if p.reclaimDue(now) {
 			due = append(due, p)
 		}

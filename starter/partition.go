@@ -103,6 +103,7 @@ func (p *partition) fenced(err error) {
 	}
 	p.mu.Unlock()
 	if first {
+		p.b.anyFenced.Store(true)
 		p.m.fenced.Inc()
 		p.log.Warn("partition claimed by another bridge: this one stops writing for it until the group takes it away",
 			"event", "bridge_partition_fenced", "error", err.Error())
@@ -113,6 +114,12 @@ func (p *partition) fenced(err error) {
 // firstReclaimWait is how long a fenced partition waits before the bridge
 // first asks the group whose it is.
 const firstReclaimWait = time.Second
+
+func (p *partition) isFenced() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.fencedOut
+}
 
 // reclaimDue says whether the bridge should ask the group, at now, whether
 // the fenced partition is still its own.
