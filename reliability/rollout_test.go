@@ -89,10 +89,27 @@ func TestReliability23RolloutKill9(t *testing.T) {
 	require.Equal(t, failing, final.Replayed, "each dead letter replayed once, the kill notwithstanding")
 
 	// Every event exactly once, each entity in order; one rollout run.
-	s.waitApplied(events.all(), time.Minute)
+	require.Len(t, events.all(), n)
+	s.requireAppliedOnceInOrder(r, events.all())
+	runs := 0
+	for _, e := range s.workflowsOnQueue(contract.RolloutWorkflowName) {
+		if e.ID == id {
+			runs++
+		}
+	}
+	require.Equal(t, 1, runs, "one rollout run")
+	require.False(t, b.exited())
+}
+
+// requireAppliedOnceInOrder checks that every event of evs is applied
+// exactly once (counting r.lost and r.double) and each entity's in sequence
+// order (rel_order's inversions), within a minute of waiting.
+func (s *stack) requireAppliedOnceInOrder(r *result, evs []evt) {
+	s.t.Helper()
+	s.waitApplied(evs, time.Minute)
 	app := s.appliedIn(relProjection)
 	once := 0
-	for _, e := range events.all() {
+	for _, e := range evs {
 		switch app[e.id] {
 		case 0:
 			r.lost++
@@ -103,18 +120,10 @@ func TestReliability23RolloutKill9(t *testing.T) {
 		}
 	}
 	r.fig("applied_once", once)
-	require.Equal(t, n, once, "every event applied exactly once")
+	require.Equal(s.t, len(evs), once, "every event applied exactly once")
 	inversions := s.countSQL(`SELECT coalesce(sum(inversions), 0)::int FROM rel_order`)
 	r.fig("inversions", inversions)
-	require.Zero(t, inversions, "each entity's events in sequence order")
-	runs := 0
-	for _, e := range s.workflowsOnQueue(contract.RolloutWorkflowName) {
-		if e.ID == id {
-			runs++
-		}
-	}
-	require.Equal(t, 1, runs, "one rollout run")
-	require.False(t, b.exited())
+	require.Zero(s.t, inversions, "each entity's events in sequence order")
 }
 
 // heldBehindDeadLetters counts, for a stream whose failing events are

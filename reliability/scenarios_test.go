@@ -144,33 +144,7 @@ func workerKill9DuringBackoff(t *testing.T, o ordering) {
 	// Wait until every failing event's workflow has 3 attempts and waits
 	// in the backoff before attempt 4 (4 s).
 	require.Len(t, failing, 3)
-	// The retries are one activity with a server-side retry policy: after
-	// overall attempt 3 (activity attempt 2) fails, the pending activity
-	// waits for activity attempt 3 (overall attempt 4), due 4 s later.
-	inBackoff := func() (bool, string) {
-		for _, id := range failing {
-			d := s.describe(wfID(id))
-			if d == nil || len(d.PendingActivities) != 1 {
-				return false, fmt.Sprintf("%s: %v", id, d)
-			}
-			pa := d.PendingActivities[0]
-			if pa.Attempt != 3 || pa.State != enumspb.PENDING_ACTIVITY_STATE_SCHEDULED || pa.NextAttemptScheduleTime == nil ||
-				time.Until(pa.NextAttemptScheduleTime.AsTime()) < time.Second {
-				return false, fmt.Sprintf("%s: %v", id, pa)
-			}
-		}
-		return true, ""
-	}
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		ok, last := inBackoff()
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("workflows never reached the backoff after attempt 3; last status %s\nbridge:\n%s\nworker:\n%s",
-				last, b.logTail(10), w.logTail(10))
-		}
-	}
+	s.waitBackoffBeforeAttempt4(failing, time.Second, time.Minute, b, w)
 	w.kill()
 	killedAt := time.Now()
 	t.Logf("worker killed during the backoff before attempt 4")
@@ -213,6 +187,39 @@ func workerKill9DuringBackoff(t *testing.T, o ordering) {
 	v := s.verify(events.all(), true, true)
 	r.fig("attempts_per_event", 5)
 	r.verdict(v, true, true)
+}
+
+// waitBackoffBeforeAttempt4 waits until every failing event's workflow has
+// made 3 attempts and waits, at least ahead, for its fourth. The retries
+// are one activity with a server-side retry policy: after overall attempt
+// 3 (activity attempt 2) fails, the pending activity waits for activity
+// attempt 3 (overall attempt 4), due 4 s later.
+func (s *stack) waitBackoffBeforeAttempt4(failing []string, ahead, within time.Duration, b, w *proc) {
+	s.t.Helper()
+	inBackoff := func() (bool, string) {
+		for _, id := range failing {
+			d := s.describe(wfID(id))
+			if d == nil || len(d.PendingActivities) != 1 {
+				return false, fmt.Sprintf("%s: %v", id, d)
+			}
+			pa := d.PendingActivities[0]
+			if pa.Attempt != 3 || pa.State != enumspb.PENDING_ACTIVITY_STATE_SCHEDULED || pa.NextAttemptScheduleTime == nil ||
+				time.Until(pa.NextAttemptScheduleTime.AsTime()) < ahead {
+				return false, fmt.Sprintf("%s: %v", id, pa)
+			}
+		}
+		return true, ""
+	}
+	for deadline := time.Now().Add(within); ; time.Sleep(100 * time.Millisecond) {
+		ok, last := inBackoff()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("workflows never reached the backoff after attempt 3; last status %s\nbridge:\n%s\nworker:\n%s",
+				last, b.logTail(10), w.logTail(10))
+		}
+	}
 }
 
 // Scenario 3: PostgreSQL stopped for 30 s mid-stream: nothing dead-lettered

@@ -276,22 +276,8 @@ func TestReliability24SecuredKafka(t *testing.T) {
 	require.Equal(t, 2, invalid)
 
 	// Every upstream event exactly once, each entity in order.
-	s.waitApplied(events.all(), time.Minute)
-	app := s.appliedIn(relProjection)
-	once := 0
-	for _, e := range events.all() {
-		switch app[e.id] {
-		case 0:
-			r.lost++
-		case 1:
-			once++
-		default:
-			r.double++
-		}
-	}
-	r.fig("applied_once", once)
-	require.Equal(t, n, once, "every event applied exactly once")
-	require.Zero(t, s.countSQL(`SELECT coalesce(sum(inversions), 0)::int FROM rel_order`), "each entity's events in sequence order")
+	require.Len(t, events.all(), n)
+	s.requireAppliedOnceInOrder(r, events.all())
 	r.fig("duration_s", durS(time.Since(start)))
 	for _, pr := range []*proc{b, wk, rl, w.rt} {
 		require.False(t, pr.exited(), "%s exited:\n%s", pr.name, pr.logTail(30))

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/causet/projection-retry/contract"
 )
@@ -105,32 +104,7 @@ func clusterHistoryKill(t *testing.T, c temporalCluster) {
 		}
 	}
 	require.Len(t, failing, 3)
-	// In the backoff before overall attempt 4 (activity attempt 3), due 4 s
-	// after attempt 3.
-	inBackoff := func() (bool, string) {
-		for _, id := range failing {
-			d := s.describe(wfID(id))
-			if d == nil || len(d.PendingActivities) != 1 {
-				return false, fmt.Sprintf("%s: %v", id, d)
-			}
-			pa := d.PendingActivities[0]
-			if pa.Attempt != 3 || pa.State != enumspb.PENDING_ACTIVITY_STATE_SCHEDULED || pa.NextAttemptScheduleTime == nil ||
-				time.Until(pa.NextAttemptScheduleTime.AsTime()) < 2*time.Second {
-				return false, fmt.Sprintf("%s: %v", id, pa)
-			}
-		}
-		return true, ""
-	}
-	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		ok, last := inBackoff()
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("workflows never reached the backoff after attempt 3; last status %s\nbridge:\n%s\nworker:\n%s",
-				last, b.logTail(10), w.logTail(10))
-		}
-	}
+	s.waitBackoffBeforeAttempt4(failing, 2*time.Second, 90*time.Second, b, w)
 	killed := time.Now()
 	c.service(t, "kill", "history")
 	c.service(t, "start-service", "history")
