@@ -47,6 +47,12 @@ func (s *stack) start(name string, extra map[string]string, args ...string) *pro
 // metrics are served on the host's address.
 func (s *stack) startOn(h *testenv.Host, name string, extra map[string]string, args ...string) *proc {
 	s.t.Helper()
+	return s.startBin(s.bin, h, name, extra, args...)
+}
+
+// startBin is startOn with another causet binary (a previous release's).
+func (s *stack) startBin(bin string, h *testenv.Host, name string, extra map[string]string, args ...string) *proc {
+	s.t.Helper()
 	procSeq.Lock()
 	procSeq.n++
 	n := procSeq.n
@@ -63,9 +69,9 @@ func (s *stack) startOn(h *testenv.Host, name string, extra map[string]string, a
 		withMetrics[k] = v
 	}
 	if h == nil {
-		p.cmd = exec.Command(s.bin, args...)
+		p.cmd = exec.Command(bin, args...)
 	} else {
-		p.cmd = h.Command(s.bin, args...)
+		p.cmd = h.Command(bin, args...)
 	}
 	p.cmd.Env = s.procEnv(withMetrics)
 	p.cmd.Stdout, p.cmd.Stderr = f, f
@@ -99,6 +105,20 @@ func (p *proc) kill() {
 	select {
 	case <-p.done:
 	case <-time.After(10 * time.Second):
+	}
+}
+
+// stop sends SIGTERM, as Kubernetes does to a pod it replaces, and waits
+// up to 30 s for the process to finish what it holds and exit; then kill.
+func (p *proc) stop() {
+	if p.exited() {
+		return
+	}
+	_ = syscall.Kill(p.pid(), syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		p.kill()
 	}
 }
 

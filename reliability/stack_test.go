@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -116,6 +117,10 @@ type stackOptions struct {
 	topicConfig map[string]*string
 	// producerOpts are extra options for the test's producer.
 	producerOpts []kgo.Opt
+	// migrateWith, when set, is the causet binary whose `migrate up`
+	// creates the schema, on an empty database (a previous release's);
+	// else the database is at this build's schema.
+	migrateWith string
 }
 
 func newStack(t *testing.T, o stackOptions) *stack {
@@ -137,8 +142,19 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	s := &stack{t: t, ctx: ctx, bin: causetBin(t), dir: dir, partitions: o.partitions, ordering: o.ordering,
 		prefix: fmt.Sprintf("r%x", time.Now().UnixNano()), env: map[string]string{}}
 
-	pool := testenv.Postgres(t)
+	var pool *pgxpool.Pool
+	if o.migrateWith == "" {
+		pool = testenv.Postgres(t)
+	} else {
+		pool = testenv.EmptyPostgres(t)
+	}
 	s.pool, s.dbURL = pool, pool.Config().ConnString()
+	if o.migrateWith != "" {
+		cmd := exec.Command(o.migrateWith, "migrate", "up")
+		cmd.Env = append(os.Environ(), "DATABASE_URL="+s.dbURL)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s migrate up: %s", o.migrateWith, out)
+	}
 	_, err := pool.Exec(ctx, relDDL)
 	require.NoError(t, err)
 	doc, err := projection.Parse([]byte(relIR))
