@@ -69,6 +69,13 @@ func isBreakError(msg string) bool {
 	return strings.Contains(msg, `column "`+brokenColumn+`"`)
 }
 
+// isLostAttemptError reports whether a dead letter's error is that of an
+// attempt that never reported, its worker killed with it in flight
+// (contract.SettleUnreported).
+func isLostAttemptError(msg string) bool {
+	return strings.HasPrefix(msg, "attempt timed out after ")
+}
+
 // deadLetteredAll records that the operator dead-lettered the break's
 // incident id.
 func (b *tableBreaks) deadLetteredAll(id string) {

@@ -43,6 +43,26 @@ func refusedByReplay(kind, msg string) bool {
 // stream to settle again.
 func (so *soak) replayBreakDeadLetters(t *testing.T, r *result, evs []evt) {
 	s := so.s
+	selected, said := s.replaySQLDeadLetters(r, "soak: the migration is fixed")
+	if selected == 0 {
+		so.note("operator: no dead letter of a break to replay")
+		return
+	}
+	so.note("operator: causet dlq replay of the breaks' %d dead letters: %s", selected, said)
+	if !s.waitSettled(r, evs, 10*time.Minute) {
+		so.writeReport(t, nil)
+		require.Fail(t, "not settled after the replay", "%s; %d parked, %d blocked\ntimeline:\n%s",
+			s.progress(), s.parkedCount(), s.blockedKeys(), strings.Join(so.timeline(), "\n"))
+	}
+	r.fig("replay_settled_s", time.Since(s.replay.at).Round(time.Second).Seconds())
+}
+
+// replaySQLDeadLetters is the operator's `causet dlq replay` of
+// rel_effects' dead letters of kind sql (a break's, and a last attempt lost
+// with its worker), recorded in s.replay for verify. It returns how many
+// it selected (0: it ran nothing) and the command's last line.
+func (s *stack) replaySQLDeadLetters(r *result, reason string) (selected int, said string) {
+	s.t.Helper()
 	p := &dlqReplay{selected: map[string]bool{}, appliedBefore: map[string]bool{}}
 	applied := s.appliedIn(relProjection)
 	for _, d := range s.readDLQ() {
@@ -53,20 +73,13 @@ func (so *soak) replayBreakDeadLetters(t *testing.T, r *result, evs []evt) {
 	}
 	r.fig("replay_selected", len(p.selected))
 	if len(p.selected) == 0 {
-		so.note("operator: no dead letter of a break to replay")
-		return
+		return 0, ""
 	}
 	p.at = time.Now()
 	s.replay = p
 	out, err := s.causetOutput("dlq", "replay", "--projection", relProjection, "--error-kind", string(contract.KindSQL),
-		"--reason", "soak: the migration is fixed")
-	require.NoError(t, err, out)
+		"--reason", reason)
+	require.NoError(s.t, err, out)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	so.note("operator: causet dlq replay of the breaks' %d dead letters: %s", len(p.selected), lines[len(lines)-1])
-	if !s.waitSettled(r, evs, 10*time.Minute) {
-		so.writeReport(t, nil)
-		require.Fail(t, "not settled after the replay", "%s; %d parked, %d blocked\ntimeline:\n%s",
-			s.progress(), s.parkedCount(), s.blockedKeys(), strings.Join(so.timeline(), "\n"))
-	}
-	r.fig("replay_settled_s", time.Since(p.at).Round(time.Second).Seconds())
+	return len(p.selected), lines[len(lines)-1]
 }

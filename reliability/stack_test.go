@@ -99,6 +99,16 @@ type stack struct {
 	// replay, when set, is the operator's replay of the breaks' dead
 	// letters (verify holds each event it selected to applied or refused).
 	replay *dlqReplay
+	// aside are events a scenario produced beside the stream and checks
+	// itself (their runs and dead letters are neither expected nor
+	// unexpected to verify).
+	aside map[string]bool
+	// lostAttempts, when set, makes a dead letter of a succeeding event
+	// whose last attempt was lost with its worker an outcome, as a
+	// break's: a worker of the release before the lost-attempt rule
+	// (CHANGELOG, 0.2.0) dead-letters such an event; the operator's replay
+	// then holds it to applied or refused.
+	lostAttempts bool
 	// env overrides for every process started from this stack.
 	env map[string]string
 }

@@ -45,21 +45,31 @@ func previousRelease(t *testing.T) (bin, version string) {
 }
 
 // Scenario 26: a rolling upgrade under load, from the previous release's
-// binary to this build, with a restart and a rollback halfway.
+// binary to this build, with a held incident, a rollout replaying, and a
+// restart and a rollback halfway.
 //
 // Two bridges and two workers of the previous release run on its schema
 // while events flow (1 % failing, each failure with later events of its key
 // parked behind it, on the default schedule: attempts at 0, 1, 3, 7 and
-// 15 s). Then this build's `causet migrate up`, and the processes replaced
-// one at a time as a Deployment rolls them (SIGTERM, then the new one),
-// workers first: an old worker killed -9 halfway and restarted on the old
-// binary runs on the newer schema (the window), one bridge and one worker
-// rolled back to the old release run too, and are rolled forward again.
+// 15 s), under CAUSET_INCIDENT_POLICY=hold. Beside the stream, 30 events of
+// keys of their own fail and are dead-lettered by the old workers. Then
+// rel_effects is broken (a column renamed) and one incident holds, and this
+// build's `causet migrate up` runs. The processes are replaced one at a
+// time as a Deployment rolls them (SIGTERM, then the new one), workers
+// first; an old worker killed -9 halfway and restarted on the old binary
+// runs on the newer schema (the window). The column comes back (the
+// incident's probe releases what it held) and the old release's CLI starts
+// a rollout whose candidate fixes the 30 events, replaying them at 0.5 a
+// second while one bridge and one worker are rolled back to the old release
+// (they run) and forward again.
+//
 // Afterwards every event is applied once or dead-lettered, in order per
 // entity; every failing event's run made its five attempts on the schedule
-// (late by at most what a kill -9 costs); the histories of the runs the old
-// workers started replay on this build's workflow code; and an old process
-// started past a contract step exits with one line naming it.
+// (late by at most what a kill -9 costs); the incident resolved and the
+// rollout is done, each of the 30 applied once; the histories of the retry,
+// incident and rollout runs, the old workers' among them, replay on this
+// build's workflow code; and an old process started past a contract step
+// exits with one line naming it.
 func TestReliability26RollingUpgrade(t *testing.T) {
 	p := gate(t)
 	t.Parallel()
@@ -67,6 +77,13 @@ func TestReliability26RollingUpgrade(t *testing.T) {
 	oldBin, oldVersion := previousRelease(t)
 	r.fig("from", oldVersion)
 	s := newStack(t, stackOptions{partitions: 6, migrateWith: oldBin})
+	// Incidents hold (the default policy dead-letters), and one opens at 200
+	// failures of one fingerprint a minute (default 20): the stream's own
+	// failures, about 20 a minute, and the 30 aside stay below it, the
+	// break's (every event, 33 a second) pass it within seconds.
+	s.env = map[string]string{"CAUSET_INCIDENT_POLICY": "hold", "CAUSET_INCIDENT_THRESHOLD": "200"}
+	s.breaks = &tableBreaks{}
+	s.lostAttempts = true
 	oldSchema := s.countSQL(`SELECT max(version_id)::int FROM ` + schema.Table)
 	r.fig("schema_from", oldSchema)
 
@@ -75,12 +92,48 @@ func TestReliability26RollingUpgrade(t *testing.T) {
 	workers := []*proc{old("worker"), old("worker")}
 	bridges := []*proc{old("bridge"), old("bridge")}
 
+	require.NotEqual(t, relIR, rollFixIR, "the candidate guards the division")
+	// The rollout's events: keys of their own, failing until its candidate.
+	var aside eventLog
+	var rollEvs []evt
+	s.aside = map[string]bool{}
+	for k := range 30 {
+		e := evt{id: fmt.Sprintf("%s-roll-%d", s.prefix, k), entity: fmt.Sprintf("roll-%d", k), fails: true, partition: int32(k) % s.partitions}
+		rollEvs = append(rollEvs, e)
+		s.aside[e.id] = true
+	}
+	s.produce(rollEvs, &aside)
+
 	n := pick(p, 6000, 20000)
 	m := mix{every: 100, follow: 3, failsBehind: 10}
 	var events eventLog
-	produced := s.producePaced(n, pick(p, 150*time.Second, 300*time.Second), m, &events)
-	require.Eventually(t, func() bool { return s.tryCount(`SELECT count(*) FROM rel_effects`) > n/10 },
-		2*time.Minute, 200*time.Millisecond, "the old release applies: %s", s.progress())
+	produced := s.producePaced(n, pick(p, 180*time.Second, 300*time.Second), m, &events)
+	require.Eventually(t, func() bool {
+		if s.tryCount(`SELECT count(*) FROM rel_effects`) < n/10 {
+			return false
+		}
+		dead := 0
+		for _, d := range s.readDLQ() {
+			if s.aside[d.eventID] {
+				dead++
+			}
+		}
+		return dead == len(rollEvs)
+	}, 2*time.Minute, time.Second, "the old release applies and dead-letters: %s", s.progress())
+
+	// A bad migration of the read model: one incident holds.
+	require.NoError(t, s.renameColumn(brokenColumn, brokenColumn+"_moved"))
+	brokenAt := time.Now()
+	var incidentID string
+	require.Eventually(t, func() bool {
+		ids, _ := s.incidentRuns()
+		for id := range ids {
+			incidentID = id
+		}
+		st, err := s.incidentStatus(incidentID)
+		return len(ids) == 1 && err == nil && st.State == contract.IncidentHolding
+	}, 2*time.Minute, 200*time.Millisecond, "no holding incident: %s", s.progress())
+	r.fig("incident_holding_after_s", durS(time.Since(brokenAt)))
 
 	// applying waits until bridge b applied an event itself.
 	applying := func(b *proc) {
@@ -95,6 +148,7 @@ func TestReliability26RollingUpgrade(t *testing.T) {
 		time.Sleep(8 * time.Second)
 		require.False(t, p.exited(), "%s exited:\n%s", p.name, p.logTail(20))
 	}
+	const withinWindow = "the database schema is newer than this build, within its window"
 
 	cmd := exec.Command(s.bin, "migrate", "up")
 	cmd.Env = s.procEnv(nil)
@@ -107,25 +161,47 @@ func TestReliability26RollingUpgrade(t *testing.T) {
 		require.False(t, p.exited(), "%s exited after the migration:\n%s", p.name, p.logTail(20))
 	}
 
-	// Workers first, then bridges (docs/UPGRADES.md).
+	// Workers first, then bridges (docs/UPGRADES.md); the incident holds.
 	workers[0].stop()
 	firstNew := time.Now()
 	workers[0] = cur("worker")
 	running(workers[0])
 	bridges[0].stop()
 	bridges[0] = cur("bridge")
-	applying(bridges[0])
+	time.Sleep(8 * time.Second) // the stream's events are held: nothing to apply
 
 	// An old worker crashes halfway through the roll and comes back on the
 	// old release: the schema past its own is all expand steps, so it runs.
 	workers[1].kill()
 	workers[1] = old("worker")
 	running(workers[1])
-	require.Equal(t, 1, workers[1].logCount("the database schema is newer than this build, within its window"),
+	require.Equal(t, 1, workers[1].logCount(withinWindow),
 		"the restarted %s says it runs within its window:\n%s", oldVersion, workers[1].logTail(20))
 	workers[1].stop()
 	workers[1] = cur("worker")
 	running(workers[1])
+
+	// The fix of the read model: the incident's probe releases the hold.
+	require.NoError(t, s.renameColumn(brokenColumn+"_moved", brokenColumn))
+	s.breaks.add(brokenAt, time.Now())
+	r.fig("broken_s", durS(time.Since(brokenAt)))
+	applying(bridges[0])
+
+	// The old release's CLI starts a rollout fixing the aside events.
+	file := filepath.Join(s.dir, "rel_effects.roll-fix.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(rollFixIR), 0o644))
+	cmd = exec.Command(oldBin, "projections", "rollout", file, "--rate", "0.5", "--max-failing", "1", "--no-wait",
+		"--reason", "the roll- keys divide by zero")
+	cmd.Env = s.procEnv(nil)
+	out, err = cmd.Output()
+	require.NoError(t, err, "%s projections rollout: %s", oldVersion, out)
+	idm := rolloutIDLine.FindStringSubmatch(string(out))
+	require.NotNil(t, idm, "the rollout's ID:\n%s", out)
+	rolloutID := idm[1]
+	var prog contract.RolloutProgress
+	require.Eventually(t, func() bool {
+		return s.temporal.QueryWorkflow(rolloutID, contract.QueryRolloutProgress, &prog) == nil && prog.Replayed > 0
+	}, 2*time.Minute, 200*time.Millisecond, "the rollout replays: %+v", prog)
 
 	// Roll one worker and one bridge back to the old release before the
 	// roll finishes; they run; then forward again, and the last old bridge.
@@ -135,7 +211,7 @@ func TestReliability26RollingUpgrade(t *testing.T) {
 	bridges[0].stop()
 	bridges[0] = old("bridge")
 	applying(bridges[0])
-	require.Equal(t, 1, bridges[0].logCount("the database schema is newer than this build, within its window"),
+	require.Equal(t, 1, bridges[0].logCount(withinWindow),
 		"the rolled-back bridge says it runs within its window:\n%s", bridges[0].logTail(20))
 	bridges[1].stop()
 	bridges[1] = cur("bridge")
@@ -147,6 +223,8 @@ func TestReliability26RollingUpgrade(t *testing.T) {
 	bridges[0] = cur("bridge")
 	applying(bridges[0])
 	rolled := time.Now()
+	require.NoError(t, s.temporal.QueryWorkflow(rolloutID, contract.QueryRolloutProgress, &prog))
+	r.fig("rollout_replayed_during_roll", prog.Replayed)
 	select {
 	case <-produced:
 		t.Logf("the stream ended before the roll did")
@@ -157,22 +235,83 @@ func TestReliability26RollingUpgrade(t *testing.T) {
 	<-produced
 	require.True(t, s.waitCommittedToEnd(5*time.Minute), "offsets not committed to the end: %s", s.progress())
 	r.fig("drain_after_roll_s", durS(time.Since(rolled)))
+
+	// The incident resolved by its probe, the rollout is done.
+	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Minute)
+	defer cancel()
+	var incident contract.IncidentStatus
+	require.NoError(t, s.temporal.Client.GetWorkflow(ctx, incidentID, "").Get(ctx, &incident), "the incident run ends")
+	require.Equal(t, contract.IncidentResolved, incident.State)
+	r.fig("incident", fmt.Sprintf("%s_by_%s_held_%d", incident.State, incident.ResolvedBy, incident.EventsHeld))
+	var rollout contract.RolloutProgress
+	require.NoError(t, s.temporal.Client.GetWorkflow(ctx, rolloutID, "").Get(ctx, &rollout), "the rollout run ends")
+	require.Equal(t, contract.RolloutDone, rollout.State, rollout.Reason)
+	r.fig("rollout", fmt.Sprintf("%s_replayed_%d_applied_%d_failing_%d_of_%d", rollout.State, rollout.Replayed, rollout.Applied, rollout.Failing, rollout.WouldApply))
+	require.GreaterOrEqual(t, rollout.Replayed, len(rollEvs), "every aside dead letter replayed: %+v", rollout)
+	// Its settling count ends with nothing pending: what the check said
+	// would apply applied, or failed again (the stream's events meet its
+	// failures meanwhile); verify below holds each of them to once.
+	require.Zero(t, rollout.Pending, "%+v", rollout)
+	require.Equal(t, rollout.WouldApply, rollout.Applied+rollout.Failing, "%+v", rollout)
+	s.waitApplied(rollEvs, time.Minute)
+	for id, k := range s.appliedIn(relProjection) {
+		if s.aside[id] {
+			require.Equal(t, 1, k, "%s applied once by the rollout", id)
+		}
+	}
+
 	evs := events.all()
-	s.waitDrained(r, evs)
+	failing := 0
+	for _, e := range evs {
+		if e.fails {
+			failing++
+		}
+	}
+	s.waitDLQCount(int64(failing+len(rollEvs)), 5*time.Minute)
+	require.True(t, s.waitSettled(r, evs, 5*time.Minute), "not settled after the roll: %s", s.progress())
+
+	// The events the roll dead-lettered: the break's that ran their
+	// schedule before the incident held them, and any whose last attempt
+	// was lost with a worker killed -9 while a worker of the old release
+	// decided its run. The operator replays them after the roll; each ends
+	// applied once or refused (its entity applied a later event).
+	lost := 0
+	for _, d := range s.readDLQ() {
+		if isLostAttemptError(d.rec.Error) && !s.aside[d.eventID] {
+			lost++
+			testenv.WriteHistory(t, s.ctx, s.temporal.Client, wfID(d.eventID), "", filepath.Join(s.dir, "history-lost-"+d.eventID+".json"))
+		}
+	}
+	r.fig("dead_letters_of_lost_attempts", lost)
+	if selected, said := s.replaySQLDeadLetters(r, "replayed after the roll"); selected > 0 {
+		t.Logf("causet dlq replay of %d dead letters: %s", selected, said)
+		require.True(t, s.waitSettled(r, evs, 5*time.Minute), "not settled after the replay: %s", s.progress())
+	}
 	for _, p := range append(workers, bridges...) {
 		require.False(t, p.exited(), "%s exited:\n%s", p.name, p.logTail(20))
 	}
 	v := s.verify(evs, true, true)
+	for _, id := range v.examplesLost {
+		// For the post-mortem: the run of an event lost (its history
+		// beside the processes' logs).
+		id = strings.Fields(id)[0]
+		testenv.WriteHistory(t, s.ctx, s.temporal.Client, wfID(id), "", filepath.Join(s.dir, "history-"+id+".json"))
+	}
 	r.verdict(v, true, true)
 
-	// Every failing event's run made attempts 1 to 5 on the schedule: none
-	// early (3 s of slack for clocks and the first attempt's own time), none
-	// later than 30 s past it (an attempt on a worker killed -9 is tried
-	// again after its 10 s heartbeat timeout, and the backoffs after it
-	// count from then; a workflow task on it waits out its timeout too).
+	// Every run that failed on its own made attempts 1 to 5 on the
+	// schedule: none early (3 s of slack for clocks and the first attempt's
+	// own time), none later than 30 s past it (an attempt on a worker killed
+	// -9 is tried again after its 10 s heartbeat timeout, and the backoffs
+	// after it count from then; a workflow task on it waits out its timeout
+	// too).
 	schedule := []float64{0, 1, 3, 7, 15}
-	latest := 0.0
+	latest, checked := 0.0, 0
 	for _, d := range s.readDLQ() {
+		if d.rec.ErrorKind != string(contract.KindIREval) || s.replay.after(d.rec.DeadLetteredAt) {
+			continue // a lost attempt's (above), or the replay's
+		}
+		checked++
 		require.NotEmpty(t, d.rec.Attempts, "attempts of %s", d.eventID)
 		require.Equal(t, 5, d.rec.Attempts[len(d.rec.Attempts)-1].Number, "the schedule's five attempts of %s", d.eventID)
 		for _, a := range d.rec.Attempts {
@@ -183,12 +322,15 @@ func TestReliability26RollingUpgrade(t *testing.T) {
 			latest = max(latest, off-due)
 		}
 	}
+	r.fig("schedules_checked", checked)
 	r.fig("latest_attempt_past_schedule_s", fmt.Sprintf("%.1f", latest))
+	require.GreaterOrEqual(t, checked, failing+len(rollEvs)-lost)
 
-	// The runs only old workers could have started replay on this build's
-	// workflow code, as do the others.
+	// The runs replay on this build's workflow code: the retry runs of every
+	// failing event, those only old workers could have started among them,
+	// the incident's and the rollout's.
 	var oldRuns, replayed int
-	for _, e := range evs {
+	for _, e := range append(rollEvs, evs...) {
 		if !e.fails {
 			continue
 		}
@@ -197,12 +339,14 @@ func TestReliability26RollingUpgrade(t *testing.T) {
 		if d.WorkflowExecutionInfo.GetStartTime().AsTime().Before(firstNew) {
 			oldRuns++
 		}
-		replayRetryRun(t, s, wfID(e.id))
+		replayRun(t, s, wfID(e.id))
 		replayed++
 	}
+	replayRun(t, s, incidentID)
+	replayRun(t, s, rolloutID)
 	r.fig("runs_started_before_the_roll", oldRuns)
-	r.fig("histories_replayed", replayed)
-	require.Positive(t, oldRuns, "some retry runs were started by the old release's workers")
+	r.fig("histories_replayed", replayed+2)
+	require.GreaterOrEqual(t, oldRuns, len(rollEvs), "the old release's workers started runs")
 
 	// Past a contract step the old release refuses to start, with one line
 	// naming the migration (a later release's contract step, recorded here).
@@ -227,10 +371,15 @@ func TestReliability26RollingUpgrade(t *testing.T) {
 	r.fig("past_contract_step", "refused")
 }
 
-// replayRetryRun replays the history of the retry workflow id on this
-// build's workflow code (as worker.NewWorkflowReplayer does for the
-// recorded histories in workflows/testdata).
-func replayRetryRun(t *testing.T, s *stack, id string) {
+// rollFixIR is relIR with the division guarded for the keys "roll-…" only:
+// the aside events apply, the stream's failing events still fail.
+var rollFixIR = strings.Replace(relIR, "      ratio: event.payload.one / event.payload.d\n",
+	"      ratio: \"event.entityId.startsWith('roll-') && event.payload.d == 0 ? 0 : event.payload.one / event.payload.d\"\n", 1)
+
+// replayRun replays the history of workflow id (its latest run) on this
+// build's workflow code, as workflows/replay_test.go replays the recorded
+// histories of workflows/testdata.
+func replayRun(t *testing.T, s *stack, id string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
 	defer cancel()
@@ -243,5 +392,7 @@ func replayRetryRun(t *testing.T, s *stack, id string) {
 	}
 	rp := worker.NewWorkflowReplayer()
 	rp.RegisterWorkflowWithOptions(workflows.ProjectionRetryWorkflow, workflow.RegisterOptions{Name: contract.RetryWorkflowName})
+	rp.RegisterWorkflowWithOptions(workflows.ProjectionIncidentWorkflow, workflow.RegisterOptions{Name: contract.IncidentWorkflowName})
+	rp.RegisterWorkflowWithOptions(workflows.ProjectionRolloutWorkflow, workflow.RegisterOptions{Name: contract.RolloutWorkflowName})
 	require.NoError(t, rp.ReplayWorkflowHistory(nil, h), "the history of %s replays on this build", id)
 }

@@ -60,7 +60,7 @@ func (s *stack) verify(events []evt, checkWF, checkDLQ bool) verdict {
 	v.produced = len(events)
 	app := s.appliedIn(relProjection)
 	var dead []dlqEntry
-	if checkDLQ || s.breaks.count() > 0 {
+	if checkDLQ || s.breaks.count() > 0 || s.lostAttempts {
 		dead = s.readDLQ()
 	}
 	// brokenDL: succeeding events whose dead letter is the break's, unapplied.
@@ -68,14 +68,14 @@ func (s *stack) verify(events []evt, checkWF, checkDLQ bool) verdict {
 	// heldDL: events the operator's dead-letter-all of a break's incident
 	// dead-lettered; such a record has no retry workflow (CONTRACT §12).
 	heldDL := map[string]bool{}
-	if s.breaks.count() > 0 {
+	if s.breaks.count() > 0 || s.lostAttempts {
 		for _, d := range dead {
 			if s.breaks.byDeadLetterAll(d.rec.Error) {
 				heldDL[d.eventID] = true
 			}
 			// A replayed event may have been applied by the replay.
 			unapplied := app[d.eventID] == 0 || (s.replay.has(d.eventID) && !s.replay.appliedBefore[d.eventID])
-			if (isBreakError(d.rec.Error) || s.breaks.byDeadLetterAll(d.rec.Error)) && unapplied {
+			if (isBreakError(d.rec.Error) || s.breaks.byDeadLetterAll(d.rec.Error) || (s.lostAttempts && isLostAttemptError(d.rec.Error))) && unapplied {
 				brokenDL[d.eventID] = true
 			}
 		}
@@ -147,6 +147,11 @@ func (s *stack) verify(events []evt, checkWF, checkDLQ bool) verdict {
 		}
 	}
 	v.ledger = s.countSQL(`SELECT count(*) FROM causet_projection_applied WHERE projection = $1`, relProjection)
+	for id := range s.aside {
+		if app[id] > 0 {
+			v.ledger-- // the scenario counts the events it set aside
+		}
+	}
 	v.inversions = s.countSQL(`SELECT coalesce(sum(inversions), 0)::int FROM rel_order`)
 	if v.inversions > 0 {
 		rows, err := s.pool.Query(s.ctx, `SELECT entity_id || ':' || inversions FROM rel_order WHERE inversions > 0 ORDER BY inversions DESC LIMIT 5`)
@@ -162,7 +167,14 @@ func (s *stack) verify(events []evt, checkWF, checkDLQ bool) verdict {
 		runs := map[string]int{}
 		started := map[string]time.Time{} // the first run's start
 		replayRuns := map[string]int{}
+		asideWF := map[string]bool{}
+		for id := range s.aside {
+			asideWF[wfID(id)] = true
+		}
 		for _, e := range s.workflowsOnQueue(contract.RetryWorkflowName) {
+			if asideWF[e.ID] {
+				continue
+			}
 			if ev, ok := byWF[e.ID]; ok && s.replay.has(ev.id) && s.replay.after(e.Start) {
 				// A run the replay started (a dead-letter-all record has
 				// none to signal).
@@ -217,6 +229,9 @@ func (s *stack) verify(events []evt, checkWF, checkDLQ bool) verdict {
 		repeated := map[string]int{}
 		replayed := map[string]int{}
 		for _, d := range dead {
+			if s.aside[d.eventID] {
+				continue
+			}
 			if s.replay.has(d.eventID) && s.replay.after(d.rec.DeadLetteredAt) {
 				// The replay's own: one at most (a refusal, or a failing
 				// event failing again).

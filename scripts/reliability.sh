@@ -8,14 +8,15 @@
 #                                     in both orderings where it applies (entity,
 #                                     the default, and none), + 8 security tests
 #                                     + the two fuzzers; about an hour on 2 cores
-#   scripts/reliability.sh --short    CI profile: scenarios 1-3 and 9-25 in the
+#   scripts/reliability.sh --short    CI profile: scenarios 1-3 and 9-26 in the
 #                                     default configuration (entity ordering), 7
 #                                     in both, smaller sizes, + the fuzzers; ~14 min
 #
-# Scenarios 17-22, 24 and 25 run side by side (-parallel 8) after the
+# Scenarios 17-22 and 24-26 run side by side (-parallel 8) after the
 # others: most of their time is a fault's hold or a wait, each has hosts,
 # Kafka, topics, database and task queue of its own, and none stops a shared
-# service. 24 and 25 need the real broker's SASL_SSL listener
+# service. 26 builds the previous release's binary from its commit
+# (scripts/previous-release.sh) unless .cache/releases has it. 24 and 25 need the real broker's SASL_SSL listener
 # (KAFKA_SECURE_ENV, scripts/kafka-broker.sh) and the Temporal cluster
 # (TEMPORAL_CLUSTER_ENV, scripts/temporal-cluster.sh); without them they
 # skip, saying so.
@@ -46,7 +47,7 @@ esac
 # Which orderings each scenario runs is decided by the tests from the
 # profile: in the short profile the default (entity), and both for 7.
 if [[ $profile == short ]]; then
-  run=${RELIABILITY_RUN:-'^TestReliability(1BridgeKill9|2WorkerKill9DuringBackoff|3PostgresOutage|7BadInput|9HotKey|10ReleaseDuringRebalance|11WritePathRelayKill9|12WritePathKafkaOutage|13WritePathPostgresOutage|14IncidentHold|15WritePathPoisonRow|16LongReader|17BridgePostgresBlackhole|18BridgeKafkaBlackhole|19WorkerTemporalBlackhole|20SlowLossyLinks|21OneWayPartition|22WritePathSilentLinks|23RolloutKill9|24SecuredKafka|25TemporalCluster)$'}
+  run=${RELIABILITY_RUN:-'^TestReliability(1BridgeKill9|2WorkerKill9DuringBackoff|3PostgresOutage|7BadInput|9HotKey|10ReleaseDuringRebalance|11WritePathRelayKill9|12WritePathKafkaOutage|13WritePathPostgresOutage|14IncidentHold|15WritePathPoisonRow|16LongReader|17BridgePostgresBlackhole|18BridgeKafkaBlackhole|19WorkerTemporalBlackhole|20SlowLossyLinks|21OneWayPartition|22WritePathSilentLinks|23RolloutKill9|24SecuredKafka|25TemporalCluster|26RollingUpgrade)$'}
   timeout=50m
 else
   run=${RELIABILITY_RUN:-'^TestReliability'}
