@@ -159,7 +159,7 @@ func (s *stack) causetAs(extra map[string]string, args ...string) (stdout, stder
 func TestReliability24SecuredKafka(t *testing.T) {
 	p := gate(t)
 	k := securedKafkaFromEnv(t)
-	t.Parallel() // beside scenarios 17-22 and 25: nothing shared is stopped
+	t.Parallel() // beside scenarios 17-22 and 26: nothing shared is stopped
 	r := newResult(t, "secured_kafka/entity")
 	o := stackOptions{partitions: 3, brokers: k.plaintext}
 	if c, ok := temporalClusterFromEnv(t); ok {

@@ -12,11 +12,13 @@
 #                                     default configuration (entity ordering), 7
 #                                     in both, smaller sizes, + the fuzzers; ~14 min
 #
-# Scenarios 17-22 and 24-26 run side by side (-parallel 8) after the
+# Scenarios 17-22, 24 and 26 run side by side (-parallel 8) after the
 # others: most of their time is a fault's hold or a wait, each has hosts,
 # Kafka, topics, database and task queue of its own, and none stops a shared
-# service. 26 builds the previous release's binary from its commit
-# (scripts/previous-release.sh) unless .cache/releases has it. 24 and 25 need the real broker's SASL_SSL listener
+# service. 25 runs alone before them: it times attempts around a kill of
+# the cluster's history service. 26 builds the previous release's binary
+# from its commit (scripts/previous-release.sh) unless .cache/releases has
+# it. 24 and 25 need the real broker's SASL_SSL listener
 # (KAFKA_SECURE_ENV, scripts/kafka-broker.sh) and the Temporal cluster
 # (TEMPORAL_CLUSTER_ENV, scripts/temporal-cluster.sh); without them they
 # skip, saying so.
