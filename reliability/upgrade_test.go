@@ -148,6 +148,21 @@ func TestReliability26RollingUpgrade(t *testing.T) {
 		time.Sleep(8 * time.Second)
 		require.False(t, p.exited(), "%s exited:\n%s", p.name, p.logTail(20))
 	}
+	// rollWorker and rollBridge replace worker or bridge i as a Deployment
+	// does (SIGTERM, then the new pod) with one started by start (old or
+	// cur), and wait until it runs, or applies.
+	rollWorker := func(i int, start func(string) *proc) {
+		t.Helper()
+		workers[i].stop()
+		workers[i] = start("worker")
+		running(workers[i])
+	}
+	rollBridge := func(i int, start func(string) *proc) {
+		t.Helper()
+		bridges[i].stop()
+		bridges[i] = start("bridge")
+		applying(bridges[i])
+	}
 	const withinWindow = "the database schema is newer than this build, within its window"
 
 	cmd := exec.Command(s.bin, "migrate", "up")
@@ -162,10 +177,8 @@ func TestReliability26RollingUpgrade(t *testing.T) {
 	}
 
 	// Workers first, then bridges (docs/UPGRADES.md); the incident holds.
-	workers[0].stop()
 	firstNew := time.Now()
-	workers[0] = cur("worker")
-	running(workers[0])
+	rollWorker(0, cur)
 	bridges[0].stop()
 	bridges[0] = cur("bridge")
 	time.Sleep(8 * time.Second) // the stream's events are held: nothing to apply
@@ -177,9 +190,7 @@ func TestReliability26RollingUpgrade(t *testing.T) {
 	running(workers[1])
 	require.Equal(t, 1, workers[1].logCount(withinWindow),
 		"the restarted %s says it runs within its window:\n%s", oldVersion, workers[1].logTail(20))
-	workers[1].stop()
-	workers[1] = cur("worker")
-	running(workers[1])
+	rollWorker(1, cur)
 
 	// The fix of the read model: the incident's probe releases the hold.
 	require.NoError(t, s.renameColumn(brokenColumn+"_moved", brokenColumn))
@@ -190,12 +201,8 @@ func TestReliability26RollingUpgrade(t *testing.T) {
 
 	// Roll one worker and one bridge back to the old release before the
 	// roll finishes; they run; then forward again, and the last old bridge.
-	workers[0].stop()
-	workers[0] = old("worker")
-	running(workers[0])
-	bridges[0].stop()
-	bridges[0] = old("bridge")
-	applying(bridges[0])
+	rollWorker(0, old)
+	rollBridge(0, old)
 	require.Equal(t, 1, bridges[0].logCount(withinWindow),
 		"the rolled-back bridge says it runs within its window:\n%s", bridges[0].logTail(20))
 
@@ -220,15 +227,9 @@ func TestReliability26RollingUpgrade(t *testing.T) {
 		return s.temporal.QueryWorkflow(rolloutID, contract.QueryRolloutProgress, &prog) == nil && prog.Replayed > 0
 	}, 2*time.Minute, 200*time.Millisecond, "the rollout replays: %+v", prog)
 
-	bridges[1].stop()
-	bridges[1] = cur("bridge")
-	applying(bridges[1])
-	workers[0].stop()
-	workers[0] = cur("worker")
-	running(workers[0])
-	bridges[0].stop()
-	bridges[0] = cur("bridge")
-	applying(bridges[0])
+	rollBridge(1, cur)
+	rollWorker(0, cur)
+	rollBridge(0, cur)
 	rolled := time.Now()
 	require.NoError(t, s.temporal.QueryWorkflow(rolloutID, contract.QueryRolloutProgress, &prog))
 	r.fig("rollout_replayed_during_roll", prog.Replayed)
