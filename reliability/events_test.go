@@ -112,6 +112,14 @@ func (s *stack) produce(evs []evt, into *eventLog) {
 		index[recs[k]] = k
 	}
 	res := s.producer.ProduceSync(s.ctx, recs...)
+	for try := 1; try < 5 && nothingProduced(res) && s.ctx.Err() == nil; try++ {
+		// The whole batch failed (once, at a soak's start, the producer ID
+		// could not be had): nothing was acknowledged, so it is sent again,
+		// in order (a record written unacknowledged repeats; the pipeline
+		// applies an event ID once).
+		time.Sleep(time.Second)
+		res = s.producer.ProduceSync(s.ctx, recs...)
+	}
 	require.NoError(s.t, res.FirstErr())
 	// ProduceSync's results come in completion order, not input order.
 	for _, r := range res {
@@ -119,6 +127,16 @@ func (s *stack) produce(evs []evt, into *eventLog) {
 		e.partition, e.offset = r.Record.Partition, r.Record.Offset
 		into.add(e)
 	}
+}
+
+// nothingProduced reports whether every record of a ProduceSync failed.
+func nothingProduced(res kgo.ProduceResults) bool {
+	for _, r := range res {
+		if r.Err == nil {
+			return false
+		}
+	}
+	return len(res) > 0
 }
 
 // produceRange produces events [from, to) of the stream m.
