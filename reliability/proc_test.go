@@ -97,28 +97,28 @@ func (p *proc) exited() bool {
 }
 
 // kill sends SIGKILL (kill -9) and waits for the process to be gone.
-func (p *proc) kill() {
-	if p.exited() {
-		return
-	}
-	_ = syscall.Kill(p.pid(), syscall.SIGKILL)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-	}
-}
+func (p *proc) kill() { p.signal(syscall.SIGKILL, 10*time.Second) }
 
 // stop sends SIGTERM, as Kubernetes does to a pod it replaces, and waits
 // up to 30 s for the process to finish what it holds and exit; then kill.
 func (p *proc) stop() {
-	if p.exited() {
-		return
+	if !p.signal(syscall.SIGTERM, 30*time.Second) {
+		p.kill()
 	}
-	_ = syscall.Kill(p.pid(), syscall.SIGTERM)
+}
+
+// signal sends sig and waits up to within for the process to exit; false
+// when it is still running.
+func (p *proc) signal(sig syscall.Signal, within time.Duration) bool {
+	if p.exited() {
+		return true
+	}
+	_ = syscall.Kill(p.pid(), sig)
 	select {
 	case <-p.done:
-	case <-time.After(30 * time.Second):
-		p.kill()
+		return true
+	case <-time.After(within):
+		return false
 	}
 }
 
