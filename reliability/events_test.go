@@ -152,15 +152,31 @@ func (s *stack) produceRange(from, to int, m mix, into *eventLog) {
 // producePaced produces n events of m in batches over about d, in a
 // goroutine; the returned channel closes when all are produced.
 func (s *stack) producePaced(n int, d time.Duration, m mix, into *eventLog) <-chan struct{} {
+	return s.producePacedUntil(n, d, m, into, nil, n)
+}
+
+// producePacedUntil is producePaced that, past n events, goes on at the
+// same pace until until closes, and stops at most events whatever happens
+// (the bound keeps a scenario that fails before closing until finite).
+func (s *stack) producePacedUntil(n int, d time.Duration, m mix, into *eventLog, until <-chan struct{}, most int) <-chan struct{} {
 	done := make(chan struct{})
 	const batch = 250
 	batches := (n + batch - 1) / batch
 	gap := d / time.Duration(max(batches, 1))
 	go func() {
 		defer close(done)
-		for b := 0; b < batches; b++ {
-			from, to := b*batch, min((b+1)*batch, n)
-			s.produceRange(from, to, m, into)
+		for from := 0; from < most; from += batch {
+			if from >= n {
+				select {
+				case <-until:
+					return
+				default:
+				}
+				if until == nil {
+					return
+				}
+			}
+			s.produceRange(from, min(from+batch, most), m, into)
 			time.Sleep(gap)
 		}
 	}()

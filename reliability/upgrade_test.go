@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,7 +50,7 @@ func previousRelease(t *testing.T) (bin, version string) {
 // restart and a rollback halfway.
 //
 // Two bridges and two workers of the previous release run on its schema
-// while events flow (1 % failing, each failure with later events of its key
+// while events flow, until the roll is over (1 % failing, each failure with later events of its key
 // parked behind it, on the default schedule: attempts at 0, 1, 3, 7 and
 // 15 s), under CAUSET_INCIDENT_POLICY=hold. Beside the stream, 30 events of
 // keys of their own fail and are dead-lettered by the old workers. Then
@@ -107,7 +108,13 @@ func TestReliability26RollingUpgrade(t *testing.T) {
 	n := pick(p, 6000, 20000)
 	m := mix{every: 100, follow: 3, failsBehind: 10}
 	var events eventLog
-	produced := s.producePaced(n, pick(p, 180*time.Second, 300*time.Second), m, &events)
+	// The stream goes on until the roll is over (at most 3n events): the
+	// last process rolled has events to apply however long the roll takes.
+	rollOver := make(chan struct{})
+	produced := s.producePacedUntil(n, pick(p, 180*time.Second, 300*time.Second), m, &events, rollOver, 3*n)
+	var endStream sync.Once
+	stopStream := func() { endStream.Do(func() { close(rollOver) }) }
+	t.Cleanup(func() { stopStream(); <-produced })
 	require.Eventually(t, func() bool {
 		if s.tryCount(`SELECT count(*) FROM rel_effects`) < n/10 {
 			return false
@@ -231,16 +238,18 @@ func TestReliability26RollingUpgrade(t *testing.T) {
 	rollWorker(0, cur)
 	rollBridge(0, cur)
 	rolled := time.Now()
-	require.NoError(t, s.temporal.QueryWorkflow(rolloutID, contract.QueryRolloutProgress, &prog))
-	r.fig("rollout_replayed_during_roll", prog.Replayed)
 	select {
 	case <-produced:
-		t.Logf("the stream ended before the roll did")
+		t.Logf("the stream ended (at its bound) before the roll did")
 	default:
 		r.fig("rolled_while_producing", true)
 	}
+	stopStream()
+	require.NoError(t, s.temporal.QueryWorkflow(rolloutID, contract.QueryRolloutProgress, &prog))
+	r.fig("rollout_replayed_during_roll", prog.Replayed)
 
 	<-produced
+	r.fig("stream_events", events.len())
 	require.True(t, s.waitCommittedToEnd(5*time.Minute), "offsets not committed to the end: %s", s.progress())
 	r.fig("drain_after_roll_s", durS(time.Since(rolled)))
 
