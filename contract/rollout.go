@@ -226,6 +226,9 @@ type SettledCount struct {
 	// Superseded is the newest deployed version when someone deployed one
 	// after the rollout's (0 otherwise): the rollout stops.
 	Superseded int `json:"superseded,omitempty"`
+	// Replayed is how many dead letters the count replayed: runs the check
+	// found on their schedule that were dead-lettered before the deploy.
+	Replayed int `json:"replayed,omitempty"`
 }
 
 // CurrentDetails are the rollout's current details on its Temporal UI

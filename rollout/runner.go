@@ -329,6 +329,16 @@ func (r *Runner) awaitSettled(ctx context.Context, id string, beat func()) (bool
 // CountSettled counts how the events the rollout acts on stand: applied
 // (the ledger has them), failing (their run was dead-lettered again since
 // the deploy) or pending.
+//
+// It also replays what no batch does: an event the check found on its
+// schedule (retrying, parked, held) whose run was dead-lettered before the
+// deploy — between the check and the deploy, or listed as dead-lettered
+// by visibility only after the check — is replayed by the first count that
+// lists it (at most stragglersPerCount a count, and not while a dead letter
+// of its entity that the batches replay is pending, so that an entity's
+// events keep their order). A listing that lags lists it a count later; one
+// that is stale (it was replayed since) finds the run replaying when looked
+// up, and sends nothing.
 func (r *Runner) CountSettled(ctx context.Context, in contract.CountSettledInput) (contract.SettledCount, error) {
 	var out contract.SettledCount
 	evs, err := readActedOn(ctx, r.Sources.Pool, in.RolloutID)
@@ -339,7 +349,7 @@ func (r *Runner) CountSettled(ctx context.Context, in contract.CountSettledInput
 	if err != nil {
 		return out, err
 	}
-	again, err := deadLetteredSince(ctx, r.Sources, in.Projection, in.DeployedAt)
+	deadLettered, err := openDeadLetters(ctx, r.Sources, in.Projection)
 	if err != nil {
 		return out, err
 	}
@@ -354,31 +364,83 @@ func (r *Runner) CountSettled(ctx context.Context, in contract.CountSettledInput
 			}
 		}
 	}
+	failingAgain := func(e actedOn) bool {
+		at, ok := deadLettered[e.workflowID]
+		return ok && !at.IsZero() && !at.Before(in.DeployedAt)
+	}
+	batchesPending := map[entityRef]bool{}
+	for _, e := range evs {
+		if e.source == DeadLettered && e.entity.id != "" && !applied[e.key] && !failingAgain(e) {
+			batchesPending[e.entity] = true
+		}
+	}
+	var stragglers []string
 	for _, e := range evs {
 		switch {
 		case applied[e.key]:
 			out.Applied++
-		case again[e.workflowID]:
+		case failingAgain(e):
 			out.Failing++
 		default:
 			out.Pending++
+			at, listed := deadLettered[e.workflowID]
+			if listed && !at.IsZero() && e.source != DeadLettered && !batchesPending[e.entity] && len(stragglers) < stragglersPerCount {
+				stragglers = append(stragglers, e.workflowID)
+			}
+		}
+	}
+	if len(stragglers) > 0 {
+		if out.Replayed, err = r.replayStragglers(ctx, in.RolloutID, stragglers); err != nil {
+			return out, err
 		}
 	}
 	return out, nil
 }
 
-// deadLetteredSince lists the projection's open dead letters that were
-// dead-lettered at or after since (their memo says when).
-func deadLetteredSince(ctx context.Context, s Sources, proj string, since time.Time) (map[string]bool, error) {
+// stragglersPerCount bounds the replays one count sends (each may wait up
+// to dlq.DefaultSettleWait for its run's pending task, within the count's
+// minute).
+const stragglersPerCount = 20
+
+// replayStragglers signals the open dead-lettered runs ids to replay,
+// while the count's deadline leaves room, and returns how many it sent.
+func (r *Runner) replayStragglers(ctx context.Context, rolloutID string, ids []string) (int, error) {
+	o := r.Replay
+	o.Identity = rolloutID
+	o.Reason = "dead-lettered before the rollout's deploy, after its check"
+	o.Logger = r.Logger
+	rp, err := dlq.NewReplayer(o)
+	if err != nil {
+		return 0, err
+	}
+	sent := 0
+	for _, id := range ids {
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < 2*dlq.DefaultSettleWait {
+			break // the next count goes on
+		}
+		res, err := rp.Replay(ctx, dlq.Item{Record: dlq.Record{Workflow: &dlq.WorkflowRef{ID: id}}})
+		if err != nil {
+			return sent, err
+		}
+		if res.Outcome == dlq.Signalled {
+			sent++
+		}
+	}
+	return sent, nil
+}
+
+// openDeadLetters lists the projection's open dead letters with when each
+// was dead-lettered (its memo; zero when the memo lacks it).
+func openDeadLetters(ctx context.Context, s Sources, proj string) (map[string]time.Time, error) {
 	runs, _, err := listRuns(ctx, s, proj, fmt.Sprintf("ExecutionStatus = 'Running' AND %s = '%s'",
 		contract.AttrRetryState.GetName(), contract.StateDeadLettered))
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]bool{}
+	out := map[string]time.Time{}
 	for id, r := range runs {
-		if r.open && r.state == contract.StateDeadLettered && !r.deadLetteredAt.Before(since) {
-			out[id] = true
+		if r.open && r.state == contract.StateDeadLettered {
+			out[id] = r.deadLetteredAt
 		}
 	}
 	return out, nil

@@ -146,17 +146,26 @@ type actedOn struct {
 	workflowID string
 	key        [16]byte
 	bucket     int32
+	// source is where the check found the event (a dead letter is
+	// replayed by the batches).
+	source Source
+	entity entityRef
 }
 
+// entityRef is an event's entity (id "" when the event has none).
+type entityRef struct{ fork, id string }
+
 func readActedOn(ctx context.Context, pool *pgxpool.Pool, rolloutID string) ([]actedOn, error) {
-	rows, err := pool.Query(ctx, `SELECT workflow_id, dedupe_key, bucket FROM causet_rollout_events
+	rows, err := pool.Query(ctx, `SELECT workflow_id, dedupe_key, bucket, source, fork_id, coalesce(entity_id, '') FROM causet_rollout_events
 WHERE rollout_id = $1 AND outcome = $2 ORDER BY seq`, rolloutID, string(WouldApply))
 	if err != nil {
 		return nil, fmt.Errorf("read the rollout's events: %w", err)
 	}
 	var out []actedOn
 	var a actedOn
-	_, err = pgx.ForEachRow(rows, []any{&a.workflowID, &a.key, &a.bucket}, func() error {
+	var source string
+	_, err = pgx.ForEachRow(rows, []any{&a.workflowID, &a.key, &a.bucket, &source, &a.entity.fork, &a.entity.id}, func() error {
+		a.source = Source(source)
 		out = append(out, a)
 		return nil
 	})

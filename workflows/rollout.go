@@ -136,6 +136,7 @@ func (r *rolloutRun) run(ctx workflow.Context) error {
 			return false, err
 		}
 		r.p.Applied, r.p.Failing, r.p.Pending = c.Applied, c.Failing, c.Pending
+		r.p.Replayed += c.Replayed
 		r.show(ctx)
 		superseded = c.Superseded
 		return superseded > 0 || share(c.Failing, r.p.WouldApply) > r.in.MaxFailing, nil
