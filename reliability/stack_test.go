@@ -206,12 +206,12 @@ func dialTemporal(t *testing.T, hostPort, namespace string) testenv.TemporalServ
 		c, err := client.DialContext(context.Background(), client.Options{HostPort: hostPort, Namespace: namespace, Logger: quietLogger()})
 		require.NoError(t, err)
 		t.Cleanup(c.Close)
-		return testenv.TemporalServer{HostPort: hostPort, Namespace: namespace, Client: c}
+		return testenv.TemporalServerAt(hostPort, namespace, c)
 	}
 	tc, err := app.DialTemporal(context.Background(), quietSlog(), app.TemporalOptions{HostPort: hostPort})
 	require.NoError(t, err)
 	t.Cleanup(tc.Close)
-	return testenv.TemporalServer{HostPort: tc.HostPort, Namespace: tc.Namespace, Client: tc.Client}
+	return testenv.TemporalServerAt(tc.HostPort, tc.Namespace, tc.Client)
 }
 
 // procEnv is the environment of a causet subprocess of this stack. In the

@@ -14,6 +14,7 @@ import (
 
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/internal/testenv"
+	"github.com/causet/projection-retry/projection"
 )
 
 // temporalCluster is the production-shaped Temporal of
@@ -91,6 +92,7 @@ func TestReliability25TemporalCluster(t *testing.T) {
 	// (RELIABILITY.md, scenario 25).
 	t.Run("history killed mid-backoff", func(t *testing.T) { clusterHistoryKill(t, c) })
 	t.Run("matching restarted under load", func(t *testing.T) { clusterMatchingRestart(t, p, c) })
+	t.Run("dead letters replayed by signal, an incident held", func(t *testing.T) { clusterSignalAndIncident(t, c) })
 }
 
 func clusterHistoryKill(t *testing.T, c temporalCluster) {
@@ -199,4 +201,103 @@ func clusterMatchingRestart(t *testing.T, p profile, c temporalCluster) {
 	v := s.verify(evs, true, true)
 	r.fig("events", n)
 	r.verdict(v, true, true)
+}
+
+// clusterSignalAndIncident runs the seed's operator paths beside the
+// cluster, where SQL visibility answers the lists they act on: dead
+// letters replayed by one `temporal workflow signal` each after the fix
+// is deployed, then an incident under CAUSET_INCIDENT_POLICY=hold (the
+// read model broken, every event failing one way) whose probe releases
+// what it held, and wakes the runs it held (listed by visibility), once
+// the read model is fixed.
+func clusterSignalAndIncident(t *testing.T, c temporalCluster) {
+	r := newResult(t, "cluster_signal_incident/entity")
+	s := newStack(t, stackOptions{partitions: 3, temporal: c.address, namespace: c.namespace})
+	s.env = map[string]string{"CAUSET_INCIDENT_POLICY": "hold", "CAUSET_DLQ_HOLD_ENTITY": "true"}
+	for k, v := range shortSchedule {
+		s.env[k] = v
+	}
+	w := s.worker(nil)
+	b := s.bridge(nil)
+
+	// Dead letters, each holding its entity's later events.
+	var events eventLog
+	m := mix{every: 50, follow: 2}
+	s.produceRange(0, 400, m, &events)
+	var failing []string
+	for _, e := range events.all() {
+		if e.fails {
+			failing = append(failing, e.id)
+		}
+	}
+	require.Len(t, failing, 8)
+	s.waitDLQCount(int64(len(failing)), 2*time.Minute)
+	for _, id := range failing {
+		require.Eventually(t, func() bool {
+			st, err := s.status(wfID(id))
+			return err == nil && st.State == contract.StateDeadLettered
+		}, time.Minute, 200*time.Millisecond, "%s dead-lettered", id)
+	}
+	r.fig("dead_letters", len(failing))
+
+	// The fix, deployed; then the seed's replay, one signal per dead letter.
+	doc, err := projection.Parse([]byte(fixedRelIR))
+	require.NoError(t, err)
+	_, err = projection.Deploy(s.ctx, s.pool, doc)
+	require.NoError(t, err)
+	for _, id := range failing {
+		out, err := s.temporal.CLI("workflow", "signal", "--workflow-id", wfID(id), "--name", contract.SignalReplay,
+			"--input", `{"reason":"d = 0 guarded"}`)
+		require.NoError(t, err, "%s", out)
+	}
+	s.requireAppliedOnceInOrder(r, events.all())
+	for _, id := range failing {
+		st, err := s.status(wfID(id))
+		if err == nil {
+			require.NotEqual(t, contract.StateDeadLettered, st.State, "%s replayed", id)
+		}
+	}
+	require.EqualValues(t, len(failing), s.waitDLQCount(0, time.Second), "no dead letter after the replays")
+
+	// The read model broken: one incident holds every event of its failure.
+	require.NoError(t, s.renameColumn(brokenColumn, brokenColumn+"_moved"))
+	brokenAt := time.Now()
+	produced := s.producePaced(1000, 10*time.Second, mix{}, &events)
+	var incidentID string
+	require.Eventually(t, func() bool {
+		ids, _ := s.incidentRuns()
+		for id := range ids {
+			incidentID = id
+		}
+		st, err := s.incidentStatus(incidentID)
+		return len(ids) == 1 && err == nil && st.State == contract.IncidentHolding
+	}, 2*time.Minute, 200*time.Millisecond, "no holding incident: %s", s.progress())
+	r.fig("incident_holding_after_s", durS(time.Since(brokenAt)))
+	<-produced
+	held := 0
+	require.Eventually(t, func() bool {
+		held = 0
+		for _, e := range s.workflowsOnQueue(contract.RetryWorkflowName) {
+			if st, err := s.status(e.ID); err == nil && st.State == contract.StateHeld {
+				held++
+			}
+		}
+		return held > 0
+	}, time.Minute, time.Second, "runs started before the incident opened are held")
+	r.fig("runs_held", held)
+	time.Sleep(5 * time.Second) // held, not dead-lettered, while it lasts
+	require.EqualValues(t, len(failing), s.waitDLQCount(0, time.Second), "nothing dead-lettered under hold")
+
+	require.NoError(t, s.renameColumn(brokenColumn+"_moved", brokenColumn))
+	fixedAt := time.Now()
+	var incident contract.IncidentStatus
+	require.NoError(t, s.temporal.Client.GetWorkflow(s.ctx, incidentID, "").Get(s.ctx, &incident), "the incident run ends")
+	require.Equal(t, contract.IncidentResolved, incident.State)
+	r.fig("incident", fmt.Sprintf("%s_by_%s_held_%d", incident.State, incident.ResolvedBy, incident.EventsHeld))
+	s.requireAppliedOnceInOrder(r, events.all())
+	r.fig("caught_up_after_fix_s", durS(time.Since(fixedAt)))
+	require.EqualValues(t, len(failing), s.waitDLQCount(0, time.Second), "nothing dead-lettered by the incident")
+	require.False(t, b.exited(), "bridge exited:\n%s", b.logTail(30))
+	require.False(t, w.exited(), "worker exited:\n%s", w.logTail(30))
+	r.fig("events", events.len())
 }

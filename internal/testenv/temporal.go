@@ -82,6 +82,14 @@ func Temporal(t testing.TB) TemporalServer {
 	return TemporalServer{HostPort: hostPort, Namespace: ns, Client: c, MetricsURL: metricsURL, cli: cli}
 }
 
+// TemporalServerAt is the server at hostPort, namespace ns, that c talks
+// to (a cluster a test dialled itself), with this repository's temporal
+// CLI for CLI.
+func TemporalServerAt(hostPort, ns string, c client.Client) TemporalServer {
+	cli, _ := proc.FindTemporalCLI()
+	return TemporalServer{HostPort: hostPort, Namespace: ns, Client: c, cli: cli}
+}
+
 // TemporalWithLimits starts a dev server of the test's own with the given
 // dynamic config (server limits scaled down, say) and returns a client for
 // it; the server stops when the test ends. Use it only for tests of
