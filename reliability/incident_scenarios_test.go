@@ -192,7 +192,7 @@ func incidentScenario(t *testing.T, p profile, policy config.IncidentPolicy, out
 	start := time.Now()
 	<-s.produceAll(evs[:n/5], &events)
 	require.Eventually(t, func() bool { return s.tryCount(`SELECT count(*) FROM rel_effects`) >= n/5 }, 2*time.Minute, 20*time.Millisecond,
-		"rel_effects never reached a fifth of the stream: %s", s.progress())
+		"rel_effects never reached a fifth of the stream: %s", s.progressLater())
 	produced := s.produceAll(evs[n/5:cut], &events)
 	_, err = s.pool.Exec(s.ctx, `ALTER TABLE rel_effects RENAME COLUMN `+brokenColumn+` TO `+brokenColumn+`_moved`)
 	require.NoError(t, err)
@@ -356,7 +356,7 @@ USING (topic, partition, projection, fork_id, entity_id) WHERE p.topic = $1 AND 
 		return s.tryCount(`SELECT count(*) FROM rel_effects`)+int(dl) >= n
 	}
 	require.Eventually(t, caughtUp, 5*time.Minute, 100*time.Millisecond,
-		"not caught up after the fix: %d parked; %s\n%s", s.parkedCount(), s.progress(), b.logTail(30))
+		"not caught up after the fix: %d parked; %s\n%s", s.parkedCount(), s.progressLater(), b.logTail(30))
 	r.fig("fix_to_caught_up_s", time.Since(fixedAt).Round(100*time.Millisecond).Seconds())
 
 	// The incident resolves by its probe and completes.

@@ -158,7 +158,7 @@ func runLinkFault(t *testing.T, p profile, f linkFault) {
 	var events eventLog
 	produced := s.producePaced(n, f.hold+40*time.Second, onePercent, &events)
 	require.Eventually(t, func() bool { return s.tryCount(`SELECT count(*) FROM rel_effects`) > n/5 },
-		2*time.Minute, 100*time.Millisecond, "events flow before the fault: %s", s.progress())
+		2*time.Minute, 100*time.Millisecond, "events flow before the fault: %s", s.progressLater())
 
 	appliedAtCut := s.tryCount(`SELECT count(*) FROM rel_effects`)
 	heal := f.apply(ns, bhs, wh)
@@ -233,7 +233,7 @@ func runLinkFault(t *testing.T, p profile, f linkFault) {
 			}
 		}
 		return true
-	}, 5*time.Minute, 200*time.Millisecond, "the backlog of the fault not committed: %s\n%s", s.progress(), bs[0].logTail(30))
+	}, 5*time.Minute, 200*time.Millisecond, "the backlog of the fault not committed: %s\n%s", s.progressLater(), bs[0].logTail(30))
 	catchUp := time.Since(healedAt)
 	r.fig("caught_up_after_heal_s", fmt.Sprintf("%.1f", catchUp.Seconds()))
 	<-produced

@@ -185,6 +185,15 @@ func (s *stack) progress() string {
 		open(contract.RetryWorkflowName))
 }
 
+// progressLater is progress, read when formatted: a failure message of
+// require.Eventually formats its arguments when it fails, so the message
+// says where the scenario stood at the end of the wait, not at its start.
+func (s *stack) progressLater() fmt.Stringer { return progressLine{s} }
+
+type progressLine struct{ s *stack }
+
+func (p progressLine) String() string { return p.s.progress() }
+
 // waitApplied waits until every succeeding event of evs has its row: with
 // entity ordering parked events apply only after their key's head
 // settled, possibly after the last DLQ record landed.

@@ -250,6 +250,7 @@ func clusterSignalAndIncident(t *testing.T, c temporalCluster) {
 			"--input", `{"reason":"d = 0 guarded"}`)
 		require.NoError(t, err, "%s", out)
 	}
+	s.waitRows(events.len(), time.Minute)
 	s.requireAppliedOnceInOrder(r, events.all())
 	for _, id := range failing {
 		st, err := s.status(wfID(id))
@@ -262,7 +263,14 @@ func clusterSignalAndIncident(t *testing.T, c temporalCluster) {
 	// The read model broken: one incident holds every event of its failure.
 	require.NoError(t, s.renameColumn(brokenColumn, brokenColumn+"_moved"))
 	brokenAt := time.Now()
-	produced := s.producePaced(1000, 10*time.Second, mix{}, &events)
+	produced := make(chan struct{})
+	go func() {
+		defer close(produced)
+		for from := 400; from < 1400; from += 250 {
+			s.produceRange(from, from+250, mix{}, &events)
+			time.Sleep(2500 * time.Millisecond)
+		}
+	}()
 	var incidentID string
 	require.Eventually(t, func() bool {
 		ids, _ := s.incidentRuns()
@@ -271,7 +279,7 @@ func clusterSignalAndIncident(t *testing.T, c temporalCluster) {
 		}
 		st, err := s.incidentStatus(incidentID)
 		return len(ids) == 1 && err == nil && st.State == contract.IncidentHolding
-	}, 2*time.Minute, 200*time.Millisecond, "no holding incident: %s", s.progress())
+	}, 2*time.Minute, 200*time.Millisecond, "no holding incident: %s", s.progressLater())
 	r.fig("incident_holding_after_s", durS(time.Since(brokenAt)))
 	<-produced
 	held := 0
@@ -294,10 +302,19 @@ func clusterSignalAndIncident(t *testing.T, c temporalCluster) {
 	require.NoError(t, s.temporal.Client.GetWorkflow(s.ctx, incidentID, "").Get(s.ctx, &incident), "the incident run ends")
 	require.Equal(t, contract.IncidentResolved, incident.State)
 	r.fig("incident", fmt.Sprintf("%s_by_%s_held_%d", incident.State, incident.ResolvedBy, incident.EventsHeld))
-	s.requireAppliedOnceInOrder(r, events.all())
+	s.waitRows(events.len(), 2*time.Minute)
 	r.fig("caught_up_after_fix_s", durS(time.Since(fixedAt)))
+	s.requireAppliedOnceInOrder(r, events.all())
 	require.EqualValues(t, len(failing), s.waitDLQCount(0, time.Second), "nothing dead-lettered by the incident")
 	require.False(t, b.exited(), "bridge exited:\n%s", b.logTail(30))
 	require.False(t, w.exited(), "worker exited:\n%s", w.logTail(30))
 	r.fig("events", events.len())
+}
+
+// waitRows waits until rel_effects has n rows (every event applied, the
+// failing ones by their replays among them).
+func (s *stack) waitRows(n int, within time.Duration) {
+	s.t.Helper()
+	require.Eventually(s.t, func() bool { return s.tryCount(`SELECT count(*) FROM rel_effects`) >= n }, within, 250*time.Millisecond,
+		"%d events applied: %s", n, s.progressLater())
 }

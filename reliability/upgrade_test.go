@@ -126,7 +126,7 @@ func TestReliability26RollingUpgrade(t *testing.T) {
 			}
 		}
 		return dead == len(rollEvs)
-	}, 2*time.Minute, time.Second, "the old release applies and dead-letters: %s", s.progress())
+	}, 2*time.Minute, time.Second, "the old release applies and dead-letters: %s", s.progressLater())
 
 	// A bad migration of the read model: one incident holds.
 	require.NoError(t, s.renameColumn(brokenColumn, brokenColumn+"_moved"))
@@ -139,14 +139,14 @@ func TestReliability26RollingUpgrade(t *testing.T) {
 		}
 		st, err := s.incidentStatus(incidentID)
 		return len(ids) == 1 && err == nil && st.State == contract.IncidentHolding
-	}, 2*time.Minute, 200*time.Millisecond, "no holding incident: %s", s.progress())
+	}, 2*time.Minute, 200*time.Millisecond, "no holding incident: %s", s.progressLater())
 	r.fig("incident_holding_after_s", durS(time.Since(brokenAt)))
 
 	// applying waits until bridge b applied an event itself.
 	applying := func(b *proc) {
 		t.Helper()
 		require.Eventually(t, func() bool { return b.exited() || b.metric("causet_bridge_applied_total") > 0 },
-			90*time.Second, 200*time.Millisecond, "bridge %s applies: %s", b.name, s.progress())
+			90*time.Second, 200*time.Millisecond, "bridge %s applies: %s", b.name, s.progressLater())
 		require.False(t, b.exited(), "%s exited:\n%s", b.name, b.logTail(20))
 	}
 	// running waits 8 s and checks p is still up.
