@@ -82,7 +82,9 @@ func (c temporalCluster) service(t *testing.T, verb, service string) {
 // times (0, 1, 3, 7, 15 s) within a few seconds and each event is
 // dead-lettered once, at attempt 5. Then its matching service is
 // restarted while 2 % failing events flow: every event is applied once or
-// dead-lettered, none twice, no workflow twice.
+// dead-lettered, none twice, no workflow twice. Last, dead letters are
+// replayed by `temporal workflow signal` and an incident holds
+// (clusterSignalAndIncident).
 func TestReliability25TemporalCluster(t *testing.T) {
 	p := gate(t)
 	c := requireTemporalCluster(t)
