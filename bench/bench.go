@@ -140,8 +140,10 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	}()
 	b.dbURL, b.brokers = stack.DatabaseURL, stack.KafkaBrokers
 	if stack.Temporal != nil {
-		b.procs.temporalPID = stack.Temporal.PID
-		b.procs.temporalMetrics = stack.Temporal.MetricsURL
+		b.procs.temporalPIDs = []int{stack.Temporal.PID}
+		b.procs.temporalMetrics = []string{stack.Temporal.MetricsURL}
+	} else if b.procs, err = externalTemporalFromEnv(os.Getenv); err != nil {
+		return nil, err
 	}
 	if stack.Postgres != nil {
 		b.procs.pgDir = stack.Postgres.Dir

@@ -31,9 +31,17 @@ type cpuSample struct {
 
 // procs identifies the processes whose CPU a run accounts for.
 type procs struct {
-	temporalPID int // 0 when Temporal is not ours
-	// temporalMetrics is its Prometheus endpoint, "" when not ours.
-	temporalMetrics string
+	// temporalPIDs are the Temporal server's processes (each the leader of
+	// its process group): the dev server's, or a cluster's services
+	// (CAUSET_BENCH_TEMPORAL_PIDFILES); none when unknown.
+	temporalPIDs []int
+	// temporalPGDir is a cluster's PostgreSQL data directory
+	// (CAUSET_BENCH_TEMPORAL_PGDATA): its CPU counts as the server's, as the
+	// dev server's in-process SQLite does.
+	temporalPGDir string
+	// temporalMetrics are its Prometheus endpoints (one per service of a
+	// cluster), none when unknown.
+	temporalMetrics []string
 	pgDir           string // devstack's PostgreSQL dir, "" when not ours
 }
 
@@ -42,8 +50,11 @@ func (b *bench) sample(bridgePID int) cpuSample {
 	if bridgePID > 0 {
 		s.bridge = procTicks(bridgePID)
 	}
-	if b.procs.temporalPID > 0 {
-		s.temporal = groupTicks(b.procs.temporalPID)
+	for _, pid := range b.procs.temporalPIDs {
+		s.temporal += groupTicks(pid)
+	}
+	if pm := postmasterPID(b.procs.temporalPGDir); pm > 0 {
+		s.temporal += childrenTicks(pm)
 	}
 	if pm := postmasterPID(b.procs.pgDir); pm > 0 {
 		s.postgres = childrenTicks(pm)

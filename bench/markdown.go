@@ -274,23 +274,25 @@ func floats(v []float64, prec int) string {
 	return strings.Join(s, ", ")
 }
 
-// serverMarkdown is the Temporal server's own figures for the runs that
-// started workflows, from its Prometheus endpoint.
-func (r *Result) serverMarkdown(b *strings.Builder) {
-	type row struct {
-		what    string
-		perSec  float64
-		figures *ServerFigures
-	}
-	var rows []row
+// serverRow is one run that started workflows, with the Temporal server's
+// own figures for it.
+type serverRow struct {
+	what    string
+	perSec  float64
+	figures *ServerFigures
+}
+
+// serverRows are the runs of r that have the server's figures.
+func (r *Result) serverRows() []serverRow {
+	var rows []serverRow
 	for _, x := range r.Inline {
 		if x.Server != nil {
-			rows = append(rows, row{"inline, " + pct(x.FailPct) + " failing (drain)", x.StartsPerSec, x.Server})
+			rows = append(rows, serverRow{"inline, " + pct(x.FailPct) + " failing (drain)", x.StartsPerSec, x.Server})
 		}
 	}
 	if r.ran("handoff") {
 		h := r.Handoff
-		for _, x := range []row{{"hand-off, bridge at 100 % failing", h.BridgeStartsPerSec, h.BridgeServer},
+		for _, x := range []serverRow{{"hand-off, bridge at 100 % failing", h.BridgeStartsPerSec, h.BridgeServer},
 			{"hand-off, raw ExecuteWorkflow (first half)", h.RawBeforePerSec, h.RawServer},
 			{"raw ExecuteWorkflow on a polled queue", h.PolledPerSec, h.PolledServer},
 			{"raw ExecuteWorkflow on a polled queue, eager start", h.EagerPerSec, h.EagerServer}} {
@@ -299,6 +301,13 @@ func (r *Result) serverMarkdown(b *strings.Builder) {
 			}
 		}
 	}
+	return rows
+}
+
+// serverMarkdown is the Temporal server's own figures for the runs that
+// started workflows, from its Prometheus endpoint.
+func (r *Result) serverMarkdown(b *strings.Builder) {
+	rows := r.serverRows()
 	if len(rows) == 0 {
 		return
 	}
@@ -312,6 +321,82 @@ func (r *Result) serverMarkdown(b *strings.Builder) {
 			f.PersistenceCallsPerStart, f.PersistenceMsPerStart, f.CPUMsPerStart, num(f.StartsPerCore))
 	}
 	b.WriteString("\n")
+}
+
+// SideBySide is the Temporal figures of several runs of the same phases
+// against different servers (the dev server's, a cluster's), one column
+// per run: for each run that started workflows, starts/s and the server's
+// own figures; then the hand-off over raw ratio and the default schedule's
+// worst lateness.
+func SideBySide(labels []string, rs []*Result) string {
+	var b strings.Builder
+	b.WriteString("| run | figure |")
+	for _, l := range labels {
+		fmt.Fprintf(&b, " %s |", l)
+	}
+	b.WriteString("\n|---|---|" + strings.Repeat("---:|", len(labels)) + "\n")
+	line := func(run, figure string, cell func(*Result) string) {
+		fmt.Fprintf(&b, "| %s | %s |", run, figure)
+		for _, r := range rs {
+			fmt.Fprintf(&b, " %s |", cell(r))
+		}
+		b.WriteString("\n")
+	}
+	line("", "Temporal", func(r *Result) string { return r.Machine.Temporal })
+	var runs []string
+	for _, r := range rs {
+		for _, x := range r.serverRows() {
+			if !slices.Contains(runs, x.what) {
+				runs = append(runs, x.what)
+			}
+		}
+	}
+	rowOf := func(r *Result, what string) *serverRow {
+		for _, x := range r.serverRows() {
+			if x.what == what {
+				return &x
+			}
+		}
+		return nil
+	}
+	figures := []struct {
+		name string
+		val  func(serverRow) string
+	}{
+		{"starts/s", func(x serverRow) string { return num(x.perSec) }},
+		{"start mean ms (history part)", func(x serverRow) string {
+			return fmt.Sprintf("%.1f (%.1f)", x.figures.StartMeanMs, x.figures.HistoryStartMeanMs)
+		}},
+		{"p99 ≤ ms", func(x serverRow) string { return boundMs(x.figures.StartP99Ms) }},
+		{"create-execution write ms", func(x serverRow) string { return fmt.Sprintf("%.2f", x.figures.CreateMeanMs) }},
+		{"persistence calls / start", func(x serverRow) string { return fmt.Sprintf("%.1f", x.figures.PersistenceCallsPerStart) }},
+		{"persistence ms / start", func(x serverRow) string { return fmt.Sprintf("%.1f", x.figures.PersistenceMsPerStart) }},
+		{"server CPU ms / start", func(x serverRow) string { return fmt.Sprintf("%.2f", x.figures.CPUMsPerStart) }},
+		{"starts/s per server core", func(x serverRow) string { return num(x.figures.StartsPerCore) }},
+	}
+	for _, what := range runs {
+		for _, f := range figures {
+			line(what, f.name, func(r *Result) string {
+				if x := rowOf(r, what); x != nil {
+					return f.val(*x)
+				}
+				return "–"
+			})
+		}
+	}
+	line("hand-off", "bridge starts/s over raw", func(r *Result) string {
+		if !r.ran("handoff") || r.Handoff.RawStartsPerSec == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f", ratio(r.Handoff.BridgeStartsPerSec, r.Handoff.RawStartsPerSec))
+	})
+	line("schedule (default)", "worst attempt late by, s", func(r *Result) string {
+		if !r.ran("schedule") || r.Schedule.Events == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f", r.Schedule.LatenessMaxS)
+	})
+	return b.String()
 }
 
 // orderingMarkdown is the ordering phase's section of results.md.

@@ -480,6 +480,19 @@ func (r *Result) JSON() ([]byte, error) {
 	return append(b, '\n'), nil
 }
 
+// ReadResult reads the results.json a run wrote to dir.
+func ReadResult(dir string) (*Result, error) {
+	data, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		return nil, err
+	}
+	var r Result
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "results.json"), err)
+	}
+	return &r, nil
+}
+
 // WriteFiles writes results.json, results.md and chart.svg to dir, and
 // history.svg when the history phase ran.
 func (r *Result) WriteFiles(dir string) error {

@@ -10,7 +10,10 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"os"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -55,8 +58,37 @@ type serverCounters struct {
 	persistCalls, persistSum float64
 }
 
+// scrapeServers reads every endpoint of the server (a cluster's services
+// each have one) and sums their series: the sums are what one process
+// running every service reports.
+func scrapeServers(ctx context.Context, urls []string, namespace string) (serverCounters, error) {
+	sum := serverCounters{startBuckets: map[float64]float64{}}
+	for _, url := range urls {
+		c, err := scrapeServer(ctx, url, namespace)
+		if err != nil {
+			return serverCounters{}, err
+		}
+		sum.add(c)
+	}
+	return sum, nil
+}
+
+func (c *serverCounters) add(o serverCounters) {
+	c.startCount += o.startCount
+	c.startSum += o.startSum
+	for ub, n := range o.startBuckets {
+		c.startBuckets[ub] += n
+	}
+	c.historyCount += o.historyCount
+	c.historySum += o.historySum
+	c.createCount += o.createCount
+	c.createSum += o.createSum
+	c.persistCalls += o.persistCalls
+	c.persistSum += o.persistSum
+}
+
 // scrapeServer reads the server's /metrics at url.
-func scrapeServer(ctx context.Context, url string) (serverCounters, error) {
+func scrapeServer(ctx context.Context, url, namespace string) (serverCounters, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -76,11 +108,8 @@ func scrapeServer(ctx context.Context, url string) (serverCounters, error) {
 	if err != nil {
 		return serverCounters{}, fmt.Errorf("temporal server metrics: %w", err)
 	}
-	return countersOf(families, benchNamespace), nil
+	return countersOf(families, namespace), nil
 }
-
-// benchNamespace is the namespace the bench's workflows run in.
-const benchNamespace = "default"
 
 // countersOf sums the series ServerFigures need from parsed families.
 func countersOf(families map[string]*dto.MetricFamily, namespace string) serverCounters {
@@ -183,10 +212,10 @@ type serverSpan struct {
 }
 
 func (b *bench) beginServerSpan(ctx context.Context) serverSpan {
-	if b.procs.temporalMetrics == "" {
+	if len(b.procs.temporalMetrics) == 0 {
 		return serverSpan{}
 	}
-	c, err := scrapeServer(ctx, b.procs.temporalMetrics)
+	c, err := scrapeServers(ctx, b.procs.temporalMetrics, b.svc.Temporal.Namespace)
 	if err != nil {
 		b.progress("  (temporal server metrics unread: %v)", err)
 		return serverSpan{}
@@ -198,7 +227,7 @@ func (s serverSpan) end(ctx context.Context, temporalCores float64, elapsed time
 	if !s.ok {
 		return nil
 	}
-	c, err := scrapeServer(ctx, s.b.procs.temporalMetrics)
+	c, err := scrapeServers(ctx, s.b.procs.temporalMetrics, s.b.svc.Temporal.Namespace)
 	if err != nil {
 		s.b.progress("  (temporal server metrics unread: %v)", err)
 		return nil
@@ -221,4 +250,46 @@ func boundMs(ms float64) string {
 		return "∞"
 	}
 	return fmt.Sprintf("%g", ms)
+}
+
+// externalTemporalFromEnv reads how to measure a Temporal server the bench
+// did not start (TEMPORAL_ADDRESS): CAUSET_BENCH_TEMPORAL_METRICS, its
+// Prometheus endpoints (comma-separated URLs, one per service of a
+// cluster); CAUSET_BENCH_TEMPORAL_PIDFILES, files holding its processes'
+// PIDs, for its CPU; CAUSET_BENCH_TEMPORAL_PGDATA, its PostgreSQL's data
+// directory, whose CPU counts as the server's. Each is optional; without
+// the endpoints the server's figures are not reported.
+// scripts/temporal-cluster.sh writes all three for its cluster.
+func externalTemporalFromEnv(getenv func(string) string) (procs, error) {
+	var p procs
+	for u := range strings.SplitSeq(getenv("CAUSET_BENCH_TEMPORAL_METRICS"), ",") {
+		if u = strings.TrimSpace(u); u == "" {
+			continue
+		}
+		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+			return p, fmt.Errorf("CAUSET_BENCH_TEMPORAL_METRICS: %q is not an http(s) URL", u)
+		}
+		p.temporalMetrics = append(p.temporalMetrics, u)
+	}
+	for f := range strings.SplitSeq(getenv("CAUSET_BENCH_TEMPORAL_PIDFILES"), ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return p, fmt.Errorf("CAUSET_BENCH_TEMPORAL_PIDFILES: %w", err)
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+		if err != nil || pid <= 0 {
+			return p, fmt.Errorf("CAUSET_BENCH_TEMPORAL_PIDFILES: %s holds %q, not a PID", f, strings.TrimSpace(string(data)))
+		}
+		p.temporalPIDs = append(p.temporalPIDs, pid)
+	}
+	if d := strings.TrimSpace(getenv("CAUSET_BENCH_TEMPORAL_PGDATA")); d != "" {
+		if postmasterPID(d) == 0 {
+			return p, fmt.Errorf("CAUSET_BENCH_TEMPORAL_PGDATA: no running PostgreSQL's postmaster.pid under %s", d)
+		}
+		p.temporalPGDir = d
+	}
+	return p, nil
 }

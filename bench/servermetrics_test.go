@@ -3,6 +3,10 @@ package bench
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -54,7 +58,7 @@ func parseServer(t *testing.T, text string) serverCounters {
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := p.TextToMetricFamilies(strings.NewReader(text))
 	require.NoError(t, err)
-	return countersOf(families, benchNamespace)
+	return countersOf(families, "default")
 }
 
 func TestServerFiguresAreDifferences(t *testing.T) {
@@ -92,7 +96,7 @@ func TestServerFiguresOfTheDevServer(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	before, err := scrapeServer(ctx, srv.MetricsURL)
+	before, err := scrapeServer(ctx, srv.MetricsURL, srv.Namespace)
 	require.NoError(t, err)
 	queue := testenv.TaskQueue(t)
 	const n = 25
@@ -100,7 +104,7 @@ func TestServerFiguresOfTheDevServer(t *testing.T) {
 		_, err := srv.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: fmt.Sprintf("%s-%d", queue, i), TaskQueue: queue}, "NobodyRunsThis")
 		require.NoError(t, err)
 	}
-	after, err := scrapeServer(ctx, srv.MetricsURL)
+	after, err := scrapeServer(ctx, srv.MetricsURL, srv.Namespace)
 	require.NoError(t, err)
 	f := before.figures(after, 0.5)
 	require.NotNil(t, f, "the dev server counted no start")
@@ -114,6 +118,69 @@ func TestServerFiguresOfTheDevServer(t *testing.T) {
 	require.GreaterOrEqual(t, f.PersistenceCallsPerStart, 1.0, "a start writes its execution")
 	require.InDelta(t, 20.0, f.CPUMsPerStart, 1e-9) // 0.5 s over 25 starts
 
-	_, err = scrapeServer(ctx, srv.HostPort) // the gRPC port is no metrics endpoint
+	_, err = scrapeServer(ctx, srv.HostPort, srv.Namespace) // the gRPC port is no metrics endpoint
 	require.Error(t, err)
+}
+
+// A cluster's services each serve their own series; summed, they are what
+// one process running every service reports.
+func TestServerFiguresSumEveryServicesEndpoint(t *testing.T) {
+	serve := func(text string) string {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, text) }))
+		t.Cleanup(srv.Close)
+		return srv.URL + "/metrics"
+	}
+	ctx := context.Background()
+	whole, err := scrapeServers(ctx, []string{serve(serverText(110, 1.05, 70, 109, 250, 1.48, 110, 0.022))}, "default")
+	require.NoError(t, err)
+	// The same counts split over two endpoints.
+	parts, err := scrapeServers(ctx, []string{serve(serverText(60, 0.55, 40, 59, 150, 0.98, 60, 0.012)),
+		serve(serverText(50, 0.5, 30, 50, 100, 0.5, 50, 0.01))}, "default")
+	require.NoError(t, err)
+	require.InDelta(t, whole.startCount, parts.startCount, 1e-9)
+	require.InDelta(t, whole.startSum, parts.startSum, 1e-9)
+	require.InDelta(t, whole.persistCalls, parts.persistCalls, 1e-9)
+	require.InDelta(t, whole.createSum, parts.createSum, 1e-9)
+	for ub, n := range whole.startBuckets {
+		require.InDelta(t, n, parts.startBuckets[ub], 1e-9, "bucket %g", ub)
+	}
+	_, err = scrapeServers(ctx, []string{serve("x"), "http://127.0.0.1:1/metrics"}, "default")
+	require.Error(t, err, "an endpoint that does not answer fails the read")
+}
+
+func TestExternalTemporalFromEnv(t *testing.T) {
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "history.pid")
+	require.NoError(t, os.WriteFile(pidFile, []byte(fmt.Sprintf("%d\n", os.Getpid())), 0o644))
+	env := func(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
+
+	p, err := externalTemporalFromEnv(env(nil))
+	require.NoError(t, err)
+	require.Empty(t, p.temporalMetrics, "no endpoints: no server figures")
+
+	p, err = externalTemporalFromEnv(env(map[string]string{
+		"CAUSET_BENCH_TEMPORAL_METRICS":  "http://127.0.0.1:17283/metrics, http://127.0.0.1:17284/metrics",
+		"CAUSET_BENCH_TEMPORAL_PIDFILES": pidFile,
+	}))
+	require.NoError(t, err)
+	require.Equal(t, []string{"http://127.0.0.1:17283/metrics", "http://127.0.0.1:17284/metrics"}, p.temporalMetrics)
+	require.Equal(t, []int{os.Getpid()}, p.temporalPIDs)
+
+	for name, kv := range map[string]map[string]string{
+		"not a URL":          {"CAUSET_BENCH_TEMPORAL_METRICS": "127.0.0.1:17283"},
+		"no pid file":        {"CAUSET_BENCH_TEMPORAL_PIDFILES": filepath.Join(dir, "none.pid")},
+		"not a PID":          {"CAUSET_BENCH_TEMPORAL_PIDFILES": writeFile(t, dir, "bad.pid", "frontend")},
+		"no running cluster": {"CAUSET_BENCH_TEMPORAL_PGDATA": dir},
+	} {
+		_, err := externalTemporalFromEnv(env(kv))
+		require.Error(t, err, name)
+		require.Contains(t, err.Error(), "CAUSET_BENCH_TEMPORAL_", name)
+	}
+}
+
+func writeFile(t *testing.T, dir, name, body string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	require.NoError(t, os.WriteFile(path, []byte(body), 0o644))
+	return path
 }

@@ -23,13 +23,16 @@
 #   TEMPORAL_SERVER_VERSION     default v1.29.1
 #   TEMPORAL_CLUSTER_PORT       frontend gRPC port (default 17233); history,
 #                               matching and worker use +1, +2, +6; the
-#                               frontend's HTTP API +10; membership +100...
+#                               frontend's HTTP API +10; each service's
+#                               Prometheus metrics its gRPC port +50;
+#                               membership +100...
 #   TEMPORAL_CLUSTER_PG_PORT    its PostgreSQL (default 15433)
 #   TEMPORAL_CLUSTER_SHARDS     history shards (default 4)
 #   TEMPORAL_CLUSTER_NAMESPACE  namespace made at start (default causet)
 #
 # start prints TEMPORAL_ADDRESS=127.0.0.1:<port>, TEMPORAL_NAMESPACE=<ns> and
-# TEMPORAL_CLUSTER_ENV=<a file with both and the port>, for the tests.
+# TEMPORAL_CLUSTER_ENV=<a file with both, the port, the services' metrics
+# URLs and their pid files>, for the tests and the bench.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -63,6 +66,16 @@ grpc_port() {
 	esac
 }
 membership_port() { echo $(($(grpc_port "$1") + 100)); }
+# Each service serves its Prometheus metrics on its gRPC port + 50.
+metrics_port() { echo $(($(grpc_port "$1") + 50)); }
+metrics_urls() {
+	local s urls=()
+	for s in "${SERVICES[@]}"; do
+		urls+=("http://127.0.0.1:$(metrics_port "$s")/metrics")
+	done
+	local IFS=,
+	echo "${urls[*]}"
+}
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
@@ -199,6 +212,17 @@ dynamicConfigClient:
   filepath: "$RUN/config/dynamicconfig.yaml"
   pollInterval: 10s
 YAML
+	# The services share production.yaml; each one's zone file (--zone)
+	# adds its metrics endpoint, as the dev server's: histograms in seconds.
+	for s in "${SERVICES[@]}"; do
+		cat >"$RUN/config/production_$s.yaml" <<YAML
+global:
+  metrics:
+    prometheus:
+      timerType: histogram
+      listenAddress: "127.0.0.1:$(metrics_port "$s")"
+YAML
+	done
 }
 
 pidfile() { echo "$RUN/$1.pid"; }
@@ -216,7 +240,7 @@ start_service() {
 		return
 	}
 	# setsid: a process group of its own, killable as one, outliving this shell.
-	setsid "$SERVER" --root "$RUN" --config config --env production --allow-no-auth start --service "$s" \
+	setsid "$SERVER" --root "$RUN" --config config --env production --zone "$s" --allow-no-auth start --service "$s" \
 		>>"$RUN/$s.log" 2>&1 </dev/null &
 	echo $! >"$(pidfile "$s")"
 	# The worker service serves no gRPC: its membership port says it is up.
@@ -304,7 +328,7 @@ start() {
 	fi
 	local s p
 	for s in "${SERVICES[@]}"; do
-		for p in "$(grpc_port "$s")" "$(membership_port "$s")"; do
+		for p in "$(grpc_port "$s")" "$(membership_port "$s")" "$(metrics_port "$s")"; do
 			port_open "$p" && die "port $p is in use (set TEMPORAL_CLUSTER_PORT)"
 		done
 	done
@@ -325,6 +349,9 @@ start() {
 		echo "TEMPORAL_ADDRESS=127.0.0.1:$PORT"
 		echo "TEMPORAL_NAMESPACE=$NAMESPACE"
 		echo "TEMPORAL_CLUSTER_PORT=$PORT"
+		echo "TEMPORAL_CLUSTER_METRICS=$(metrics_urls)"
+		echo "TEMPORAL_CLUSTER_PGDATA=$(cat "$PGDATA_FILE")/db"
+		echo "TEMPORAL_CLUSTER_PIDFILES=$(for s in "${SERVICES[@]}"; do printf '%s,' "$(pidfile "$s")"; done | sed 's/,$//')"
 	} >"$RUN/cluster.env"
 	echo "TEMPORAL_ADDRESS=127.0.0.1:$PORT"
 	echo "TEMPORAL_NAMESPACE=$NAMESPACE"

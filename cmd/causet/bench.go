@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime/pprof"
+	"strings"
 
 	"github.com/causet/projection-retry/bench"
 )
@@ -22,6 +23,9 @@ type benchCmd struct {
 	Out        string `help:"Directory for results.md, results.json, chart.svg and the bridge logs." type:"path"`
 	Quick      bool   `help:"Small sizes (under 3 minutes): proves the command works; the figures are not comparable with a full run."`
 	CPUProfile string `name:"cpuprofile" help:"Write the bench process's CPU profile to FILE, and each bridge child's to FILE.bridge-PHASE." type:"path" placeholder:"FILE"`
+	// SideBySide prints runs' Temporal figures side by side instead of
+	// running (scripts/bench-temporal.sh: the dev server's and a cluster's).
+	SideBySide []string `name:"side-by-side" sep:"none" help:"Print the Temporal figures of earlier runs side by side instead of running: LABEL=DIR, one per run (DIR holds its results.json)." placeholder:"LABEL=DIR"`
 
 	// BridgeChild runs the bridge (as `causet bridge`) with the CPU profile;
 	// the bench starts itself this way for every bridge it measures.
@@ -38,6 +42,9 @@ func (c benchCmd) Run(ctx context.Context, logger *slog.Logger) error {
 	}
 	if c.BridgeChild {
 		return bridgeCmd{}.Run(ctx, logger)
+	}
+	if len(c.SideBySide) > 0 {
+		return sideBySide(c.SideBySide)
 	}
 	if c.Out == "" {
 		return errors.New("--out DIR is required")
@@ -84,4 +91,24 @@ func startCPUProfile(path string) (func(), error) {
 		pprof.StopCPUProfile()
 		f.Close()
 	}, nil
+}
+
+// sideBySide prints the Temporal figures of the runs in LABEL=DIR, one
+// column each.
+func sideBySide(runs []string) error {
+	var labels []string
+	var results []*bench.Result
+	for _, run := range runs {
+		label, dir, ok := strings.Cut(run, "=")
+		if !ok || label == "" || dir == "" {
+			return fmt.Errorf("--side-by-side %q: want LABEL=DIR", run)
+		}
+		r, err := bench.ReadResult(dir)
+		if err != nil {
+			return fmt.Errorf("--side-by-side %s: %w", label, err)
+		}
+		labels, results = append(labels, label), append(results, r)
+	}
+	fmt.Fprint(benchOut, bench.SideBySide(labels, results))
+	return nil
 }
