@@ -25,7 +25,9 @@
 SHELL := /usr/bin/env bash
 
 GO                   ?= go
-TEMPORAL_CLI_VERSION := v1.5.1
+# The versions of Temporal, Kafka and PostgreSQL every stack here runs.
+include deployments/versions.env
+TEMPORAL_CLI_TAG     := v$(TEMPORAL_CLI_VERSION)
 TEMPORAL             := $(CURDIR)/bin/temporal
 # Three test binaries at a time (-p 3): they mostly wait on timers, servers
 # and subprocesses (a 2-core run uses about a quarter of its CPU time), so a
@@ -48,11 +50,11 @@ TEMPORAL_CLUSTER_ENV ?= $(CURDIR)/.cache/temporal-cluster/run-$(TEMPORAL_CLUSTER
 all: lint test build
 
 tools:
-	@if $(GO) version -m $(TEMPORAL) 2>/dev/null | grep -Eq '^[[:space:]]+mod[[:space:]]+github.com/temporalio/cli[[:space:]]+$(TEMPORAL_CLI_VERSION)([[:space:]]|$$)'; then \
-		echo "temporal CLI $(TEMPORAL_CLI_VERSION) already in ./bin"; \
+	@if $(GO) version -m $(TEMPORAL) 2>/dev/null | grep -Eq '^[[:space:]]+mod[[:space:]]+github.com/temporalio/cli[[:space:]]+$(TEMPORAL_CLI_TAG)([[:space:]]|$$)'; then \
+		echo "temporal CLI $(TEMPORAL_CLI_TAG) already in ./bin"; \
 	else \
-		echo "installing temporal CLI $(TEMPORAL_CLI_VERSION) into ./bin (a few minutes on a cold cache)"; \
-		GOBIN=$(CURDIR)/bin $(GO) install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI_VERSION); \
+		echo "installing temporal CLI $(TEMPORAL_CLI_TAG) into ./bin (a few minutes on a cold cache)"; \
+		GOBIN=$(CURDIR)/bin $(GO) install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI_TAG); \
 	fi
 
 # gotestsum closes with "DONE <n> tests, <m> skipped" and lists any skipped

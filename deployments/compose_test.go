@@ -2,6 +2,7 @@ package deployments
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -105,14 +106,17 @@ func repoRoot(t *testing.T) string {
 	return root
 }
 
-func loadCompose(t *testing.T) *composeFile {
+func loadCompose(t *testing.T) *composeFile { return loadComposeFile(t, "docker-compose.yml") }
+
+// loadComposeFile parses the compose file name at the repository's root.
+func loadComposeFile(t *testing.T, name string) *composeFile {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "docker-compose.yml"))
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), name))
 	require.NoError(t, err)
 	var c composeFile
 	dec := yaml.NewDecoder(strings.NewReader(string(b)))
-	require.NoError(t, dec.Decode(&c), "docker-compose.yml does not parse")
-	require.NotEmpty(t, c.Services, "docker-compose.yml has no services")
+	require.NoError(t, dec.Decode(&c), "%s does not parse", name)
+	require.NotEmpty(t, c.Services, "%s has no services", name)
 	return &c
 }
 
@@ -466,7 +470,11 @@ func TestDockerfile(t *testing.T) {
 func TestImageTags(t *testing.T) {
 	root := repoRoot(t)
 	used := map[string]bool{}
-	for name, svc := range loadCompose(t).Services {
+	services := maps.Clone(loadCompose(t).Services)
+	for name, svc := range loadComposeFile(t, "docker-compose.cluster.yml").Services {
+		services["cluster "+name] = svc
+	}
+	for name, svc := range services {
 		if svc.Image == "" {
 			continue
 		}
@@ -492,7 +500,8 @@ func TestImageTags(t *testing.T) {
 		require.Positive(t, i, "image %s has no tag", img)
 		tag := img[i+1:]
 		require.NotEqual(t, "latest", tag, "image %s", img)
-		require.Regexp(t, `^v?\d+(\.\d+)*$`, tag, "image %s is not pinned to a release", img)
+		// A release, or the admin-tools' release of each tool it bundles.
+		require.Regexp(t, `^v?\d+(\.\d+)*(-[a-z]+-\d+(\.\d+)*)*$`, tag, "image %s is not pinned to a release", img)
 	}
 
 	readme, err := os.ReadFile(filepath.Join(root, "deployments", "README.md"))

@@ -8,7 +8,7 @@
 # needed.
 #
 # Environment:
-#   KAFKA_VERSION          Kafka version (default 4.1.1)
+#   KAFKA_VERSION          Kafka version (default deployments/versions.env's, 4.1.1)
 #   KAFKA_PORT             PLAINTEXT listener port (default 9092)
 #   KAFKA_CONTROLLER_PORT  CONTROLLER listener port (default KAFKA_PORT+1)
 #   KAFKA_HEAP_OPTS        JVM heap (default -Xms256m -Xmx512m)
@@ -36,7 +36,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-KAFKA_VERSION="${KAFKA_VERSION:-4.1.1}"
+# The default version of every stack here (deployments/versions.env).
+KAFKA_VERSION="${KAFKA_VERSION:-$(sed -n 's/^KAFKA_VERSION=//p' "$ROOT/deployments/versions.env")}"
 LOG4J_VERSION="${LOG4J_VERSION:-2.24.3}"
 SLF4J_VERSION="${SLF4J_VERSION:-2.0.17}"
 KAFKA_PORT="${KAFKA_PORT:-9092}"

@@ -20,7 +20,7 @@
 #   restart SERVICE        stop one service (SIGTERM) and start it again
 #
 # Environment:
-#   TEMPORAL_SERVER_VERSION     default v1.29.1
+#   TEMPORAL_SERVER_VERSION     default deployments/versions.env's (v1.29.1)
 #   TEMPORAL_CLUSTER_PORT       frontend gRPC port (default 17233); history,
 #                               matching and worker use +1, +2, +6; the
 #                               frontend's HTTP API +10; each service's
@@ -36,7 +36,9 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VERSION="${TEMPORAL_SERVER_VERSION:-v1.29.1}"
+# The default versions of every stack here (deployments/versions.env).
+pinned() { sed -n "s/^$1=//p" "$ROOT/deployments/versions.env"; }
+VERSION="${TEMPORAL_SERVER_VERSION:-v$(pinned TEMPORAL_SERVER_VERSION)}"
 PORT="${TEMPORAL_CLUSTER_PORT:-17233}"
 PG_PORT="${TEMPORAL_CLUSTER_PG_PORT:-15433}"
 SHARDS="${TEMPORAL_CLUSTER_SHARDS:-4}"
@@ -126,21 +128,15 @@ start_postgres() {
 	}
 }
 
-sql_tool() { "$SQL_TOOL" --plugin postgres12 --ep 127.0.0.1 -p "$PG_PORT" -u postgres "$@"; }
 
+# The schemas and the namespace are made by deployments/temporal-setup.sh,
+# the steps compose and deployments/README.md follow too.
 setup_schemas() {
-	local db schema
-	for db in temporal temporal_visibility; do
-		schema=temporal
-		[[ $db == temporal_visibility ]] && schema=visibility
-		sql_tool --db "$db" create-database >>"$RUN/schema.log" 2>&1 &&
-			sql_tool --db "$db" setup-schema -v 0.0 >>"$RUN/schema.log" 2>&1 &&
-			sql_tool --db "$db" update-schema --schema-name "postgresql/v12/$schema" >>"$RUN/schema.log" 2>&1 ||
-			{
-				tail -n 30 "$RUN/schema.log" >&2
-				die "setting up the $db schema failed"
-			}
-	done
+	SQL_TOOL="$SQL_TOOL" SQL_HOST=127.0.0.1 SQL_PORT="$PG_PORT" SQL_USER=postgres \
+		"$ROOT/deployments/temporal-setup.sh" schema >>"$RUN/schema.log" 2>&1 || {
+		tail -n 30 "$RUN/schema.log" >&2
+		die "setting up the schemas failed"
+	}
 }
 
 write_config() {
@@ -290,33 +286,12 @@ kill_service() {
 	rm -f "$(pidfile "$s")"
 }
 
-# operator runs the temporal CLI against the cluster's frontend.
-operator() { "$CLI" --address "127.0.0.1:$PORT" "$@"; }
-
 setup_namespace() {
-	local deadline=$((SECONDS + 90))
-	until operator operator cluster health >/dev/null 2>&1; do
-		((SECONDS < deadline)) || die "the frontend is not healthy within 90s (logs: $RUN/*.log)"
-		sleep 0.5
-	done
-	until operator operator namespace create --namespace "$NAMESPACE" --retention 72h >>"$RUN/operator.log" 2>&1; do
-		((SECONDS < deadline)) || {
-			tail -n 20 "$RUN/operator.log" >&2
-			die "creating namespace $NAMESPACE failed"
-		}
-		sleep 1
-	done
-	# The project's search attributes: `causet worker` prints these lines
-	# when its credentials cannot create them (deployments/README.md).
-	local sa
-	for sa in CausetProjection CausetEventType CausetEntityId CausetForkId CausetRetryState CausetIncidentState CausetError; do
-		operator operator search-attribute create --namespace "$NAMESPACE" --name "$sa" --type Keyword >>"$RUN/operator.log" 2>&1 ||
-			die "creating search attribute $sa failed (log: $RUN/operator.log)"
-	done
-	for sa in CausetRolloutAffected CausetRolloutApplied CausetRolloutFailing; do
-		operator operator search-attribute create --namespace "$NAMESPACE" --name "$sa" --type Int >>"$RUN/operator.log" 2>&1 ||
-			die "creating search attribute $sa failed (log: $RUN/operator.log)"
-	done
+	TEMPORAL_CLI="$CLI" TEMPORAL_ADDRESS="127.0.0.1:$PORT" TEMPORAL_NAMESPACE="$NAMESPACE" TEMPORAL_RETENTION=72h \
+		"$ROOT/deployments/temporal-setup.sh" namespace >>"$RUN/operator.log" 2>&1 || {
+		tail -n 20 "$RUN/operator.log" >&2
+		die "setting up namespace $NAMESPACE failed (log: $RUN/operator.log)"
+	}
 }
 
 start() {
