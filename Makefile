@@ -69,8 +69,9 @@ SLOW_PACKAGES        := ./starter/ ./cmd/causet/ ./app/ ./rollout/
 test: tools
 	$(GOTESTSUM) $(GOTESTFLAGS) $(SLOW_PACKAGES) ./...
 
+# With the broker's SASL_SSL listener up (kafka-start), its tests run too.
 test-kafka: tools
-	KAFKA_BROKERS=$(KAFKA_BROKERS) $(GOTESTSUM) $(GOTESTFLAGS) -run '$(KAFKA_TEST_PATTERN)' $(SLOW_PACKAGES) ./...
+	KAFKA_BROKERS=$(KAFKA_BROKERS) $(if $(wildcard $(KAFKA_SECURE_ENV)),KAFKA_SECURE_ENV=$(KAFKA_SECURE_ENV)) $(GOTESTSUM) $(GOTESTFLAGS) -run '$(KAFKA_TEST_PATTERN)' $(SLOW_PACKAGES) ./...
 
 test-cluster: tools
 	CAUSET_RELIABILITY=short KAFKA_BROKERS=$(KAFKA_BROKERS) KAFKA_SECURE_ENV=$(KAFKA_SECURE_ENV) \

@@ -88,9 +88,11 @@ type bench struct {
 	workQueue    string // the in-process worker's
 
 	procs procs
-	svc   *app.Service // the pool, engine, Temporal client and worker
-	prod  *kgo.Client
-	res   *Result
+	// kafkaOpts are the broker's TLS and SASL options (KafkaConnOpts).
+	kafkaOpts []kgo.Opt
+	svc       *app.Service // the pool, engine, Temporal client and worker
+	prod      *kgo.Client
+	res       *Result
 }
 
 // Run starts what it needs (devstack: PostgreSQL, the Temporal dev server

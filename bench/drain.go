@@ -269,7 +269,7 @@ func (b *bench) peerRuns(ctx context.Context) error {
 				return err
 			}
 			s0 := b.sample(0)
-			elapsed, dl, err := runPeer(ctx, b.brokers, topic, topic+"-g", b.dlqTopic, b.svc.Engine, b.short, n)
+			elapsed, dl, err := runPeer(ctx, b.kafka(), topic, topic+"-g", b.dlqTopic, b.svc.Engine, b.short, n)
 			if err != nil {
 				return err
 			}

@@ -395,7 +395,7 @@ func (b *bench) drainRelay(ctx context.Context, pool *pgxpool.Pool, topic string
 		return 0, 0, CPUUse{}, 0, err
 	}
 	reg := &counterOf{}
-	r, err := relay.New(relay.Options{Pool: pool, Brokers: b.brokers, Topic: topic, Batch: settings.Batch,
+	r, err := relay.New(relay.Options{Pool: pool, Brokers: b.brokers, KafkaOptions: b.kafkaOpts, Topic: topic, Batch: settings.Batch,
 		PollInterval: settings.PollInterval, Logger: b.log.With("component", "relay"), Registerer: reg})
 	if err != nil {
 		return 0, 0, CPUUse{}, 0, err
@@ -447,7 +447,7 @@ func (b *bench) intentsPhase(ctx context.Context) error {
 		}
 	}()
 	topic := "bench-" + b.runID + "-intents"
-	if err := devstack.EnsureTopics(ctx, b.brokers, int32(b.sizes.Partitions), topic); err != nil {
+	if err := devstack.EnsureTopicsWith(ctx, b.kafka(), int32(b.sizes.Partitions), topic); err != nil {
 		return err
 	}
 	sz := b.sizes

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,17 +37,16 @@ type peer struct {
 
 // runPeer consumes total records of topic with group and returns the
 // elapsed time from the first fetched record to the last processed one.
-func runPeer(ctx context.Context, brokers []string, topic, group, dlqTopic string, engine *projection.Engine, retry config.Retry, total int) (time.Duration, int, error) {
+func runPeer(ctx context.Context, kafka []kgo.Opt, topic, group, dlqTopic string, engine *projection.Engine, retry config.Retry, total int) (time.Duration, int, error) {
 	p := &peer{engine: engine, plan: retry.Plan(config.ModeInline), dlqTopic: dlqTopic, errs: make(chan error, 16)}
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(brokers...),
+	cl, err := kgo.NewClient(append(slices.Clone(kafka),
 		kgo.ConsumerGroup(group),
 		kgo.ConsumeTopics(topic),
 		kgo.AutoCommitMarks(),
 		kgo.FetchMaxWait(500*time.Millisecond),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
-	)
+	)...)
 	if err != nil {
 		return 0, 0, err
 	}

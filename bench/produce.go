@@ -70,7 +70,7 @@ func records(topic, prefix string, n int, failPct float64, at time.Time) ([]*kgo
 
 func (b *bench) topic(ctx context.Context, phase string) (string, error) {
 	t := "bench-" + b.runID + "-" + phase
-	return t, devstack.EnsureTopics(ctx, b.brokers, int32(b.sizes.Partitions), t)
+	return t, devstack.EnsureTopicsWith(ctx, b.kafka(), int32(b.sizes.Partitions), t)
 }
 
 func (b *bench) produce(ctx context.Context, recs []*kgo.Record) error {

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -252,7 +253,7 @@ func (rt *retryTopics) settle(k int) {
 
 // runRetryTopics consumes total events of topo.main with group and settles
 // every one: applied, or forwarded through the delay topics to the DLQ.
-func runRetryTopics(ctx context.Context, brokers []string, topo retryTopology, group string, engine *projection.Engine, total int, timeout time.Duration) (retryTopicsStats, error) {
+func runRetryTopics(ctx context.Context, kafka []kgo.Opt, topo retryTopology, group string, engine *projection.Engine, total int, timeout time.Duration) (retryTopicsStats, error) {
 	rt := &retryTopics{engine: engine, topo: topo, total: total, done: make(chan struct{}), errs: make(chan error, 16)}
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -265,8 +266,7 @@ func runRetryTopics(ctx context.Context, brokers []string, topo retryTopology, g
 		}
 	}()
 	client := func(topic, group string, maxWait time.Duration, opts ...kgo.Opt) (*kgo.Client, error) {
-		cl, err := kgo.NewClient(append([]kgo.Opt{
-			kgo.SeedBrokers(brokers...),
+		cl, err := kgo.NewClient(append(append(slices.Clone(kafka),
 			kgo.ConsumerGroup(group),
 			kgo.ConsumeTopics(topic),
 			kgo.AutoCommitMarks(),
@@ -276,7 +276,7 @@ func runRetryTopics(ctx context.Context, brokers []string, topo retryTopology, g
 			// Every produce is waited for before the record's offset is
 			// marked; lingering would only delay it.
 			kgo.ProducerLinger(0),
-		}, opts...)...)
+		), opts...)...)
 		if err == nil {
 			clients = append(clients, cl)
 		}
@@ -528,12 +528,12 @@ func (b *bench) retryTopicsRuns(ctx context.Context) error {
 			}
 			topo := newRetryTopology(topic, b.dlqTopic, b.short)
 			if ts := topo.topics(); len(ts) > 0 {
-				if err := devstack.EnsureTopics(ctx, b.brokers, int32(b.sizes.Partitions), ts...); err != nil {
+				if err := devstack.EnsureTopicsWith(ctx, b.kafka(), int32(b.sizes.Partitions), ts...); err != nil {
 					return err
 				}
 			}
 			s0 := b.sample(0)
-			st, err := runRetryTopics(ctx, b.brokers, topo, topic+"-g", b.svc.Engine, n, 10*time.Minute)
+			st, err := runRetryTopics(ctx, b.kafka(), topo, topic+"-g", b.svc.Engine, n, 10*time.Minute)
 			if err != nil {
 				return err
 			}

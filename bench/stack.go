@@ -78,6 +78,12 @@ func (b *bench) setup(ctx context.Context, stack *devstack.Stack) error {
 		return err
 	}
 	cfg.DatabaseURL, cfg.KafkaBrokers = b.dbURL, b.brokers
+	// A secured broker (KAFKA_TLS, KAFKA_SASL_*): the bench's own clients
+	// connect as the processes do; its bridge children read the same
+	// environment.
+	if b.kafkaOpts, err = app.KafkaConnOpts(cfg.KafkaSecurity, cfg.LinkTimeout); err != nil {
+		return err
+	}
 	cfg.DLQTopic, cfg.TaskQueue = b.dlqTopic, b.workQueue
 	cfg.AutoMigrate = true // the bench's own database, or one it may prepare
 	opts := []app.Option{app.WithLogger(b.log), app.WithSetup(b.setupTables)}
@@ -93,11 +99,11 @@ func (b *bench) setup(ctx context.Context, stack *devstack.Stack) error {
 	} else {
 		b.res.Machine.Temporal = "TEMPORAL_ADDRESS " + b.svc.Temporal.HostPort
 	}
-	if b.prod, err = kgo.NewClient(kgo.SeedBrokers(b.brokers...), kgo.ProducerLinger(0),
-		kgo.MaxBufferedRecords(1<<20), kgo.AllowAutoTopicCreation()); err != nil {
+	if b.prod, err = kgo.NewClient(append(b.kafka(), kgo.ProducerLinger(0),
+		kgo.MaxBufferedRecords(1<<20), kgo.AllowAutoTopicCreation())...); err != nil {
 		return err
 	}
-	return devstack.EnsureTopics(ctx, b.brokers, int32(b.sizes.Partitions), b.dlqTopic)
+	return devstack.EnsureTopicsWith(ctx, b.kafka(), int32(b.sizes.Partitions), b.dlqTopic)
 }
 
 // setupTables records the server version, creates the bench tables (empty)
@@ -167,4 +173,11 @@ func phaseEnv(topic, taskQueue string, extra map[string]string) map[string]strin
 	}
 	maps.Copy(env, extra)
 	return env
+}
+
+// kafka is what a client of the bench's broker needs: its seed brokers and
+// the connection options of KAFKA_TLS and KAFKA_SASL_* (none for a
+// plaintext broker).
+func (b *bench) kafka() []kgo.Opt {
+	return append([]kgo.Opt{kgo.SeedBrokers(b.brokers...)}, b.kafkaOpts...)
 }

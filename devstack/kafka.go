@@ -80,7 +80,13 @@ func (k *Kafka) Stop() {
 // 1) on brokers, leaving existing topics alone, and waits until they are
 // listed with a leader for every partition.
 func EnsureTopics(ctx context.Context, brokers []string, partitions int32, topics ...string) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	return EnsureTopicsWith(ctx, []kgo.Opt{kgo.SeedBrokers(brokers...)}, partitions, topics...)
+}
+
+// EnsureTopicsWith is EnsureTopics with a client made of opts (the seed
+// brokers and, for a secured broker, its TLS and SASL).
+func EnsureTopicsWith(ctx context.Context, opts []kgo.Opt, partitions int32, topics ...string) error {
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
 	}
@@ -90,7 +96,7 @@ func EnsureTopics(ctx context.Context, brokers []string, partitions int32, topic
 	defer cancel()
 	resps, err := adm.CreateTopics(ctx, partitions, 1, nil, topics...)
 	if err != nil {
-		return fmt.Errorf("create topics %v at %v: %w", topics, brokers, err)
+		return fmt.Errorf("create topics %v at %v: %w", topics, cl.OptValue(kgo.SeedBrokers), err)
 	}
 	for _, r := range resps {
 		if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {

@@ -1,7 +1,6 @@
 package reliability
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -18,21 +17,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/causet/projection-retry/contract"
+	"github.com/causet/projection-retry/internal/testenv"
 )
 
-// securedKafka is the SASL_SSL listener of the real broker
-// (scripts/kafka-broker.sh): TLS with a CA of its own, SCRAM-SHA-512 users,
-// the StandardAuthorizer (a principal without an ACL is refused). The
-// broker's PLAINTEXT listener, whose principal is a super user, is the test
-// harness's: it creates the topics and ACLs, produces the upstream events
-// and reads what the checks read. Every causet process talks to the
-// SASL_SSL listener as a user of its own.
-type securedKafka struct {
-	brokers, caFile string
-	// plaintext is the same broker's PLAINTEXT listener: the harness's.
-	plaintext []string
-	passwords map[string]string // user → password
-}
+// securedKafka is the real broker's SASL_SSL listener (testenv.SecuredKafka):
+// every causet process talks to it as a user of its own; the harness uses
+// the PLAINTEXT listener, whose principal is a super user, to create the
+// topics and ACLs, produce the upstream events and read what the checks read.
+type securedKafka struct{ testenv.SecuredKafka }
 
 // The users the broker script creates, one per kind of causet process.
 const (
@@ -42,55 +34,10 @@ const (
 	kafkaUserOps    = "causet-ops" // an operator's causet dlq / projections commands
 )
 
-// securedKafkaFromEnv reads the file KAFKA_SECURE_ENV names (written by
-// `scripts/kafka-broker.sh start`), or skips the test.
+// securedKafkaFromEnv reads KAFKA_SECURE_ENV, or skips the test.
 func securedKafkaFromEnv(t *testing.T) securedKafka {
 	t.Helper()
-	path := os.Getenv("KAFKA_SECURE_ENV")
-	if path == "" {
-		t.Skip("needs the real broker's SASL_SSL listener: `scripts/kafka-broker.sh start` prints KAFKA_SECURE_ENV; set it")
-	}
-	f, err := os.Open(path)
-	require.NoError(t, err, "KAFKA_SECURE_ENV")
-	defer f.Close()
-	k := securedKafka{passwords: map[string]string{}}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		key, value, ok := strings.Cut(sc.Text(), "=")
-		if !ok {
-			continue
-		}
-		switch {
-		case key == "KAFKA_SECURE_BROKERS":
-			k.brokers = value
-		case key == "KAFKA_SECURE_CA_FILE":
-			k.caFile = value
-		case key == "KAFKA_PLAINTEXT_BROKERS":
-			k.plaintext = strings.Split(value, ",")
-		case strings.HasPrefix(key, "KAFKA_SECURE_PASSWORD_"):
-			k.passwords["causet-"+strings.ToLower(strings.TrimPrefix(key, "KAFKA_SECURE_PASSWORD_"))] = value
-		}
-	}
-	require.NoError(t, sc.Err())
-	require.NotEmpty(t, k.brokers, "%s: no KAFKA_SECURE_BROKERS", path)
-	require.NotEmpty(t, k.plaintext, "%s: no KAFKA_PLAINTEXT_BROKERS", path)
-	require.FileExists(t, k.caFile)
-	for _, u := range []string{kafkaUserBridge, kafkaUserWorker, kafkaUserRelay, kafkaUserOps} {
-		require.NotEmpty(t, k.passwords[u], "%s: no password for %s", path, u)
-	}
-	return k
-}
-
-// as is the environment of a causet process that connects as user (""
-// connects over TLS without credentials).
-func (k securedKafka) as(user string) map[string]string {
-	env := map[string]string{"KAFKA_BROKERS": k.brokers, "KAFKA_TLS": "true", "KAFKA_TLS_CA_FILE": k.caFile}
-	if user != "" {
-		env["KAFKA_SASL_MECHANISM"] = "SCRAM-SHA-512"
-		env["KAFKA_SASL_USERNAME"] = user
-		env["KAFKA_SASL_PASSWORD"] = k.passwords[user]
-	}
-	return env
+	return securedKafka{testenv.SecuredKafkaFromEnv(t, kafkaUserBridge, kafkaUserWorker, kafkaUserRelay, kafkaUserOps)}
 }
 
 // grant creates, over the harness's listener, the ACLs each user needs on
@@ -161,7 +108,7 @@ func TestReliability24SecuredKafka(t *testing.T) {
 	k := securedKafkaFromEnv(t)
 	t.Parallel() // beside scenarios 17-22 and 26: nothing shared is stopped
 	r := newResult(t, "secured_kafka/entity")
-	o := stackOptions{partitions: 3, brokers: k.plaintext}
+	o := stackOptions{partitions: 3, brokers: k.Plaintext}
 	if c, ok := temporalClusterFromEnv(t); ok {
 		// Beside the production-shaped Temporal when it runs (CI).
 		o.temporal, o.namespace = c.address, c.namespace
@@ -183,7 +130,7 @@ func TestReliability24SecuredKafka(t *testing.T) {
 		{"no credentials", "", regexp.MustCompile(`SASL`)},
 		{"the relay's user reading the DLQ", kafkaUserRelay, regexp.MustCompile(`TOPIC_AUTHORIZATION_FAILED`)},
 	} {
-		out, stderr, code := s.causetAs(k.as(tc.user), "dlq", "tail", "--no-state")
+		out, stderr, code := s.causetAs(k.As(tc.user), "dlq", "tail", "--no-state")
 		require.Equal(t, 1, code, "%s: stdout %q stderr %q", tc.name, out, stderr)
 		line := strings.TrimSpace(stderr)
 		require.NotContains(t, line, "\n", "%s: one line", tc.name)
@@ -191,10 +138,10 @@ func TestReliability24SecuredKafka(t *testing.T) {
 		t.Logf("refused, %s: %s", tc.name, line)
 	}
 
-	wk := s.worker(k.as(kafkaUserWorker))
-	b := s.bridge(k.as(kafkaUserBridge))
+	wk := s.worker(k.As(kafkaUserWorker))
+	b := s.bridge(k.As(kafkaUserBridge))
 	w.startRuntime()
-	rl := w.start("relay", k.as(kafkaUserRelay), "relay")
+	rl := w.start("relay", k.As(kafkaUserRelay), "relay")
 
 	start := time.Now()
 	n := pick(p, 500, 2000)
@@ -210,6 +157,19 @@ func TestReliability24SecuredKafka(t *testing.T) {
 	<-submitted
 
 	failing, wantParked := heldBehindDeadLetters(events.all())
+	// `causet produce`, as the relay's user (Write on the events topic):
+	// events of keys of their own, from a file.
+	var lines []string
+	for i := range 10 {
+		e := evt{id: fmt.Sprintf("%s-produce-%d", s.prefix, i), entity: fmt.Sprintf("produce-%d", i), seq: 1}
+		lines = append(lines, string(s.record(e).Value))
+		events.add(e)
+	}
+	file := filepath.Join(s.dir, "events.jsonl")
+	require.NoError(t, os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o644))
+	out, stderr, code := s.causetAs(k.As(kafkaUserRelay), "produce", file)
+	require.Zero(t, code, "causet produce as %s: %s%s", kafkaUserRelay, out, stderr)
+	t.Logf("causet produce over SASL_SSL: %s", strings.TrimSpace(out+stderr))
 	r.fig("events", n)
 	r.fig("intents", len(ins))
 	r.fig("dead_letters", failing)
@@ -233,15 +193,15 @@ func TestReliability24SecuredKafka(t *testing.T) {
 	r.readModels(w.checkReadModels(evs))
 
 	// The operator, as causet-ops: the dead letters, the fix's check, its rollout.
-	tail, stderr, code := s.causetAs(k.as(kafkaUserOps), "dlq", "tail", "--no-state", "--projection", relProjection)
+	tail, stderr, code := s.causetAs(k.As(kafkaUserOps), "dlq", "tail", "--no-state", "--projection", relProjection)
 	require.Zero(t, code, stderr)
 	require.Equal(t, failing+1, len(strings.Split(strings.TrimSpace(tail), "\n")), "a header and one line per dead letter:\n%s", tail)
-	file := filepath.Join(s.dir, "rel_effects.fixed.yaml")
+	file = filepath.Join(s.dir, "rel_effects.fixed.yaml")
 	require.NoError(t, os.WriteFile(file, []byte(fixedRelIR), 0o644))
-	check, stderr, code := s.causetAs(k.as(kafkaUserOps), "projections", "check", file)
+	check, stderr, code := s.causetAs(k.As(kafkaUserOps), "projections", "check", file)
 	require.Zero(t, code, stderr)
 	require.Contains(t, check, fmt.Sprintf("would_apply %d, still_fails 0, out_of_order 0", failing+wantParked))
-	out, stderr, code := s.causetAs(k.as(kafkaUserOps), "projections", "rollout", file, "--rate", "10", "--no-wait", "--reason", "guard d = 0")
+	out, stderr, code = s.causetAs(k.As(kafkaUserOps), "projections", "rollout", file, "--rate", "10", "--no-wait", "--reason", "guard d = 0")
 	require.Zero(t, code, "%s%s", out, stderr)
 	idm := regexp.MustCompile(`rollout (projection-rollout:` + relProjection + `:2:[0-9a-f]{12}) \(run`).FindStringSubmatch(out)
 	require.NotNil(t, idm, "the command names the rollout's ID:\n%s", out)
@@ -276,7 +236,7 @@ func TestReliability24SecuredKafka(t *testing.T) {
 	require.Equal(t, 2, invalid)
 
 	// Every upstream event exactly once, each entity in order.
-	require.Len(t, events.all(), n)
+	require.Len(t, events.all(), n+10)
 	s.requireAppliedOnceInOrder(r, events.all())
 	r.fig("duration_s", durS(time.Since(start)))
 	for _, pr := range []*proc{b, wk, rl, w.rt} {

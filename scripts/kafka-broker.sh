@@ -28,7 +28,8 @@
 #                                  do what its ACLs allow and nothing else (no
 #                                  ACL: refused). Users: admin (super user),
 #                                  causet-bridge, causet-worker, causet-relay,
-#                                  causet-ops, each with a random password.
+#                                  causet-ops, causet-bench (the benchmark's),
+#                                  each with a random password.
 # start writes what a client of the SASL_SSL listener needs to
 # .cache/kafka/run-$KAFKA_PORT/secure.env (its brokers, CA file and the
 # users' passwords, and the PLAINTEXT listener for a test harness) and prints
@@ -45,7 +46,7 @@ KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-$((KAFKA_PORT + 1))}"
 KAFKA_HEAP_OPTS="${KAFKA_HEAP_OPTS:--Xms256m -Xmx512m}"
 KAFKA_START_TIMEOUT="${KAFKA_START_TIMEOUT:-90}"
 KAFKA_SECURE_PORT="${KAFKA_SECURE_PORT:-$((KAFKA_PORT + 2))}"
-SECURE_USERS=(admin causet-bridge causet-worker causet-relay causet-ops)
+SECURE_USERS=(admin causet-bridge causet-worker causet-relay causet-ops causet-bench)
 
 CACHE="$ROOT/.cache/kafka/$KAFKA_VERSION"
 LIBS="$CACHE/libs"
