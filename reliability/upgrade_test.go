@@ -11,16 +11,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nexus-rpc/sdk-go/nexus"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
-	"go.temporal.io/sdk/worker"
-	"go.temporal.io/sdk/workflow"
+	"go.temporal.io/sdk/activity"
+	sdkworker "go.temporal.io/sdk/worker"
 
+	"github.com/causet/projection-retry/activities"
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/internal/schema"
 	"github.com/causet/projection-retry/internal/testenv"
-	"github.com/causet/projection-retry/workflows"
+	causetworker "github.com/causet/projection-retry/worker"
 )
 
 // previousRelease builds the causet binary of the previous release
@@ -407,9 +409,19 @@ func replayRun(t *testing.T, s *stack, id string) {
 		require.NoError(t, err, "history of %s", id)
 		h.Events = append(h.Events, ev)
 	}
-	rp := worker.NewWorkflowReplayer()
-	rp.RegisterWorkflowWithOptions(workflows.ProjectionRetryWorkflow, workflow.RegisterOptions{Name: contract.RetryWorkflowName})
-	rp.RegisterWorkflowWithOptions(workflows.ProjectionIncidentWorkflow, workflow.RegisterOptions{Name: contract.IncidentWorkflowName})
-	rp.RegisterWorkflowWithOptions(workflows.ProjectionRolloutWorkflow, workflow.RegisterOptions{Name: contract.RolloutWorkflowName})
+	rp := replayRegistry{sdkworker.NewWorkflowReplayer()}
+	// The worker's own registration: the names and options it runs them with.
+	causetworker.Register(rp, &activities.Activities{})
+	causetworker.RegisterIncidents(rp, &activities.Incidents{})
+	causetworker.RegisterRollouts(rp, &activities.Rollouts{})
 	require.NoError(t, rp.ReplayWorkflowHistory(nil, h), "the history of %s replays on this build", id)
 }
+
+// replayRegistry is a replayer the worker's Register functions register on:
+// its workflows; activities are not run in a replay.
+type replayRegistry struct{ sdkworker.WorkflowReplayer }
+
+func (replayRegistry) RegisterActivity(any)                                         {}
+func (replayRegistry) RegisterActivityWithOptions(any, activity.RegisterOptions)    {}
+func (replayRegistry) RegisterDynamicActivity(any, activity.DynamicRegisterOptions) {}
+func (replayRegistry) RegisterNexusService(*nexus.Service)                          {}
