@@ -39,37 +39,36 @@ schema() {
 	done
 }
 
+# retry WHAT CMD...: runs CMD once a second until it succeeds, within
+# TEMPORAL_SETUP_WAIT seconds of the namespace step in all.
+retry() {
+	what=$1
+	shift
+	until "$@"; do
+		[ "$waited" -lt "${TEMPORAL_SETUP_WAIT:-90}" ] || {
+			echo "temporal-setup: $what after ${waited}s" >&2
+			exit 1
+		}
+		sleep 1
+		waited=$((waited + 1))
+	done
+}
+
 namespace() {
 	ns="${TEMPORAL_NAMESPACE:?}"
 	t() { "$TEMPORAL_CLI" --address "${TEMPORAL_ADDRESS:?}" "$@"; }
+	healthy() { t operator cluster health >/dev/null 2>&1; }
+	registered() {
+		t operator namespace describe --namespace "$ns" >/dev/null 2>&1 ||
+			t operator namespace create --namespace "$ns" --retention "${TEMPORAL_RETENTION:-72h}"
+	}
+	known() { t operator search-attribute list --namespace "$ns" >/dev/null 2>&1; }
 	waited=0
-	until t operator cluster health >/dev/null 2>&1; do
-		[ "$waited" -lt "${TEMPORAL_SETUP_WAIT:-90}" ] || {
-			echo "temporal-setup: the frontend at $TEMPORAL_ADDRESS is not healthy after ${waited}s" >&2
-			exit 1
-		}
-		sleep 1
-		waited=$((waited + 1))
-	done
-	# The frontend may answer before the namespace registry is ready.
-	until t operator namespace describe --namespace "$ns" >/dev/null 2>&1 ||
-		t operator namespace create --namespace "$ns" --retention "${TEMPORAL_RETENTION:-72h}"; do
-		[ "$waited" -lt "${TEMPORAL_SETUP_WAIT:-90}" ] || {
-			echo "temporal-setup: creating namespace $ns failed" >&2
-			exit 1
-		}
-		sleep 1
-		waited=$((waited + 1))
-	done
-	# A namespace just registered is not known to every frontend at once.
-	until t operator search-attribute list --namespace "$ns" >/dev/null 2>&1; do
-		[ "$waited" -lt "${TEMPORAL_SETUP_WAIT:-90}" ] || {
-			echo "temporal-setup: namespace $ns is not found after ${waited}s" >&2
-			exit 1
-		}
-		sleep 1
-		waited=$((waited + 1))
-	done
+	retry "the frontend at $TEMPORAL_ADDRESS is not healthy" healthy
+	# The frontend may answer before the namespace registry is ready, and a
+	# namespace just registered is not known to every frontend at once.
+	retry "creating namespace $ns failed" registered
+	retry "namespace $ns is not found" known
 	# Causet's search attributes (CONTRACT §6): `causet worker` prints these
 	# lines when its credentials cannot create them. Creating one that
 	# exists with the same type changes nothing.

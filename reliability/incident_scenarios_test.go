@@ -129,6 +129,22 @@ func (s *stack) incidentRuns() (ids map[string]int, runs int) {
 	return ids, runs
 }
 
+// waitIncidentHolding waits until the stack's queue has one incident run
+// and it holds, and returns its ID.
+func (s *stack) waitIncidentHolding(within time.Duration) string {
+	s.t.Helper()
+	var incidentID string
+	require.Eventually(s.t, func() bool {
+		ids, _ := s.incidentRuns()
+		for id := range ids {
+			incidentID = id
+		}
+		st, err := s.incidentStatus(incidentID)
+		return len(ids) == 1 && err == nil && st.State == contract.IncidentHolding
+	}, within, 200*time.Millisecond, "no holding incident: %s", s.progressLater())
+	return incidentID
+}
+
 func (s *stack) incidentStatus(id string) (contract.IncidentStatus, error) {
 	var st contract.IncidentStatus
 	err := s.temporal.QueryWorkflow(id, contract.QueryStatus, &st)

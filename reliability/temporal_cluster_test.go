@@ -273,15 +273,7 @@ func clusterSignalAndIncident(t *testing.T, c temporalCluster) {
 			time.Sleep(2500 * time.Millisecond)
 		}
 	}()
-	var incidentID string
-	require.Eventually(t, func() bool {
-		ids, _ := s.incidentRuns()
-		for id := range ids {
-			incidentID = id
-		}
-		st, err := s.incidentStatus(incidentID)
-		return len(ids) == 1 && err == nil && st.State == contract.IncidentHolding
-	}, 2*time.Minute, 200*time.Millisecond, "no holding incident: %s", s.progressLater())
+	incidentID := s.waitIncidentHolding(2 * time.Minute)
 	r.fig("incident_holding_after_s", durS(time.Since(brokenAt)))
 	<-produced
 	held := 0

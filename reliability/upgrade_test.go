@@ -133,15 +133,7 @@ func TestReliability26RollingUpgrade(t *testing.T) {
 	// A bad migration of the read model: one incident holds.
 	require.NoError(t, s.renameColumn(brokenColumn, brokenColumn+"_moved"))
 	brokenAt := time.Now()
-	var incidentID string
-	require.Eventually(t, func() bool {
-		ids, _ := s.incidentRuns()
-		for id := range ids {
-			incidentID = id
-		}
-		st, err := s.incidentStatus(incidentID)
-		return len(ids) == 1 && err == nil && st.State == contract.IncidentHolding
-	}, 2*time.Minute, 200*time.Millisecond, "no holding incident: %s", s.progressLater())
+	incidentID := s.waitIncidentHolding(2 * time.Minute)
 	r.fig("incident_holding_after_s", durS(time.Since(brokenAt)))
 
 	// applying waits until bridge b applied an event itself.
