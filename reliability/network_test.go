@@ -238,10 +238,12 @@ func runLinkFault(t *testing.T, p profile, f linkFault) {
 	r.fig("caught_up_after_heal_s", fmt.Sprintf("%.1f", catchUp.Seconds()))
 	<-produced
 	require.True(t, s.waitCommittedToEnd(5*time.Minute), "offsets not committed to the end: %s\n%s", s.progress(), bs[0].logTail(30))
-	// The default schedule is 0, 1, 3, 7 and 15 s: every failing event
-	// has dead-lettered after this, and anything the fault handed to
-	// Temporal would have too.
-	time.Sleep(30 * time.Second)
+	// Settled: every failing event dead-lettered, anything the fault handed
+	// to Temporal too, and every key released. A failing event parked
+	// behind a head runs its own schedule (0, 1, 3, 7, 15 s) only once the
+	// head is dead-lettered, so a chain takes a schedule per link: a fixed
+	// wait of one schedule once ended a CI run before the second link did.
+	require.True(t, s.waitSettled(r, events.all(), 5*time.Minute), "not settled after the heal: %s", s.progress())
 	for _, b := range bs {
 		require.False(t, b.exited(), "bridge exited:\n%s", b.logTail(30))
 	}
