@@ -334,11 +334,13 @@ func (r *Runner) awaitSettled(ctx context.Context, id string, beat func()) (bool
 // schedule (retrying, parked, held) whose run was dead-lettered before the
 // deploy — between the check and the deploy, or listed as dead-lettered
 // by visibility only after the check — is replayed by the first count that
-// lists it (at most stragglersPerCount a count, and not while a dead letter
-// of its entity that the batches replay is pending, so that an entity's
-// events keep their order). A listing that lags lists it a count later; one
-// that is stale (it was replayed since) finds the run replaying when looked
-// up, and sends nothing.
+// lists it (at most stragglersPerCount a count; not while a dead letter of
+// its entity that the batches replay is pending, nor while events of its
+// entity are parked, so that an entity's events keep their order). One
+// whose entity has applied a later event since cannot apply: it counts as
+// failing. A listing that lags lists it a count later; one that is stale
+// (it was replayed since) finds the run replaying when looked up, and
+// sends nothing.
 func (r *Runner) CountSettled(ctx context.Context, in contract.CountSettledInput) (contract.SettledCount, error) {
 	var out contract.SettledCount
 	evs, err := readActedOn(ctx, r.Sources.Pool, in.RolloutID)
@@ -374,7 +376,7 @@ func (r *Runner) CountSettled(ctx context.Context, in contract.CountSettledInput
 			batchesPending[e.entity] = true
 		}
 	}
-	var stragglers []string
+	var candidates []actedOn
 	for _, e := range evs {
 		switch {
 		case applied[e.key]:
@@ -384,9 +386,32 @@ func (r *Runner) CountSettled(ctx context.Context, in contract.CountSettledInput
 		default:
 			out.Pending++
 			at, listed := deadLettered[e.workflowID]
-			if listed && !at.IsZero() && e.source != DeadLettered && !batchesPending[e.entity] && len(stragglers) < stragglersPerCount {
-				stragglers = append(stragglers, e.workflowID)
+			if listed && !at.IsZero() && e.source != DeadLettered && !batchesPending[e.entity] {
+				candidates = append(candidates, e)
 			}
+		}
+	}
+	if len(candidates) == 0 {
+		return out, nil
+	}
+	// Such an event's key may have moved on since the check: a later event
+	// of its entity applied (the replay would be refused as out of order:
+	// the candidate cannot apply it, so it counts as failing), or parked
+	// behind it and about to be released now that it is dead-lettered (a
+	// replay would race that release: the next count decides).
+	later, parked, err := entityPositions(ctx, r.Sources.Pool, in.Projection, candidates)
+	if err != nil {
+		return out, err
+	}
+	var stragglers []string
+	for _, e := range candidates {
+		switch {
+		case e.entity.id != "" && later[e.entity] > e.sequence && e.sequence > 0:
+			out.Pending--
+			out.Failing++
+		case parked[e.entity]:
+		case len(stragglers) < stragglersPerCount:
+			stragglers = append(stragglers, e.workflowID)
 		}
 	}
 	if len(stragglers) > 0 {

@@ -150,13 +150,15 @@ type actedOn struct {
 	// replayed by the batches).
 	source Source
 	entity entityRef
+	// sequence is the event's within its entity (0: none).
+	sequence int64
 }
 
 // entityRef is an event's entity (id "" when the event has none).
 type entityRef struct{ fork, id string }
 
 func readActedOn(ctx context.Context, pool *pgxpool.Pool, rolloutID string) ([]actedOn, error) {
-	rows, err := pool.Query(ctx, `SELECT workflow_id, dedupe_key, bucket, source, fork_id, coalesce(entity_id, '') FROM causet_rollout_events
+	rows, err := pool.Query(ctx, `SELECT workflow_id, dedupe_key, bucket, source, fork_id, coalesce(entity_id, ''), coalesce(sequence, 0) FROM causet_rollout_events
 WHERE rollout_id = $1 AND outcome = $2 ORDER BY seq`, rolloutID, string(WouldApply))
 	if err != nil {
 		return nil, fmt.Errorf("read the rollout's events: %w", err)
@@ -164,7 +166,7 @@ WHERE rollout_id = $1 AND outcome = $2 ORDER BY seq`, rolloutID, string(WouldApp
 	var out []actedOn
 	var a actedOn
 	var source string
-	_, err = pgx.ForEachRow(rows, []any{&a.workflowID, &a.key, &a.bucket, &source, &a.entity.fork, &a.entity.id}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&a.workflowID, &a.key, &a.bucket, &source, &a.entity.fork, &a.entity.id, &a.sequence}, func() error {
 		a.source = Source(source)
 		out = append(out, a)
 		return nil
@@ -245,4 +247,38 @@ func readItems(ctx context.Context, o dlq.ReaderOptions, rows []replayRow) (map[
 		return nil, err
 	}
 	return out, nil
+}
+
+// entityPositions returns, for the entities of evs, the highest sequence
+// each has applied in proj and whether any event of it is parked.
+func entityPositions(ctx context.Context, pool *pgxpool.Pool, proj string, evs []actedOn) (map[entityRef]int64, map[entityRef]bool, error) {
+	var forks, ids []string
+	for _, e := range evs {
+		if e.entity.id != "" {
+			forks, ids = append(forks, e.entity.fork), append(ids, e.entity.id)
+		}
+	}
+	later, parked := map[entityRef]int64{}, map[entityRef]bool{}
+	if len(ids) == 0 {
+		return later, parked, nil
+	}
+	rows, err := pool.Query(ctx, `SELECT a.fork_id, a.entity_id, a.sequence FROM causet_applied_sequences a
+JOIN unnest($2::text[], $3::text[]) AS k(fork_id, entity_id) USING (fork_id, entity_id) WHERE a.projection = $1`, proj, forks, ids)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the entities' applied sequences: %w", err)
+	}
+	var k entityRef
+	var seq int64
+	if _, err := pgx.ForEachRow(rows, []any{&k.fork, &k.id, &seq}, func() error { later[k] = seq; return nil }); err != nil {
+		return nil, nil, fmt.Errorf("read the entities' applied sequences: %w", err)
+	}
+	rows, err = pool.Query(ctx, `SELECT DISTINCT p.fork_id, p.entity_id FROM causet_parked_events p
+JOIN unnest($2::text[], $3::text[]) AS k(fork_id, entity_id) USING (fork_id, entity_id) WHERE p.projection = $1`, proj, forks, ids)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the entities' parked events: %w", err)
+	}
+	if _, err := pgx.ForEachRow(rows, []any{&k.fork, &k.id}, func() error { parked[k] = true; return nil }); err != nil {
+		return nil, nil, fmt.Errorf("read the entities' parked events: %w", err)
+	}
+	return later, parked, nil
 }
