@@ -152,3 +152,41 @@ func (s *stack) replaySignals(t *testing.T, id string) int {
 	}
 	return n
 }
+
+// A dead letter listed late whose key has applied a later event since
+// cannot apply: the count does not replay it (the replay would be refused
+// and dead-letter it again) and counts it as failing.
+func TestCountSettledCountsALateDeadLetterWhoseKeyMovedOnAsFailing(t *testing.T) {
+	s := newStack(t, nil)
+	follows, _ := s.produce(t, 3)
+	s.waitDeadLettered(t, 3)
+	late := contract.RetryWorkflowID("artist_followers", "production", follows[1])
+
+	runner, err := s.svc.RolloutRunner()
+	require.NoError(t, err)
+	lag := &laggingVisibility{Client: runner.Sources.Temporal}
+	lag.set(map[string]bool{late: true}, false)
+	runner.Sources.Temporal = lag
+
+	id := "projection-rollout:artist_followers:moved-on-test"
+	in := contract.RolloutInput{Projection: "artist_followers", Document: mustJSON(t, candidate(t, true)), Limit: 100, Rate: 100}
+	chk, err := runner.Check(s.ctx, id, in, nil, nil)
+	require.NoError(t, err)
+	require.Equal(t, 2, chk.WouldApply)
+	deployedAt := time.Now()
+	_, err = runner.Deploy(s.ctx, in)
+	require.NoError(t, err)
+	_, err = runner.ReplayBatch(s.ctx, contract.ReplayFailingInput{RolloutID: id, Batch: 10, Rate: 100}, nil, nil)
+	require.NoError(t, err)
+
+	// user-01's key moves on: a later event of it applied.
+	_, err = s.svc.Pool.Exec(s.ctx, `INSERT INTO causet_applied_sequences (projection, fork_id, entity_id, sequence, event_id)
+VALUES ('artist_followers', 'production', 'user-01', 2, 'a-later-event')`)
+	require.NoError(t, err)
+	lag.set(nil, false)
+	c, err := runner.CountSettled(s.ctx, contract.CountSettledInput{RolloutID: id, Projection: "artist_followers", DeployedAt: deployedAt})
+	require.NoError(t, err)
+	require.Zero(t, c.Replayed, "%+v", c)
+	require.Equal(t, 1, c.Failing, "%+v", c)
+	require.Zero(t, s.replaySignals(t, late), "no replay sent to a dead letter whose key moved on")
+}
