@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/activity"
 	sdkworker "go.temporal.io/sdk/worker"
 
@@ -303,10 +304,19 @@ func TestReliability26RollingUpgrade(t *testing.T) {
 	}
 	v := s.verify(evs, true, true)
 	for _, id := range v.examplesLost {
-		// For the post-mortem: the run of an event lost (its history
-		// beside the processes' logs).
+		// For the post-mortem: every run of an event lost (their
+		// histories beside the processes' logs).
 		id = strings.Fields(id)[0]
-		testenv.WriteHistory(t, s.ctx, s.temporal.Client, wfID(id), "", filepath.Join(s.dir, "history-"+id+".json"))
+		ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+		runs, err := s.temporal.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Query: fmt.Sprintf("WorkflowId = '%s'", wfID(id))})
+		cancel()
+		require.NoError(t, err, "the runs of %s", id)
+		for _, run := range runs.GetExecutions() {
+			runID := run.GetExecution().GetRunId()
+			testenv.WriteHistory(t, s.ctx, s.temporal.Client, wfID(id), runID,
+				filepath.Join(s.dir, fmt.Sprintf("history-%s-%s-%s.json", id, strings.ToLower(run.GetStatus().String()), runID)))
+		}
 	}
 	r.verdict(v, true, true)
 

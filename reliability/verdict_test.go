@@ -73,8 +73,11 @@ func (s *stack) verify(events []evt, checkWF, checkDLQ bool) verdict {
 			if s.breaks.byDeadLetterAll(d.rec.Error) {
 				heldDL[d.eventID] = true
 			}
-			// A replayed event may have been applied by the replay.
-			unapplied := app[d.eventID] == 0 || (s.replay.has(d.eventID) && !s.replay.appliedBefore[d.eventID])
+			// A replayed event may have been applied by the replay: the
+			// operator's, or a rollout's (which replays a dead letter of
+			// an event its check found on its schedule, RELIABILITY.md W10).
+			unapplied := app[d.eventID] == 0 || (s.replay.has(d.eventID) && !s.replay.appliedBefore[d.eventID]) ||
+				(app[d.eventID] == 1 && s.appliedByLaterReplay(d.eventID, d.rec.ReplayCount))
 			if (isBreakError(d.rec.Error) || s.breaks.byDeadLetterAll(d.rec.Error) || (s.lostAttempts && isLostAttemptError(d.rec.Error))) && unapplied {
 				brokenDL[d.eventID] = true
 			}
@@ -232,9 +235,9 @@ func (s *stack) verify(events []evt, checkWF, checkDLQ bool) verdict {
 			if s.aside[d.eventID] {
 				continue
 			}
-			if s.replay.has(d.eventID) && s.replay.after(d.rec.DeadLetteredAt) {
-				// The replay's own: one at most (a refusal, or a failing
-				// event failing again).
+			if (s.replay.has(d.eventID) && s.replay.after(d.rec.DeadLetteredAt)) || (d.rec.ReplayCount > 0 && refusedByReplay(d.rec.ErrorKind, d.rec.Error)) {
+				// The replay's own (the operator's, or a rollout's): one at
+				// most (a refusal, or a failing event failing again).
 				v.replayDeadLetters++
 				if replayed[d.eventID]++; replayed[d.eventID] > 1 {
 					v.dlqDup++
@@ -291,6 +294,13 @@ func (s *stack) verify(events []evt, checkWF, checkDLQ bool) verdict {
 		}
 	}
 	return v
+}
+
+// appliedByLaterReplay reports whether the run of eventID applied it on a
+// replay after the one whose dead letter says replayCount.
+func (s *stack) appliedByLaterReplay(eventID string, replayCount int) bool {
+	st, err := s.status(wfID(eventID))
+	return err == nil && st.State == contract.StateSucceeded && st.ReplayCount > replayCount
 }
 
 func entityFailed(firstFailure map[string]int64, e evt) bool {

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -158,6 +159,24 @@ type retryRun struct {
 	force bool
 	// lost counts the attempts lost with their worker and tried again.
 	lost int
+	// retryLostID is the activity ID of the next ApplyProjection, when it
+	// tries again an attempt lost with its worker (runSchedule).
+	retryLostID string
+}
+
+// lostRetryActivityID names the activity that tries again the lost last
+// attempt of a run's replay count run, the lost-th time. The previous
+// release knows no such step: a worker of it taking this run's next task (a
+// rollback, or a fleet mid-roll) replays the history with code that
+// schedules its next activity (a dead letter) where this one is. Under the
+// SDK's own sequential ID the two match by ID, this attempt's failure is
+// taken for the dead letter's, and the run fails (the SDK checks the
+// commands against the history only when the run does not end in the
+// replay). Under an ID of its own the old worker's replay meets an activity
+// it never scheduled and fails the task instead, which a worker of this
+// release then takes.
+func lostRetryActivityID(run, lost int) string {
+	return fmt.Sprintf("apply-lost-attempt-run-%d-%d", run, lost)
 }
 
 func (r *retryRun) setState(ctx workflow.Context, s contract.State) error {
@@ -216,6 +235,8 @@ func retryPolicy(p *config.ActivityRetry) *temporal.RetryPolicy {
 // started (inline mode); the first activity attempt waits until
 // attempt1+FirstWait so both modes keep the same wall-clock schedule.
 func (r *retryRun) runSchedule(ctx workflow.Context, plan config.Plan, run int, attempt1 time.Time) bool {
+	activityID := r.retryLostID // "": the SDK's own
+	r.retryLostID = ""
 	if plan.Policy == nil {
 		return false
 	}
@@ -241,6 +262,7 @@ func (r *retryRun) runSchedule(ctx workflow.Context, plan config.Plan, run int, 
 		}
 	}
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		ActivityID:          activityID,
 		StartToCloseTimeout: contract.ApplyTimeout,
 		HeartbeatTimeout:    contract.ApplyHeartbeatTimeout,
 		RetryPolicy:         retryPolicy(plan.Policy),
@@ -295,6 +317,7 @@ func (r *retryRun) runSchedule(ctx workflow.Context, plan config.Plan, run int, 
 			"event", "projection_attempt_lost", "projectionName", r.in.Projection, "eventId", r.in.Event.EventID,
 			"retryAttempt", len(plan.Offsets), "lost", r.lost)
 		r.status.Attempts = append(r.status.Attempts, earlier...)
+		r.retryLostID = lostRetryActivityID(run, r.lost)
 		return r.runSchedule(ctx, plan.From(len(plan.Offsets)), run, time.Time{})
 	}
 	r.status.Attempts = append(r.status.Attempts, failedAttempts(ctx, err, run, plan.FirstActivityAttempt)...)

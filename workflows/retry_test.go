@@ -573,10 +573,22 @@ func TestTimedOutAttemptBeforeSuccessIsKept(t *testing.T) {
 // timed out, and the server goes on with the next.
 func TestLastAttemptLostWithItsWorkerIsTriedAgain(t *testing.T) {
 	h, applier := newTimeoutHarnessOf(t, enumspb.TIMEOUT_TYPE_HEARTBEAT, 3, 2, 5) // 1, 3, 4 fail; 2 and 5 are lost
+	var ids []string
+	h.env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
+		if info.ActivityType.Name == contract.ApplyProjectionActivity && !slices.Contains(ids, info.ActivityID) {
+			ids = append(ids, info.ActivityID)
+		}
+	})
 	s := h.run(t, input(config.ModeWorkflow, config.DefaultRetry()))
 	requireAppliedByTheFifthAttempt(t, h, s)
 	require.Equal(t, 4, applier.calls, "attempts 1, 3 and 4 failed, 5 tried again applied")
 	require.Equal(t, "attempt timed out after 1m0s", s.Attempts[1].Error, "a middle attempt lost counts")
+	// The attempt tried again is an activity of an ID of its own, which a
+	// worker of the previous release replaying the run cannot take for one
+	// of its own steps (workflows.lostRetryActivityID).
+	require.Len(t, ids, 2, "the schedule's activity, then the lost attempt's: %v", ids)
+	require.Equal(t, "apply-lost-attempt-run-0-1", ids[1])
+	require.NotEqual(t, ids[0], ids[1])
 }
 
 // requireAppliedByTheFifthAttempt: the run succeeded at its 5th attempt,
