@@ -57,7 +57,7 @@ func (e *Engine) Try(ctx context.Context, candidate *Document, evs []event.Envel
 			return out, fmt.Errorf("%w after %d of %d events: %w", ErrTryCanceled, len(out), len(evs), err)
 		}
 		batch := evs[start:min(start+DefaultTryBatch, len(evs))]
-		later, err := laterMarks(ctx, e.pool, candidate.Name, batch)
+		later, err := LaterMarks(ctx, e.pool, candidate.Name, batch)
 		if err != nil {
 			return out, err
 		}
@@ -83,9 +83,11 @@ func (e *Engine) Try(ctx context.Context, candidate *Document, evs []event.Envel
 // errRolledBack ends a trial's transaction where a commit would be.
 var errRolledBack = errors.New("rolled back")
 
-// laterMarks returns, per index of evs, the mark of its entity when it is
-// past the event's sequence (as the sequence guard), read in one query.
-func laterMarks(ctx context.Context, q querier, projection string, evs []event.Envelope) (map[int]*Later, error) {
+// LaterMarks returns, per index of evs, the mark of its entity in
+// projection when it is past the event's sequence: the later event a
+// replay of it would be refused for (as the sequence guard), read in one
+// query. Events without a sequence have none.
+func LaterMarks(ctx context.Context, q querier, projection string, evs []event.Envelope) (map[int]*Later, error) {
 	var idx []int
 	var forks, ents []string
 	var seqs []int64

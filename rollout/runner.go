@@ -16,6 +16,7 @@ import (
 
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/dlq"
+	"github.com/causet/projection-retry/event"
 	"github.com/causet/projection-retry/incident"
 	"github.com/causet/projection-retry/projection"
 )
@@ -399,14 +400,22 @@ func (r *Runner) CountSettled(ctx context.Context, in contract.CountSettledInput
 	// the candidate cannot apply it, so it counts as failing), or parked
 	// behind it and about to be released now that it is dead-lettered (a
 	// replay would race that release: the next count decides).
-	later, parked, err := entityPositions(ctx, r.Sources.Pool, in.Projection, candidates)
+	positions := make([]event.Envelope, len(candidates))
+	for i, e := range candidates {
+		positions[i] = event.Envelope{ForkID: e.entity.fork, EntityID: e.entity.id, Sequence: e.sequence}
+	}
+	later, err := projection.LaterMarks(ctx, r.Sources.Pool, in.Projection, positions)
+	if err != nil {
+		return out, err
+	}
+	parked, err := parkedEntities(ctx, r.Sources.Pool, in.Projection, candidates)
 	if err != nil {
 		return out, err
 	}
 	var stragglers []string
-	for _, e := range candidates {
+	for i, e := range candidates {
 		switch {
-		case e.entity.id != "" && later[e.entity] > e.sequence && e.sequence > 0:
+		case e.entity.id != "" && later[i] != nil:
 			out.Pending--
 			out.Failing++
 		case parked[e.entity]:

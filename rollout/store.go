@@ -249,36 +249,27 @@ func readItems(ctx context.Context, o dlq.ReaderOptions, rows []replayRow) (map[
 	return out, nil
 }
 
-// entityPositions returns, for the entities of evs, the highest sequence
-// each has applied in proj and whether any event of it is parked.
-func entityPositions(ctx context.Context, pool *pgxpool.Pool, proj string, evs []actedOn) (map[entityRef]int64, map[entityRef]bool, error) {
+// parkedEntities returns which of the entities of evs have an event
+// parked in proj.
+func parkedEntities(ctx context.Context, pool *pgxpool.Pool, proj string, evs []actedOn) (map[entityRef]bool, error) {
 	var forks, ids []string
 	for _, e := range evs {
 		if e.entity.id != "" {
 			forks, ids = append(forks, e.entity.fork), append(ids, e.entity.id)
 		}
 	}
-	later, parked := map[entityRef]int64{}, map[entityRef]bool{}
+	parked := map[entityRef]bool{}
 	if len(ids) == 0 {
-		return later, parked, nil
+		return parked, nil
 	}
-	rows, err := pool.Query(ctx, `SELECT a.fork_id, a.entity_id, a.sequence FROM causet_applied_sequences a
-JOIN unnest($2::text[], $3::text[]) AS k(fork_id, entity_id) USING (fork_id, entity_id) WHERE a.projection = $1`, proj, forks, ids)
-	if err != nil {
-		return nil, nil, fmt.Errorf("read the entities' applied sequences: %w", err)
-	}
-	var k entityRef
-	var seq int64
-	if _, err := pgx.ForEachRow(rows, []any{&k.fork, &k.id, &seq}, func() error { later[k] = seq; return nil }); err != nil {
-		return nil, nil, fmt.Errorf("read the entities' applied sequences: %w", err)
-	}
-	rows, err = pool.Query(ctx, `SELECT DISTINCT p.fork_id, p.entity_id FROM causet_parked_events p
+	rows, err := pool.Query(ctx, `SELECT DISTINCT p.fork_id, p.entity_id FROM causet_parked_events p
 JOIN unnest($2::text[], $3::text[]) AS k(fork_id, entity_id) USING (fork_id, entity_id) WHERE p.projection = $1`, proj, forks, ids)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read the entities' parked events: %w", err)
+		return nil, fmt.Errorf("read the entities' parked events: %w", err)
 	}
+	var k entityRef
 	if _, err := pgx.ForEachRow(rows, []any{&k.fork, &k.id}, func() error { parked[k] = true; return nil }); err != nil {
-		return nil, nil, fmt.Errorf("read the entities' parked events: %w", err)
+		return nil, fmt.Errorf("read the entities' parked events: %w", err)
 	}
-	return later, parked, nil
+	return parked, nil
 }
