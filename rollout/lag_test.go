@@ -16,6 +16,7 @@ import (
 
 	"github.com/causet/projection-retry/contract"
 	"github.com/causet/projection-retry/projection"
+	"github.com/causet/projection-retry/rollout"
 )
 
 // laggingVisibility is a Temporal client whose list queries answer as an
@@ -79,37 +80,13 @@ func (l *laggingVisibility) set(behind map[string]bool, frozen bool) {
 // Each applies once, with one replay signal.
 func TestCountSettledReplaysADeadLetterListedLate(t *testing.T) {
 	s := newStack(t, nil)
-	follows, _ := s.produce(t, 3)
-	s.waitDeadLettered(t, 3)
-	late := contract.RetryWorkflowID("artist_followers", "production", follows[1])
-	onTime := contract.RetryWorkflowID("artist_followers", "production", follows[2])
-
-	runner, err := s.svc.RolloutRunner()
-	require.NoError(t, err)
-	lag := &laggingVisibility{Client: runner.Sources.Temporal}
-	lag.set(map[string]bool{late: true}, false)
-	runner.Sources.Temporal = lag
-
-	id := "projection-rollout:artist_followers:lag-test"
-	in := contract.RolloutInput{Projection: "artist_followers", Document: mustJSON(t, candidate(t, true)), Limit: 100, Rate: 100}
-	chk, err := runner.Check(s.ctx, id, in, nil, nil)
-	require.NoError(t, err)
-	require.Equal(t, 1, chk.ToReplay, "follow-02 is a dead letter to replay; follow-01 is listed retrying; follow-00 is out of order")
-	require.Equal(t, 2, chk.WouldApply)
-	deployedAt := time.Now()
-	_, err = runner.Deploy(s.ctx, in)
-	require.NoError(t, err)
-	batch, err := runner.ReplayBatch(s.ctx, contract.ReplayFailingInput{RolloutID: id, Batch: 10, Rate: 100}, nil, nil)
-	require.NoError(t, err)
-	require.Equal(t, 1, batch.Replayed)
-	require.True(t, batch.Done)
-
-	count := func() contract.SettledCount {
-		t.Helper()
-		c, err := runner.CountSettled(s.ctx, contract.CountSettledInput{RolloutID: id, Projection: "artist_followers", DeployedAt: deployedAt})
-		require.NoError(t, err)
-		return c
-	}
+	r := startLateListedRollout(t, s, "lag-test")
+	onTime := contract.RetryWorkflowID("artist_followers", "production", r.follows[2])
+	require.Equal(t, 1, r.check.ToReplay, "follow-02 is a dead letter to replay; follow-01 is listed retrying; follow-00 is out of order")
+	require.Equal(t, 2, r.check.WouldApply)
+	require.Equal(t, 1, r.batch.Replayed)
+	require.True(t, r.batch.Done)
+	late, lag, count := r.late, r.lag, func() contract.SettledCount { t.Helper(); return r.count(t) }
 	// Still listed as retrying: pending, nothing sent.
 	c := count()
 	require.Zero(t, c.Replayed, "%+v", c)
@@ -132,7 +109,7 @@ func TestCountSettledReplaysADeadLetterListedLate(t *testing.T) {
 	for _, wf := range []string{late, onTime} {
 		require.Equal(t, 1, s.replaySignals(t, wf), "one replay signal to %s", wf)
 	}
-	for _, ev := range follows[1:] {
+	for _, ev := range r.follows[1:] {
 		require.Equal(t, 1, s.count(t, `SELECT count(*) FROM causet_projection_applied WHERE key = $1`,
 			projection.DedupeKey("artist_followers", "production", ev)), "%s applied once", ev)
 	}
@@ -153,40 +130,91 @@ func (s *stack) replaySignals(t *testing.T, id string) int {
 	return n
 }
 
+// lateListedRollout is a rollout of artist_followers whose check ran while
+// visibility listed follow-01's dead letter (late) as retrying: checked,
+// deployed, and its batch of dead letters replayed.
+type lateListedRollout struct {
+	s          *stack
+	runner     *rollout.Runner
+	lag        *laggingVisibility
+	follows    []string
+	late, id   string
+	check      contract.CheckCandidateResult
+	batch      contract.ReplayFailingResult
+	deployedAt time.Time
+}
+
+func startLateListedRollout(t *testing.T, s *stack, name string) *lateListedRollout {
+	t.Helper()
+	r := &lateListedRollout{s: s, id: "projection-rollout:artist_followers:" + name}
+	r.follows, _ = s.produce(t, 3)
+	s.waitDeadLettered(t, 3)
+	r.late = contract.RetryWorkflowID("artist_followers", "production", r.follows[1])
+	var err error
+	r.runner, err = s.svc.RolloutRunner()
+	require.NoError(t, err)
+	r.lag = &laggingVisibility{Client: r.runner.Sources.Temporal}
+	r.lag.set(map[string]bool{r.late: true}, false)
+	r.runner.Sources.Temporal = r.lag
+
+	in := contract.RolloutInput{Projection: "artist_followers", Document: mustJSON(t, candidate(t, true)), Limit: 100, Rate: 100}
+	r.check, err = r.runner.Check(s.ctx, r.id, in, nil, nil)
+	require.NoError(t, err)
+	r.deployedAt = time.Now()
+	_, err = r.runner.Deploy(s.ctx, in)
+	require.NoError(t, err)
+	r.batch, err = r.runner.ReplayBatch(s.ctx, contract.ReplayFailingInput{RolloutID: r.id, Batch: 10, Rate: 100}, nil, nil)
+	require.NoError(t, err)
+	return r
+}
+
+func (r *lateListedRollout) count(t *testing.T) contract.SettledCount {
+	t.Helper()
+	c, err := r.runner.CountSettled(r.s.ctx, contract.CountSettledInput{RolloutID: r.id, Projection: "artist_followers", DeployedAt: r.deployedAt})
+	require.NoError(t, err)
+	return c
+}
+
 // A dead letter listed late whose key has applied a later event since
 // cannot apply: the count does not replay it (the replay would be refused
 // and dead-letter it again) and counts it as failing.
 func TestCountSettledCountsALateDeadLetterWhoseKeyMovedOnAsFailing(t *testing.T) {
 	s := newStack(t, nil)
-	follows, _ := s.produce(t, 3)
-	s.waitDeadLettered(t, 3)
-	late := contract.RetryWorkflowID("artist_followers", "production", follows[1])
-
-	runner, err := s.svc.RolloutRunner()
-	require.NoError(t, err)
-	lag := &laggingVisibility{Client: runner.Sources.Temporal}
-	lag.set(map[string]bool{late: true}, false)
-	runner.Sources.Temporal = lag
-
-	id := "projection-rollout:artist_followers:moved-on-test"
-	in := contract.RolloutInput{Projection: "artist_followers", Document: mustJSON(t, candidate(t, true)), Limit: 100, Rate: 100}
-	chk, err := runner.Check(s.ctx, id, in, nil, nil)
-	require.NoError(t, err)
-	require.Equal(t, 2, chk.WouldApply)
-	deployedAt := time.Now()
-	_, err = runner.Deploy(s.ctx, in)
-	require.NoError(t, err)
-	_, err = runner.ReplayBatch(s.ctx, contract.ReplayFailingInput{RolloutID: id, Batch: 10, Rate: 100}, nil, nil)
-	require.NoError(t, err)
+	r := startLateListedRollout(t, s, "moved-on-test")
+	require.Equal(t, 2, r.check.WouldApply)
 
 	// user-01's key moves on: a later event of it applied.
-	_, err = s.svc.Pool.Exec(s.ctx, `INSERT INTO causet_applied_sequences (projection, fork_id, entity_id, sequence, event_id)
+	_, err := s.svc.Pool.Exec(s.ctx, `INSERT INTO causet_applied_sequences (projection, fork_id, entity_id, sequence, event_id)
 VALUES ('artist_followers', 'production', 'user-01', 2, 'a-later-event')`)
 	require.NoError(t, err)
-	lag.set(nil, false)
-	c, err := runner.CountSettled(s.ctx, contract.CountSettledInput{RolloutID: id, Projection: "artist_followers", DeployedAt: deployedAt})
-	require.NoError(t, err)
+	r.lag.set(nil, false)
+	c := r.count(t)
 	require.Zero(t, c.Replayed, "%+v", c)
 	require.Equal(t, 1, c.Failing, "%+v", c)
-	require.Zero(t, s.replaySignals(t, late), "no replay sent to a dead letter whose key moved on")
+	require.Zero(t, s.replaySignals(t, r.late), "no replay sent to a dead letter whose key moved on")
+}
+
+// A dead letter listed late while events of its entity are parked (about
+// to be released behind it) is not replayed by that count, which would race
+// the release: it stays pending, and the first count after the entity's
+// parked events are gone replays it, once.
+func TestCountSettledWaitsForTheParkedEventsOfALateDeadLetter(t *testing.T) {
+	s := newStack(t, nil)
+	r := startLateListedRollout(t, s, "parked-test")
+	require.Equal(t, 2, r.check.WouldApply)
+
+	_, err := s.svc.Pool.Exec(s.ctx, `INSERT INTO causet_parked_events (topic, partition, projection, fork_id, entity_id, event_id, retry)
+VALUES ('t', 0, 'artist_followers', 'production', 'user-01', 'a-parked-event', '{}')`)
+	require.NoError(t, err)
+	r.lag.set(nil, false)
+	c := r.count(t)
+	require.Zero(t, c.Replayed, "%+v", c)
+	require.GreaterOrEqual(t, c.Pending, 1, "follow-01 waits for its entity's parked events: %+v", c)
+	require.Zero(t, s.replaySignals(t, r.late), "no replay while its entity's events are parked")
+
+	_, err = s.svc.Pool.Exec(s.ctx, `DELETE FROM causet_parked_events WHERE event_id = 'a-parked-event'`)
+	require.NoError(t, err)
+	c = r.count(t)
+	require.Equal(t, 1, c.Replayed, "%+v", c)
+	require.Equal(t, 1, s.replaySignals(t, r.late))
 }
