@@ -152,6 +152,9 @@ func (a *Activities) ApplyProjection(ctx context.Context, in contract.ApplyInput
 	}
 	// An earlier attempt still marked as started never reported: it timed out.
 	earlier = contract.SettleUnreported(earlier)
+	// An attempt between them that left no record never started on a
+	// worker: it is shown lost rather than missing.
+	earlier = contract.RecordLost(earlier, in.FirstAttempt, number, in.Run)
 	// Record this attempt before it runs: if it overruns its timeout, the
 	// timeout carries these details, and the workflow and the next attempt
 	// still see it with its number and start time.

@@ -10,6 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	taskqueuepb "go.temporal.io/api/taskqueue/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -222,4 +225,68 @@ func TestApplyProjectionOnTemporalCarriesAttemptsAcrossRetries(t *testing.T) {
 	require.True(t, first.StartedAt.Before(second.StartedAt))
 	require.True(t, second.StartedAt.Before(out.StartedAt))
 	require.GreaterOrEqual(t, second.StartedAt.Sub(first.StartedAt), 2*time.Second, "attempt 2 started after attempt 1 timed out")
+}
+
+// failsOnceApplier fails its first call with a constraint error and applies
+// the event on every later one.
+type failsOnceApplier struct {
+	mu    sync.Mutex
+	calls int
+}
+
+func (f *failsOnceApplier) ApplyWith(_ context.Context, name string, ev event.Envelope, _ projection.ApplyOptions) (projection.Result, error) {
+	f.mu.Lock()
+	f.calls++
+	n := f.calls
+	f.mu.Unlock()
+	if n == 1 {
+		return projection.Result{Projection: name, EventID: ev.EventID, Status: projection.StatusFailed, IRVersion: 1,
+			Err: &projection.ApplyError{Kind: contract.KindSQL, Err: errors.New("duplicate key value violates unique constraint")}}, nil
+	}
+	return projection.Result{Projection: name, EventID: ev.EventID, Status: projection.StatusApplied, IRVersion: 1}, nil
+}
+
+// An attempt the server hands to a worker that never runs it (a poll answered
+// into a closing connection, a worker killed as it received the task) leaves
+// no record of its own: the next attempt records it as lost, so the run's
+// attempts show every attempt the server made.
+func TestApplyProjectionOnTemporalRecordsAnAttemptLostBeforeItStarted(t *testing.T) {
+	srv := testenv.Temporal(t)
+	tq := testenv.TaskQueue(t)
+	workflows := sdkworker.New(srv.Client, tq, sdkworker.Options{LocalActivityWorkerOnly: true})
+	workflows.RegisterWorkflowWithOptions(applyWorkflow, workflow.RegisterOptions{Name: applyWorkflowName})
+	require.NoError(t, workflows.Start())
+	t.Cleanup(workflows.Stop)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	run, err := srv.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: tq + "-apply", TaskQueue: tq},
+		applyWorkflowName, applyInput(followed("e1", "user-1", "artist-9"), 1))
+	require.NoError(t, err)
+
+	// A poller that takes attempt 1 and never runs it.
+	task, err := srv.Client.WorkflowService().PollActivityTaskQueue(ctx, &workflowservice.PollActivityTaskQueueRequest{
+		Namespace: srv.Namespace, TaskQueue: &taskqueuepb.TaskQueue{Name: tq, Kind: enumspb.TASK_QUEUE_KIND_NORMAL},
+		Identity: "a worker that never runs its task"})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, task.GetAttempt())
+
+	applier := &failsOnceApplier{}
+	a := &activities.Activities{Applier: applier, Logger: slog.New(slog.DiscardHandler)}
+	runner := sdkworker.New(srv.Client, tq, sdkworker.Options{})
+	runner.RegisterActivityWithOptions(a.ApplyProjection, activity.RegisterOptions{Name: contract.ApplyProjectionActivity})
+	require.NoError(t, runner.Start())
+	t.Cleanup(runner.Stop)
+
+	var out contract.ApplyOutput
+	require.NoError(t, run.Get(ctx, &out))
+	require.Equal(t, 2, applier.calls, "attempts 2 and 3 ran")
+	require.Equal(t, 3, out.Attempt)
+	require.Len(t, out.Attempts, 2, "attempts 1 and 2 before the one that succeeded")
+	require.Equal(t, []contract.Attempt{
+		{Number: 1, ErrorKind: string(contract.KindSQL), Error: contract.LostBeforeStarting},
+		{Number: 2, StartedAt: out.Attempts[1].StartedAt, ErrorKind: string(contract.KindSQL),
+			Error: "duplicate key value violates unique constraint", IRVersion: 1},
+	}, out.Attempts)
+	require.False(t, out.Attempts[1].StartedAt.IsZero())
 }

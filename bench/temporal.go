@@ -64,6 +64,9 @@ func (b *bench) schedule(ctx context.Context) error {
 		var obs []float64
 		t0 := st.Attempts[0].StartedAt
 		for k, a := range st.Attempts[:len(plan.Offsets)] {
+			if a.StartedAt.IsZero() {
+				continue // lost before any worker started it: no time to measure
+			}
 			off := a.StartedAt.Sub(t0)
 			obs = append(obs, off.Seconds())
 			run.LatenessMaxS = max(run.LatenessMaxS, (off - plan.Offsets[k]).Seconds())

@@ -72,6 +72,28 @@ func SettleUnreported(attempts []Attempt) []Attempt {
 	return attempts
 }
 
+// LostBeforeStarting is the error of an attempt that no worker reported
+// starting: the server handed it to a worker that never ran it (a poll
+// answered into a closing connection, a worker killed as it received it)
+// and timed it out.
+const LostBeforeStarting = "attempt timed out before any worker reported starting it"
+
+// RecordLost adds to attempts, the record of a scheduled ApplyProjection's
+// attempts before attempt number, each attempt between them that left no
+// record (first is the number of the scheduled activity's first attempt),
+// so that the record shows every attempt the server made. Such an attempt
+// has no start time.
+func RecordLost(attempts []Attempt, first, number, run int) []Attempt {
+	next := first
+	if len(attempts) > 0 {
+		next = attempts[len(attempts)-1].Number + 1
+	}
+	for n := next; n < number; n++ {
+		attempts = append(attempts, Attempt{Number: n, Run: run, ErrorKind: string(KindSQL), Error: LostBeforeStarting})
+	}
+	return attempts
+}
+
 // SetIncidentStateInput is the SetIncidentState activity's input.
 type SetIncidentStateInput struct {
 	ID    string        `json:"id"`

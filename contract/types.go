@@ -25,8 +25,10 @@ type Attempt struct {
 	// Number is the overall attempt number of its run, 1 being the first.
 	Number int `json:"attempt"`
 	// Run is 0 for the original schedule and n for the n-th replay.
-	Run       int       `json:"run,omitempty"`
-	StartedAt time.Time `json:"startedAt"`
+	Run int `json:"run,omitempty"`
+	// StartedAt is absent on an attempt no worker reported starting
+	// (LostBeforeStarting).
+	StartedAt time.Time `json:"startedAt,omitzero"`
 	ErrorKind string    `json:"errorKind,omitempty"`
 	Error     string    `json:"error,omitempty"`
 	IRVersion int       `json:"irVersion,omitempty"`

@@ -31,7 +31,12 @@ func RunRecord(in contract.DeadLetterInput, now time.Time) Record {
 	if n := len(in.Attempts); n > 0 {
 		rec.Error = in.Attempts[n-1].Error
 		rec.ErrorKind = in.Attempts[n-1].ErrorKind
-		rec.FirstFailedAt = in.Attempts[0].StartedAt.UTC()
+		for _, a := range in.Attempts {
+			if !a.StartedAt.IsZero() { // one lost before it started has no time
+				rec.FirstFailedAt = a.StartedAt.UTC()
+				break
+			}
+		}
 	}
 	return rec
 }
