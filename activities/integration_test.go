@@ -153,12 +153,17 @@ func mustDDL(t *testing.T, name string) string {
 type scriptedApplier struct {
 	mu    sync.Mutex
 	calls int
+	// skipOverrun starts the script at its second call: the first fails.
+	skipOverrun bool
 }
 
 func (s *scriptedApplier) ApplyWith(ctx context.Context, name string, ev event.Envelope, _ projection.ApplyOptions) (projection.Result, error) {
 	s.mu.Lock()
 	s.calls++
 	n := s.calls
+	if s.skipOverrun {
+		n++
+	}
 	s.mu.Unlock()
 	switch n {
 	case 1:
@@ -227,25 +232,6 @@ func TestApplyProjectionOnTemporalCarriesAttemptsAcrossRetries(t *testing.T) {
 	require.GreaterOrEqual(t, second.StartedAt.Sub(first.StartedAt), 2*time.Second, "attempt 2 started after attempt 1 timed out")
 }
 
-// failsOnceApplier fails its first call with a constraint error and applies
-// the event on every later one.
-type failsOnceApplier struct {
-	mu    sync.Mutex
-	calls int
-}
-
-func (f *failsOnceApplier) ApplyWith(_ context.Context, name string, ev event.Envelope, _ projection.ApplyOptions) (projection.Result, error) {
-	f.mu.Lock()
-	f.calls++
-	n := f.calls
-	f.mu.Unlock()
-	if n == 1 {
-		return projection.Result{Projection: name, EventID: ev.EventID, Status: projection.StatusFailed, IRVersion: 1,
-			Err: &projection.ApplyError{Kind: contract.KindSQL, Err: errors.New("duplicate key value violates unique constraint")}}, nil
-	}
-	return projection.Result{Projection: name, EventID: ev.EventID, Status: projection.StatusApplied, IRVersion: 1}, nil
-}
-
 // An attempt the server hands to a worker that never runs it (a poll answered
 // into a closing connection, a worker killed as it received the task) leaves
 // no record of its own: the next attempt records it as lost, so the run's
@@ -271,7 +257,7 @@ func TestApplyProjectionOnTemporalRecordsAnAttemptLostBeforeItStarted(t *testing
 	require.NoError(t, err)
 	require.EqualValues(t, 1, task.GetAttempt())
 
-	applier := &failsOnceApplier{}
+	applier := &scriptedApplier{skipOverrun: true}
 	a := &activities.Activities{Applier: applier, Logger: slog.New(slog.DiscardHandler)}
 	runner := sdkworker.New(srv.Client, tq, sdkworker.Options{})
 	runner.RegisterActivityWithOptions(a.ApplyProjection, activity.RegisterOptions{Name: contract.ApplyProjectionActivity})
