@@ -382,7 +382,10 @@ func (e *Engine) execPairs(ctx context.Context, conn *pgx.Conn, ledgerSD *pgconn
 		chunk := pending[:min(window, len(pending))]
 
 		// Round trip 1: savepoint bookkeeping and the ledger rows.
-		keys, buckets := make([]uuid.UUID, len(chunk)), make([]int32, len(chunk))
+		// The keys go as plain 16-byte arrays: pgx encodes those in binary
+		// directly, where a uuid.UUID takes its driver.Valuer's detour
+		// through text and a failed plan per element.
+		keys, buckets := make([][16]byte, len(chunk)), make([]int32, len(chunk))
 		projs, vers := make([]string, len(chunk)), make([]int32, len(chunk))
 		for i, p := range chunk {
 			keys[i] = p.key()
