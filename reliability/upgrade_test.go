@@ -380,7 +380,7 @@ func TestReliability26RollingUpgrade(t *testing.T) {
 			}
 			require.LessOrEqual(t, off, due+slack, "attempt %d of %s: %.1f s after the first, due at %.0f s (attempts %+v)", a.Number, d.eventID, off, due, d.rec.Attempts)
 			latest = max(latest, off-due)
-			if strings.HasPrefix(a.Error, "attempt timed out after") {
+			if isLostAttemptError(a.Error) {
 				lostBefore = true
 				lostAttempts++
 			}
